@@ -1,0 +1,30 @@
+"""The Celery app. Every periodic schedule is declared here, in one place.
+
+Tasks only change rows and send email (DESIGN.md "Components"); anything that
+talks to a machine's websocket runs in the ASGI processes.
+"""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
+
+app = Celery("ballast")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+@app.on_after_finalize.connect
+def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
+    """Declare every periodic task (Celery beat) of the platform."""
+    from django.conf import settings
+
+    sender.add_periodic_task(
+        settings.BALLAST_REAPER_INTERVAL_S,
+        sender.signature("jobs.tasks.attempts_reap"),
+        name="reap orphaned attempts",
+    )
+    sender.add_periodic_task(
+        300.0, sender.signature("billing.tasks.holds_release"), name="release holds"
+    )

@@ -1,0 +1,249 @@
+"""Ballast settings, read from the environment (PROTOCOL.md §4).
+
+No variables give the embedded default: SQLite in the project folder, Channels'
+in-memory layer, Celery on a server-less filesystem broker, console email.
+``DATABASE_URL`` (PostgreSQL) and ``REDIS_URL`` (channel layer and Celery broker)
+switch to the production services.
+"""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("BALLAST_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    """Return the integer in environment variable ``name`` or ``default``.
+
+    Raises ImproperlyConfigured naming the variable when the value is not an integer
+    or is below ``minimum``.
+    """
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+    """Return the number (e.g. seconds) in ``name`` or ``default``.
+
+    Raises ImproperlyConfigured naming the variable on a non-number or one below
+    ``minimum``.
+    """
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum or value != value:
+        raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {raw!r}")
+    return value
+
+
+def env_decimal(name: str, default: str) -> Decimal:
+    """Return the decimal fraction in ``name`` (0..1) or ``default``.
+
+    Raises ImproperlyConfigured naming the variable when it is not in 0..1.
+    """
+    raw = os.environ.get(name) or default
+    try:
+        value = Decimal(raw)
+    except InvalidOperation:
+        raise ImproperlyConfigured(f"{name} must be a decimal, got {raw!r}") from None
+    if not (Decimal(0) <= value <= Decimal(1)):
+        raise ImproperlyConfigured(f"{name} must be between 0 and 1, got {raw!r}")
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Return the boolean in ``name`` (1/0, true/false, yes/no) or ``default``."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    low = raw.strip().lower()
+    if low in {"1", "true", "yes", "on"}:
+        return True
+    if low in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be 1 or 0, got {raw!r}")
+
+
+SECRET_KEY = os.environ.get(
+    "DJANGO_SECRET_KEY", "ballast-embedded-default-not-for-production"
+)
+DEBUG = env_bool("DJANGO_DEBUG", True)
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_htmx",
+    "channels",
+    "hosts",
+    "jobs",
+    "billing",
+    "support",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "ballast.urls"
+ASGI_APPLICATION = "ballast.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database ---------------------------------------------------------------
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if DATABASE_URL:
+    try:
+        _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+    except Exception as exc:  # dj_database_url raises several types
+        raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from exc
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    _db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("BALLAST_SQLITE_PATH", str(VAR_DIR / "ballast.sqlite3")),
+        "OPTIONS": {
+            # WAL lets the ASGI server, Celery and manage.py share the file;
+            # IMMEDIATE makes every transaction take the write lock up front, so
+            # the one-writer rule settles claims (DESIGN.md "Picking a device").
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        },
+    }
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- channel layer and Celery -----------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": os.environ.get(
+                "BALLAST_CHANNEL_LAYER", "channels_redis.pubsub.RedisPubSubChannelLayer"
+            ),
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+    CELERY_BROKER_URL = REDIS_URL
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": 5000, "expiry": 60},
+        }
+    }
+    _broker_dir = VAR_DIR / "celery-broker"
+    for _sub in ("out", "processed"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_TIMEZONE = "UTC"
+
+# --- email --------------------------------------------------------------------
+EMAIL_BACKEND = os.environ.get(
+    "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
+)
+DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "ballast@localhost")
+
+# --- auth, i18n, static ---------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["jobs.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "jobs.errors.openai_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {"TITLE": "Ballast renter API", "VERSION": "1"}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "ballast": {"handlers": ["console"], "level": os.environ.get("BALLAST_LOG_LEVEL", "INFO")},
+    },
+}
+
+# --- Ballast rules (PROTOCOL.md §4), read once at start -------------------------
+BALLAST_CLAIM_TIMEOUT_S = env_float("BALLAST_CLAIM_TIMEOUT_S", 5.0)
+BALLAST_FIRST_TOKEN_TIMEOUT_S = env_float("BALLAST_FIRST_TOKEN_TIMEOUT_S", 20.0)
+BALLAST_STALL_TIMEOUT_S = env_float("BALLAST_STALL_TIMEOUT_S", 10.0)
+BALLAST_QUEUE_TIMEOUT_S = env_float("BALLAST_QUEUE_TIMEOUT_S", 120.0)
+BALLAST_MAX_ATTEMPTS = env_int("BALLAST_MAX_ATTEMPTS", 3, minimum=1)
+BALLAST_HEARTBEAT_MAX_AGE_S = env_float("BALLAST_HEARTBEAT_MAX_AGE_S", 30.0)
+BALLAST_HEARTBEAT_INTERVAL_S = env_float("BALLAST_HEARTBEAT_INTERVAL_S", 10.0, minimum=0.05)
+BALLAST_MAX_GPU_TEMP_C = env_float("BALLAST_MAX_GPU_TEMP_C", 88.0)
+BALLAST_SPOT_CHECKS = env_bool("BALLAST_SPOT_CHECKS", True)
+BALLAST_CANARY_RATE = env_float("BALLAST_CANARY_RATE", 0.02)
+BALLAST_HOST_SHARE = env_decimal("BALLAST_HOST_SHARE", "0.80")
+BALLAST_HOLD_HOURS = env_float("BALLAST_HOLD_HOURS", 24.0)
+BALLAST_OFFLINE_ALERT_AFTER_S = env_float("BALLAST_OFFLINE_ALERT_AFTER_S", 300.0)
+BALLAST_REAPER_INTERVAL_S = env_float("BALLAST_REAPER_INTERVAL_S", 30.0, minimum=1.0)

@@ -1,0 +1,212 @@
+"""The host websocket, ``ballast.host.v1`` (PROTOCOL.md §2).
+
+One consumer per machine connection. Every frame is checked before it can change
+anything: a malformed or unknown frame gets an ``error`` frame back and is
+otherwise ignored, so one broken host never hurts another. Frames of an attempt
+are relayed to the coroutine that owns the job (its reply channel) only while
+the attempt is open on *this* connection; a token costs no database write.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from jobs import services as job_services
+from jobs.orchestration import slots_announce
+
+from . import protocol, services
+
+log = logging.getLogger("ballast.hosts")
+
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_KEY_MISMATCH = 4403
+CLOSE_PROTOCOL = 4400
+MAX_FRAME_BYTES = 256 * 1024
+
+
+def bearer_token(scope: dict) -> str:
+    """The bearer token of the ``Authorization`` header of an ASGI scope, or ''."""
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            text = value.decode("latin-1").strip()
+            if text[:7].lower() == "bearer ":
+                return text[7:].strip()
+    return ""
+
+
+class HostConsumer(AsyncWebsocketConsumer):
+    """A machine's connection: hello, heartbeats, and the frames of its attempts."""
+
+    async def connect(self) -> None:
+        machine = await database_sync_to_async(services.machine_authenticate)(
+            token=bearer_token(self.scope)
+        )
+        if machine is None:
+            await self.close(code=CLOSE_UNAUTHORIZED)
+            return
+        self.machine_id = str(machine.id)
+        self.machine_name = machine.name
+        self.greeted = False
+        # attempt id -> {"reply": channel of the job's coroutine, "claimed": bool}
+        self.open_attempts: dict[str, dict[str, Any]] = {}
+        subprotocols = self.scope.get("subprotocols") or []
+        await self.accept(
+            subprotocol=protocol.PROTOCOL_NAME if protocol.PROTOCOL_NAME in subprotocols else None
+        )
+
+    async def disconnect(self, code: int) -> None:
+        if not hasattr(self, "machine_id"):
+            return
+        await database_sync_to_async(services.machine_disconnect)(
+            machine_id=self.machine_id, channel_name=self.channel_name
+        )
+        for attempt_id, info in list(self.open_attempts.items()):
+            await self.channel_layer.send(
+                info["reply"],
+                {"type": "host.gone", "attempt": attempt_id, "message": "host connection closed"},
+            )
+        self.open_attempts.clear()
+
+    # --- frames from the host ---------------------------------------------------------
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if text_data is None or len(text_data) > MAX_FRAME_BYTES:
+            await self.send_error("frames must be JSON text of at most 256 KiB")
+            return
+        try:
+            frame = json.loads(text_data)
+        except ValueError:
+            await self.send_error("frame is not valid JSON")
+            return
+        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+            await self.send_error("frame must be a JSON object with a string 'type'")
+            return
+        kind = frame["type"]
+        handler = getattr(self, f"frame_{kind}", None) if kind.isidentifier() else None
+        if handler is None:
+            await self.send_error(f"unknown frame type {kind[:40]!r}")
+            return
+        if kind != "hello" and not self.greeted:
+            await self.send_error("send hello first")
+            return
+        try:
+            await handler(frame)
+        except protocol.FrameError as exc:
+            await self.send_error(str(exc))
+
+    async def frame_hello(self, frame: dict) -> None:
+        hello = protocol.parse_hello(frame)
+        try:
+            await database_sync_to_async(services.machine_hello)(
+                machine_id=self.machine_id, channel_name=self.channel_name, hello=hello
+            )
+        except services.KeyMismatch as exc:
+            await self.send_error(str(exc))
+            await self.close(code=CLOSE_KEY_MISMATCH)
+            return
+        self.greeted = True
+        await self.send_json(
+            {
+                "type": "welcome",
+                "machine_id": self.machine_id,
+                "heartbeat_interval_s": services.heartbeat_interval_s(),
+            }
+        )
+
+    async def frame_heartbeat(self, frame: dict) -> None:
+        heartbeat = protocol.parse_heartbeat(frame)
+        result = await database_sync_to_async(services.machine_heartbeat)(
+            machine_id=self.machine_id, heartbeat=heartbeat
+        )
+        if result.models_with_capacity:
+            await slots_announce(result.models_with_capacity)
+
+    async def frame_model_load_failed(self, frame: dict) -> None:
+        report = protocol.parse_model_load_failed(frame)
+        await database_sync_to_async(services.capability_failed_record)(
+            machine_id=self.machine_id, report=report
+        )
+
+    async def frame_benchmark(self, frame: dict) -> None:
+        report = protocol.parse_benchmark(frame)
+        saved = await database_sync_to_async(services.benchmark_record)(
+            machine_id=self.machine_id, report=report
+        )
+        if saved is None:
+            await self.send_error(f"benchmark: unknown device {report['device']}")
+
+    def _open(self, frame: dict) -> tuple[str, dict | None]:
+        attempt_id = protocol.parse_job_frame(frame)
+        return attempt_id, self.open_attempts.get(attempt_id)
+
+    async def frame_claim(self, frame: dict) -> None:
+        attempt_id, info = self._open(frame)
+        if info is None or info["claimed"]:
+            await self.send_error(f"claim: job {attempt_id[:40]} is not offered to this machine")
+            return
+        claimed = await database_sync_to_async(job_services.attempt_claim)(
+            attempt_id=attempt_id, machine_id=self.machine_id
+        )
+        if not claimed:
+            self.open_attempts.pop(attempt_id, None)
+            await self.send_json({"type": "cancel", "job": attempt_id})
+            return
+        info["claimed"] = True
+        await self.channel_layer.send(info["reply"], {"type": "host.claim", "attempt": attempt_id})
+
+    async def frame_token(self, frame: dict) -> None:
+        attempt_id, info = self._open(frame)
+        text = protocol.parse_token(frame)
+        if info is None or not info["claimed"]:
+            await self.send_error(f"token: job {attempt_id[:40]} is not claimed on this machine")
+            return
+        await self.channel_layer.send(
+            info["reply"], {"type": "host.token", "attempt": attempt_id, "text": text}
+        )
+
+    async def frame_done(self, frame: dict) -> None:
+        attempt_id, info = self._open(frame)
+        done = protocol.parse_done(frame)
+        if info is None or not info["claimed"]:
+            await self.send_error(f"done: job {attempt_id[:40]} is not claimed on this machine")
+            return
+        self.open_attempts.pop(attempt_id, None)
+        await self.channel_layer.send(
+            info["reply"], {"type": "host.done", "attempt": attempt_id, "done": done}
+        )
+
+    async def frame_error(self, frame: dict) -> None:
+        message = frame.get("message")
+        message = message[:2000] if isinstance(message, str) else ""
+        job = frame.get("job")
+        if not isinstance(job, str):
+            log.info("machine %s reported an error: %s", self.machine_name, message)
+            return
+        info = self.open_attempts.pop(job, None)
+        if info is None:
+            return  # an error for a job that already ended changes nothing
+        await self.channel_layer.send(
+            info["reply"], {"type": "host.error", "attempt": job, "message": message}
+        )
+
+    # --- messages from the job coroutines (channel layer) -----------------------------
+    async def attempt_offer(self, message: dict) -> None:
+        """Send an ``offer`` to the host and open the attempt on this connection."""
+        self.open_attempts[message["attempt"]] = {"reply": message["reply"], "claimed": False}
+        await self.send_json(message["frame"])
+
+    async def attempt_cancel(self, message: dict) -> None:
+        """Tell the host to stop an attempt; later frames of it are ignored."""
+        if self.open_attempts.pop(message["attempt"], None) is not None:
+            await self.send_json({"type": "cancel", "job": message["attempt"]})
+
+    # --- helpers ---------------------------------------------------------------------
+    async def send_json(self, content: dict) -> None:
+        await self.send(text_data=json.dumps(content))
+
+    async def send_error(self, message: str) -> None:
+        await self.send_json({"type": "error", "message": message})

@@ -1,0 +1,201 @@
+"""Machines (one agent each) and their devices (GPUs), DESIGN.md "Vocabulary".
+
+Rules about one row live here (``Machine.is_online``); anything that writes
+several rows is in ``hosts.services``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import models
+
+
+def token_hash(token: str) -> str:
+    """Return the sha256 hex digest under which a secret token is stored."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def token_new(prefix: str) -> str:
+    """Return a new random secret token like ``bm_…`` (43 url-safe chars of entropy)."""
+    return f"{prefix}_{secrets.token_urlsafe(32)}"
+
+
+class Machine(models.Model):
+    """One computer running one agent; authenticates with a machine token.
+
+    The token is stored hashed (sha256); the plain token is shown once, when the
+    machine is created. ``public_key`` is pinned by the first ``hello``
+    (PROTOCOL.md §2) and only the owner can reset it.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="machines"
+    )
+    name = models.CharField(max_length=100)
+    region = models.CharField(max_length=32, blank=True, db_index=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=12)
+    public_key = models.CharField(max_length=64, blank=True)
+    agent_version = models.CharField(max_length=32, blank=True)
+    engine_name = models.CharField(max_length=64, blank=True)
+    engine_version = models.CharField(max_length=64, blank=True)
+    accepts_serverless = models.BooleanField(default=True)
+    paused = models.BooleanField(default=False, help_text="paused by its owner")
+    host_paused = models.BooleanField(default=False, help_text="paused by the agent")
+    connected = models.BooleanField(default=False)
+    channel_name = models.CharField(max_length=200, blank=True)
+    connected_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    offline_alert_sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def build(self) -> str:
+        """The build this machine runs: ``agent version + engine name/version``."""
+        return f"agent {self.agent_version} / {self.engine_name} {self.engine_version}"
+
+    def is_online(self, now: datetime) -> bool:
+        """True when the websocket is open and the last heartbeat is fresh.
+
+        DESIGN.md "Picking a device", rule 1: heartbeat under
+        ``BALLAST_HEARTBEAT_MAX_AGE_S`` (30 s) old and the connection open.
+        """
+        if not self.connected or self.last_heartbeat_at is None:
+            return False
+        max_age = timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
+        return now - self.last_heartbeat_at < max_age
+
+
+class Device(models.Model):
+    """One GPU of a machine: slots, score and quarantine are per device.
+
+    ``slots_used`` is the coordinator's own count of claims (never the host's
+    word); ``slots_total`` comes from the latest heartbeat. Sizes are MiB,
+    temperatures °C.
+    """
+
+    machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveIntegerField()
+    name = models.CharField(max_length=200)
+    vram_total_mb = models.PositiveIntegerField(default=0)
+    vram_free_mb = models.PositiveIntegerField(null=True, blank=True)
+    temp_c = models.FloatField(null=True, blank=True)
+    slots_total = models.PositiveIntegerField(default=0)
+    slots_used = models.PositiveIntegerField(default=0)
+    score = models.PositiveSmallIntegerField(default=60, db_index=True)
+    quarantined = models.BooleanField(default=False)
+    paused = models.BooleanField(default=False, help_text="paused by staff")
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["machine__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["machine", "index"], name="device_unique_index"),
+            models.CheckConstraint(
+                condition=models.Q(slots_used__gte=0), name="device_slots_used_nonneg"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        """A public label for renters' job logs, like ``rig-1/gpu0`` (no secret)."""
+        return f"{self.machine.name}/gpu{self.index}"
+
+
+class DeviceModel(models.Model):
+    """A catalog model on a device: loaded or not, and its recent first-token time.
+
+    ``ttft_ms_recent`` is the device's median time to first token for this model
+    over the last hour (ms), or null when unknown (sorts after known ones).
+    """
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="models")
+    model_id = models.CharField(max_length=100)
+    loaded = models.BooleanField(default=False)
+    ttft_ms_recent = models.PositiveIntegerField(null=True, blank=True)
+    first_loaded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["device", "model_id"], name="device_model_unique")
+        ]
+        indexes = [models.Index(fields=["model_id", "loaded"])]
+
+    def __str__(self) -> str:
+        return f"{self.device} {self.model_id}"
+
+
+class FailedCapability(models.Model):
+    """A model that did not load on a build, with the engine's error (never dropped)."""
+
+    machine = models.ForeignKey(
+        Machine, on_delete=models.CASCADE, related_name="failed_capabilities"
+    )
+    device_index = models.PositiveIntegerField()
+    model_id = models.CharField(max_length=100)
+    build = models.CharField(max_length=200)
+    error = models.TextField()
+    count = models.PositiveIntegerField(default=1)
+    first_at = models.DateTimeField(auto_now_add=True)
+    last_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["machine", "device_index", "model_id", "build"],
+                name="failed_capability_unique",
+            )
+        ]
+
+
+class Benchmark(models.Model):
+    """A benchmark measured on the host's own hardware (real figures, not estimates)."""
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="benchmarks")
+    model_id = models.CharField(max_length=100)
+    tokens_per_s = models.FloatField()
+    ttft_ms = models.FloatField()
+    vram_used_mb = models.PositiveIntegerField(null=True, blank=True)
+    measured_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-measured_at"]
+
+
+class DeviceOutcome(models.Model):
+    """One outcome that counts toward a device's score (DESIGN.md "Reliability score").
+
+    Attempts and spot checks; a renter's cancel is never recorded. ``ttft_ms`` is
+    the time to first token of a successful attempt, when known.
+    """
+
+    class Source(models.TextChoices):
+        ATTEMPT = "attempt"
+        SPOT_CHECK = "spot_check"
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="outcomes")
+    source = models.CharField(max_length=12, choices=Source.choices)
+    success = models.BooleanField()
+    reason = models.CharField(max_length=32, blank=True)
+    model_id = models.CharField(max_length=100, blank=True)
+    ttft_ms = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["device", "-created_at"])]

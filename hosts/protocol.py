@@ -1,0 +1,194 @@
+"""Validation of ``ballast.host.v1`` frames (PROTOCOL.md §2).
+
+Each ``parse_*`` takes the decoded JSON object of one frame and returns it cleaned,
+or raises ``FrameError`` with a message naming the bad field. Nothing here touches
+the database, so a malformed frame is refused before it can change anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+PROTOCOL_NAME = "ballast.host.v1"
+MAX_TEXT_CHARS = 65536
+MAX_DEVICES = 64
+
+
+class FrameError(ValueError):
+    """A frame that does not follow PROTOCOL.md §2; the message names the field."""
+
+
+def _require(frame: dict[str, Any], field: str, kind: type | tuple[type, ...]) -> Any:
+    if field not in frame:
+        raise FrameError(f"{frame.get('type')}: missing field {field!r}")
+    value = frame[field]
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise FrameError(f"{frame.get('type')}: field {field!r} must be a number")
+    if not isinstance(value, kind):
+        raise FrameError(f"{frame.get('type')}: field {field!r} has the wrong type")
+    return value
+
+
+def _str(frame: dict[str, Any], field: str, *, max_len: int = 200, empty: bool = False) -> str:
+    value = _require(frame, field, str)
+    if not empty and not value:
+        raise FrameError(f"{frame.get('type')}: field {field!r} must not be empty")
+    if len(value) > max_len:
+        raise FrameError(f"{frame.get('type')}: field {field!r} is over {max_len} characters")
+    return value
+
+
+def _nonneg_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FrameError(f"{where} must be a non-negative integer")
+    return value
+
+
+def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
+    """Check a ``hello``: agent version, engine, Ed25519 key, devices.
+
+    Returns ``{"agent_version", "engine_name", "engine_version", "public_key",
+    "accepts_serverless", "devices": [{"index", "name", "vram_total_mb"}]}``.
+    """
+    engine = _require(frame, "engine", dict)
+    key = _str(frame, "public_key", max_len=64)
+    try:
+        raw = base64.b64decode(key, validate=True)
+    except (binascii.Error, ValueError):
+        raise FrameError("hello: public_key is not base64") from None
+    if len(raw) != 32:
+        raise FrameError("hello: public_key must be 32 raw bytes (Ed25519), base64")
+    devices = _require(frame, "devices", list)
+    if not devices or len(devices) > MAX_DEVICES:
+        raise FrameError(f"hello: devices must list 1 to {MAX_DEVICES} devices")
+    cleaned = []
+    seen: set[int] = set()
+    for i, dev in enumerate(devices):
+        if not isinstance(dev, dict):
+            raise FrameError(f"hello: devices[{i}] must be an object")
+        index = _nonneg_int(dev.get("index"), f"hello: devices[{i}].index")
+        if index in seen:
+            raise FrameError(f"hello: devices[{i}].index {index} is repeated")
+        seen.add(index)
+        name = dev.get("name")
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise FrameError(f"hello: devices[{i}].name must be 1-200 characters")
+        vram = _nonneg_int(dev.get("vram_total_mb"), f"hello: devices[{i}].vram_total_mb")
+        cleaned.append({"index": index, "name": name, "vram_total_mb": vram})
+    accepts = frame.get("accepts_serverless", True)
+    if not isinstance(accepts, bool):
+        raise FrameError("hello: accepts_serverless must be true or false")
+    engine_name = engine.get("name")
+    engine_version = engine.get("version", "")
+    if not isinstance(engine_name, str) or not engine_name or len(engine_name) > 64:
+        raise FrameError("hello: engine.name must be 1-64 characters")
+    if not isinstance(engine_version, str) or len(engine_version) > 64:
+        raise FrameError("hello: engine.version must be a string of at most 64 characters")
+    return {
+        "agent_version": _str(frame, "agent_version", max_len=32),
+        "engine_name": engine_name,
+        "engine_version": engine_version,
+        "public_key": key,
+        "accepts_serverless": accepts,
+        "devices": cleaned,
+    }
+
+
+def parse_heartbeat(frame: dict[str, Any]) -> dict[str, Any]:
+    """Check a ``heartbeat``: per-device telemetry and the agent's pause flag.
+
+    Returns ``{"paused", "devices": [{"index", "temp_c" (°C or None),
+    "vram_free_mb", "loaded_models": [id], "slots"}]}``.
+    """
+    devices = _require(frame, "devices", list)
+    if len(devices) > MAX_DEVICES:
+        raise FrameError(f"heartbeat: at most {MAX_DEVICES} devices")
+    paused = frame.get("paused", False)
+    if not isinstance(paused, bool):
+        raise FrameError("heartbeat: paused must be true or false")
+    cleaned = []
+    for i, dev in enumerate(devices):
+        if not isinstance(dev, dict):
+            raise FrameError(f"heartbeat: devices[{i}] must be an object")
+        index = _nonneg_int(dev.get("index"), f"heartbeat: devices[{i}].index")
+        temp = dev.get("temp_c")
+        if temp is not None and (
+            isinstance(temp, bool) or not isinstance(temp, (int, float)) or not -50 <= temp <= 200
+        ):
+            raise FrameError(f"heartbeat: devices[{i}].temp_c must be °C (-50..200) or null")
+        vram_free = _nonneg_int(dev.get("vram_free_mb"), f"heartbeat: devices[{i}].vram_free_mb")
+        slots = _nonneg_int(dev.get("slots"), f"heartbeat: devices[{i}].slots")
+        models_ = dev.get("loaded_models", [])
+        if not isinstance(models_, list) or not all(
+            isinstance(m, str) and 0 < len(m) <= 100 for m in models_
+        ):
+            raise FrameError(f"heartbeat: devices[{i}].loaded_models must be a list of model ids")
+        cleaned.append(
+            {
+                "index": index,
+                "temp_c": float(temp) if temp is not None else None,
+                "vram_free_mb": vram_free,
+                "slots": min(slots, 1024),
+                "loaded_models": sorted(set(models_)),
+            }
+        )
+    return {"paused": paused, "devices": cleaned}
+
+
+def parse_job_frame(frame: dict[str, Any]) -> str:
+    """Return the ``job`` (attempt id) of a claim/token/done/error frame."""
+    return _str(frame, "job", max_len=100)
+
+
+def parse_token(frame: dict[str, Any]) -> str:
+    """Return the ``text`` of a ``token`` frame (1..65536 characters)."""
+    return _str(frame, "text", max_len=MAX_TEXT_CHARS)
+
+
+def parse_done(frame: dict[str, Any]) -> dict[str, Any]:
+    """Check a ``done``: finish reason, usage and receipt.
+
+    Returns ``{"finish_reason", "prompt_tokens", "completion_tokens", "receipt"}``.
+    """
+    reason = frame.get("finish_reason", "stop")
+    if reason not in ("stop", "length"):
+        raise FrameError("done: finish_reason must be 'stop' or 'length'")
+    usage = _require(frame, "usage", dict)
+    prompt = _nonneg_int(usage.get("prompt_tokens", 0), "done: usage.prompt_tokens")
+    completion = _nonneg_int(usage.get("completion_tokens"), "done: usage.completion_tokens")
+    receipt = frame.get("receipt", "")
+    if not isinstance(receipt, str) or len(receipt) > 200:
+        raise FrameError("done: receipt must be a base64 string")
+    return {
+        "finish_reason": reason,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "receipt": receipt,
+    }
+
+
+def parse_model_load_failed(frame: dict[str, Any]) -> dict[str, Any]:
+    """Check a ``model_load_failed``: ``{"device", "model", "error"}``."""
+    return {
+        "device": _nonneg_int(frame.get("device"), "model_load_failed: device"),
+        "model": _str(frame, "model", max_len=100),
+        "error": _str(frame, "error", max_len=4000),
+    }
+
+
+def parse_benchmark(frame: dict[str, Any]) -> dict[str, Any]:
+    """Check a ``benchmark``: device, model, tokens/s, ttft (ms), VRAM used (MiB)."""
+    out: dict[str, Any] = {
+        "device": _nonneg_int(frame.get("device"), "benchmark: device"),
+        "model": _str(frame, "model", max_len=100),
+    }
+    for field in ("tokens_per_s", "ttft_ms"):
+        value = frame.get(field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise FrameError(f"benchmark: {field} must be a non-negative number")
+        out[field] = float(value)
+    vram = frame.get("vram_used_mb")
+    out["vram_used_mb"] = None if vram is None else _nonneg_int(vram, "benchmark: vram_used_mb")
+    return out

@@ -1,0 +1,49 @@
+"""The reliability score formula (DESIGN.md "Reliability score"), as pure functions.
+
+Reproduces ``shared/vectors/score.json``; ``hosts.services.device_score_recompute``
+feeds it from the database.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal
+
+WINDOW = 50
+PRIOR = Decimal(60)
+
+
+def score_unrounded(
+    *,
+    outcomes: int,
+    successes: int,
+    online_fraction: Decimal | float,
+    model_median_ttft_ms: float | None,
+    device_ttft_ms: float | None,
+) -> Decimal:
+    """Return the exact score before rounding, 0..100.
+
+    ``outcomes``/``successes`` count the device's last 50 outcomes; ``online_fraction``
+    is 0..1 of the last 24 h (or since first seen); TTFTs are medians in ms over
+    the last hour (``device_ttft_ms`` None → the latency part counts as 1).
+    """
+    if outcomes < 0 or successes < 0 or successes > outcomes:
+        raise ValueError("successes must be within 0..outcomes")
+    n = min(outcomes, WINDOW)
+    if n == 0:
+        return PRIOR
+    success_rate = Decimal(successes) / Decimal(outcomes)
+    online = Decimal(str(online_fraction))
+    if device_ttft_ms is None or not model_median_ttft_ms or device_ttft_ms <= 0:
+        latency = Decimal(1)
+    else:
+        latency = min(Decimal(1), Decimal(str(model_median_ttft_ms)) / Decimal(str(device_ttft_ms)))
+    computed = 70 * success_rate + 20 * online + 10 * latency
+    if n >= WINDOW:
+        return computed
+    weight = Decimal(n) / WINDOW
+    return weight * computed + (1 - weight) * PRIOR
+
+
+def score_round(value: Decimal) -> int:
+    """Round half up to an integer (48.5 → 49)."""
+    return int(value.quantize(Decimal(1), rounding=ROUND_HALF_UP))

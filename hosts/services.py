@@ -1,0 +1,291 @@
+"""Writes for machines and devices: registration, hello, heartbeats, outcomes.
+
+Every function is a transaction; consumers call them through
+``database_sync_to_async``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from .models import (
+    Benchmark,
+    Device,
+    DeviceModel,
+    DeviceOutcome,
+    FailedCapability,
+    Machine,
+    token_hash,
+    token_new,
+)
+from .scoring import WINDOW, score_round, score_unrounded
+
+
+class KeyMismatch(Exception):
+    """The ``hello`` announced a public key other than the one pinned for the machine."""
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    """What a heartbeat changed: models newly loaded per device index (for waiters)."""
+
+    models_with_capacity: frozenset[str]
+
+
+def user_get_or_create(*, email: str) -> AbstractBaseUser:
+    """Return the user with this email (username = email), creating it if needed."""
+    User = get_user_model()
+    user, _ = User.objects.get_or_create(username=email, defaults={"email": email})
+    return user
+
+
+@transaction.atomic
+def machine_create(*, owner_email: str, name: str, region: str = "") -> tuple[Machine, str]:
+    """Register a machine for the owner; return it and its plain token (shown once).
+
+    Raises ValueError on an empty name.
+    """
+    if not name.strip():
+        raise ValueError("machine name must not be empty")
+    owner = user_get_or_create(email=owner_email)
+    token = token_new("bm")
+    machine = Machine.objects.create(
+        owner=owner,
+        name=name.strip(),
+        region=region.strip().lower(),
+        token_hash=token_hash(token),
+        token_prefix=token[:10],
+    )
+    return machine, token
+
+
+def machine_authenticate(*, token: str) -> Machine | None:
+    """Return the machine whose token this is, or None."""
+    if not token:
+        return None
+    return Machine.objects.filter(token_hash=token_hash(token)).first()
+
+
+@transaction.atomic
+def machine_hello(
+    *, machine_id: str, channel_name: str, hello: dict, now: datetime | None = None
+) -> Machine:
+    """Record a ``hello``: pin or check the key, store the build, upsert devices.
+
+    Marks the machine connected on ``channel_name``. Raises KeyMismatch when a key
+    is already pinned and differs (DESIGN.md: refused until the owner resets it).
+    """
+    now = now or timezone.now()
+    machine = Machine.objects.select_for_update().get(id=machine_id)
+    if machine.public_key and machine.public_key != hello["public_key"]:
+        raise KeyMismatch(
+            "this machine's key differs from the pinned one; the owner must reset it"
+        )
+    machine.public_key = hello["public_key"]
+    machine.agent_version = hello["agent_version"]
+    machine.engine_name = hello["engine_name"]
+    machine.engine_version = hello["engine_version"]
+    machine.accepts_serverless = hello["accepts_serverless"]
+    machine.connected = True
+    machine.channel_name = channel_name
+    machine.connected_at = now
+    machine.save()
+    for dev in hello["devices"]:
+        Device.objects.update_or_create(
+            machine=machine,
+            index=dev["index"],
+            defaults={"name": dev["name"], "vram_total_mb": dev["vram_total_mb"]},
+        )
+    return machine
+
+
+@transaction.atomic
+def machine_heartbeat(
+    *, machine_id: str, heartbeat: dict, now: datetime | None = None
+) -> HeartbeatResult:
+    """Store a heartbeat's telemetry and loaded models; refresh liveness.
+
+    Returns the models that gained capacity (newly loaded or more slots), so the
+    caller can wake requests waiting for them.
+    """
+    now = now or timezone.now()
+    Machine.objects.filter(id=machine_id).update(
+        last_heartbeat_at=now, host_paused=heartbeat["paused"]
+    )
+    gained: set[str] = set()
+    devices = {d.index: d for d in Device.objects.filter(machine_id=machine_id)}
+    for report in heartbeat["devices"]:
+        device = devices.get(report["index"])
+        if device is None:
+            continue  # a device not announced in hello: ignored
+        loaded_now = set(report["loaded_models"])
+        if report["slots"] > device.slots_total:
+            gained |= loaded_now
+        Device.objects.filter(id=device.id).update(
+            temp_c=report["temp_c"],
+            vram_free_mb=report["vram_free_mb"],
+            slots_total=report["slots"],
+        )
+        existing = {dm.model_id: dm for dm in DeviceModel.objects.filter(device=device)}
+        for model_id in loaded_now:
+            dm = existing.get(model_id)
+            if dm is None:
+                DeviceModel.objects.create(
+                    device=device, model_id=model_id, loaded=True, first_loaded_at=now
+                )
+                gained.add(model_id)
+            elif not dm.loaded:
+                DeviceModel.objects.filter(id=dm.id).update(loaded=True)
+                gained.add(model_id)
+        stale = [dm.id for mid, dm in existing.items() if dm.loaded and mid not in loaded_now]
+        if stale:
+            DeviceModel.objects.filter(id__in=stale).update(loaded=False)
+    return HeartbeatResult(models_with_capacity=frozenset(gained))
+
+
+def machine_disconnect(*, machine_id: str, channel_name: str) -> bool:
+    """Mark the machine offline if ``channel_name`` is still its connection.
+
+    A compare-and-set, so an old connection closing never hides a newer one.
+    Returns True when this call took the machine offline.
+    """
+    return bool(
+        Machine.objects.filter(id=machine_id, channel_name=channel_name).update(
+            connected=False, channel_name=""
+        )
+    )
+
+
+@transaction.atomic
+def capability_failed_record(*, machine_id: str, report: dict) -> FailedCapability:
+    """Record a ``model_load_failed`` for the machine's current build.
+
+    Keeps the engine's error text, counts repeats; the model is marked not loaded on
+    that device so it is not offered there.
+    """
+    machine = Machine.objects.get(id=machine_id)
+    capability, created = FailedCapability.objects.get_or_create(
+        machine=machine,
+        device_index=report["device"],
+        model_id=report["model"],
+        build=machine.build,
+        defaults={"error": report["error"]},
+    )
+    if not created:
+        FailedCapability.objects.filter(id=capability.id).update(
+            count=F("count") + 1, error=report["error"], last_at=timezone.now()
+        )
+    DeviceModel.objects.filter(
+        device__machine=machine, device__index=report["device"], model_id=report["model"]
+    ).update(loaded=False)
+    return capability
+
+
+def benchmark_record(*, machine_id: str, report: dict) -> Benchmark | None:
+    """Store a benchmark measured on the machine's own hardware; None for an unknown device."""
+    device = Device.objects.filter(machine_id=machine_id, index=report["device"]).first()
+    if device is None:
+        return None
+    return Benchmark.objects.create(
+        device=device,
+        model_id=report["model"],
+        tokens_per_s=report["tokens_per_s"],
+        ttft_ms=report["ttft_ms"],
+        vram_used_mb=report["vram_used_mb"],
+    )
+
+
+def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
+    """Fraction (0..1) of the last 24 h, or since first seen, the machine was online.
+
+    Until online spans are kept (issue "Trust"), a connected machine counts as 1.
+    """
+    return Decimal(1) if device.machine.is_online(now) else Decimal(0)
+
+
+def device_ttft_medians(*, device: Device, model_id: str, now: datetime) -> tuple[float | None, float | None]:
+    """Return (model median ttft ms over all devices, this device's median), last hour."""
+    since = now - timedelta(hours=1)
+    rows = DeviceOutcome.objects.filter(
+        model_id=model_id, success=True, ttft_ms__isnull=False, created_at__gte=since
+    ).values_list("device_id", "ttft_ms")
+    all_ttft = [t for _, t in rows]
+    mine = [t for d, t in rows if d == device.id]
+    model_median = statistics.median(all_ttft) if all_ttft else None
+    device_median = statistics.median(mine) if mine else None
+    return model_median, device_median
+
+
+@transaction.atomic
+def device_outcome_record(
+    *,
+    device_id: int,
+    success: bool,
+    source: str = DeviceOutcome.Source.ATTEMPT,
+    reason: str = "",
+    model_id: str = "",
+    ttft_ms: int | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Record one outcome for the device and recompute its score; return the score.
+
+    DESIGN.md "Reliability score". A renter's cancel is never passed here.
+    """
+    now = now or timezone.now()
+    DeviceOutcome.objects.create(
+        device_id=device_id,
+        source=source,
+        success=success,
+        reason=reason,
+        model_id=model_id,
+        ttft_ms=ttft_ms,
+    )
+    if model_id and ttft_ms is not None:
+        device = Device.objects.get(id=device_id)
+        _, device_median = device_ttft_medians(device=device, model_id=model_id, now=now)
+        DeviceModel.objects.filter(device_id=device_id, model_id=model_id).update(
+            ttft_ms_recent=round(device_median) if device_median is not None else None
+        )
+    return device_score_recompute(device_id=device_id, now=now, model_id=model_id)
+
+
+def device_score_recompute(*, device_id: int, now: datetime | None = None, model_id: str = "") -> int:
+    """Recompute and store the device's score from its last 50 outcomes; return it."""
+    now = now or timezone.now()
+    device = Device.objects.select_related("machine").get(id=device_id)
+    last = list(
+        DeviceOutcome.objects.filter(device_id=device_id).values_list("success", flat=True)[
+            :WINDOW
+        ]
+    )
+    model_median = device_median = None
+    if model_id:
+        model_median, device_median = device_ttft_medians(
+            device=device, model_id=model_id, now=now
+        )
+    score = score_round(
+        score_unrounded(
+            outcomes=len(last),
+            successes=sum(1 for ok in last if ok),
+            online_fraction=device_online_fraction(device=device, now=now),
+            model_median_ttft_ms=model_median,
+            device_ttft_ms=device_median,
+        )
+    )
+    Device.objects.filter(id=device_id).update(score=score)
+    return score
+
+
+def heartbeat_interval_s() -> float:
+    """The heartbeat interval (s) told to agents in ``welcome``."""
+    return settings.BALLAST_HEARTBEAT_INTERVAL_S

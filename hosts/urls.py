@@ -1,0 +1,9 @@
+"""Pages of hosts (dashboard, machine pages)."""
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+]

@@ -1,0 +1,139 @@
+"""Renter API reads (DRF): ``/v1/models``, ``/v1/jobs/{id}``, ``/v1/usage``."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Q, Sum
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from billing.models import LedgerTransaction
+from billing.money import nano_to_usd_str
+from billing.services import renter_balance_nano
+
+from .models import Attempt, CatalogModel, Job
+from .selectors import devices_live
+
+
+def _ts(value) -> int | None:
+    return int(value.timestamp()) if value else None
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    """One attempt as a renter sees it: device label, kind, outcome, timings."""
+
+    device = serializers.CharField(source="device.label")
+    ttft_ms = serializers.IntegerField(allow_null=True)
+    offered = serializers.SerializerMethodField()
+    ended = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Attempt
+        fields = ["device", "kind", "outcome", "ttft_ms", "output_chars", "tokens_billed", "offered", "ended"]
+
+    def get_offered(self, obj: Attempt) -> int | None:
+        return _ts(obj.offered_at)
+
+    def get_ended(self, obj: Attempt) -> int | None:
+        return _ts(obj.ended_at)
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job object of PROTOCOL.md §1."""
+
+    model = serializers.CharField(source="model_id")
+    attempts = AttemptSerializer(many=True)
+    cost = serializers.SerializerMethodField()
+    created = serializers.SerializerMethodField()
+    finished = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = ["id", "model", "status", "failed_over", "attempts", "tokens_billed", "cost", "created", "finished"]
+
+    def get_cost(self, obj: Job) -> str:
+        return nano_to_usd_str(obj.cost_nano)
+
+    def get_created(self, obj: Job) -> int | None:
+        return _ts(obj.created_at)
+
+    def get_finished(self, obj: Job) -> int | None:
+        return _ts(obj.finished_at)
+
+
+class ModelsApi(APIView):
+    """``GET /v1/models``: catalog models with pricing and live capacity."""
+
+    def get(self, request: Request) -> Response:
+        now = timezone.now()
+        data = []
+        for model in CatalogModel.objects.filter(active=True):
+            live = devices_live(now=now).filter(models__model_id=model.id, models__loaded=True)
+            capacity = live.aggregate(
+                devices=Count("id", distinct=True),
+                total=Sum("slots_total"),
+                used=Sum("slots_used"),
+            )
+            data.append(
+                {
+                    "id": model.id,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "ballast",
+                    "family": model.family,
+                    "context_length": model.context_length,
+                    "pricing": {
+                        "prompt": nano_to_usd_str(model.price_prompt_nano),
+                        "completion": nano_to_usd_str(model.price_completion_nano),
+                    },
+                    "capacity": {
+                        "devices_online": capacity["devices"] or 0,
+                        "slots_free": max(0, (capacity["total"] or 0) - (capacity["used"] or 0)),
+                    },
+                }
+            )
+        return Response({"object": "list", "data": data})
+
+
+class JobApi(APIView):
+    """``GET /v1/jobs/{id}``: the renter's own job; another's is 404."""
+
+    def get(self, request: Request, job_id) -> Response:
+        job = get_object_or_404(
+            Job.objects.prefetch_related("attempts__device__machine"), id=job_id, renter=request.user
+        )
+        return Response(JobSerializer(job).data)
+
+
+class UsageApi(APIView):
+    """``GET /v1/usage``: balance and recent charges (USD decimal strings)."""
+
+    def get(self, request: Request) -> Response:
+        charges = (
+            LedgerTransaction.objects.filter(
+                kind=LedgerTransaction.Kind.CHARGE, job__renter=request.user
+            )
+            .select_related("job")
+            .annotate(
+                amount=Sum(
+                    "entries__amount_nano",
+                    filter=Q(entries__account__kind="renter_credit"),
+                )
+            )[:50]
+        )
+        recent = [
+            {
+                "job": str(t.job_id),
+                "model": t.job.model_id,
+                "tokens": t.job.tokens_billed,
+                "cost": nano_to_usd_str(-(t.amount or 0)),
+                "created": _ts(t.created_at),
+            }
+            for t in charges
+        ]
+        return Response(
+            {"balance": nano_to_usd_str(renter_balance_nano(user=request.user)), "recent": recent}
+        )

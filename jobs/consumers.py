@@ -1,0 +1,91 @@
+"""The renter websocket ``/ws/v1/chat/`` (PROTOCOL.md §1).
+
+Send one chat request as JSON; receive the same chunks as JSON messages, then
+``{"type": "done", ...}``. Errors come as ``{"type": "error", "error": {...}}``.
+Closing the socket cancels the running job (billed for what was delivered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import aclosing
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from hosts.consumers import bearer_token
+
+from .auth import api_key_from_request_header
+from .errors import ApiError, error_body
+from .orchestration import Failed, Finished, JobRun, Token
+from .requests import completion_request_parse
+from .services import job_submit
+from .views import ChunkWriter
+
+
+class RenterChatConsumer(AsyncWebsocketConsumer):
+    """One renter connection; runs one request at a time."""
+
+    async def connect(self) -> None:
+        token = bearer_token(self.scope)
+        self.api_key = await database_sync_to_async(api_key_from_request_header)(f"Bearer {token}")
+        if self.api_key is None:
+            await self.close(code=4401)
+            return
+        self.task: asyncio.Task | None = None
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        task = getattr(self, "task", None)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.task is not None and not self.task.done():
+            await self._send(error_body(429, "one request at a time per connection", "busy"))
+            return
+        try:
+            body = json.loads(text_data or "")
+        except ValueError:
+            await self._send({"type": "error", **error_body(400, "message is not valid JSON", "invalid_json")})
+            return
+        if isinstance(body, dict):
+            body = {**body, "stream": True}
+        self.task = asyncio.create_task(self._run(body))
+
+    async def _run(self, body) -> None:
+        try:
+            parsed = completion_request_parse(body, endpoint="chat")
+            job = await database_sync_to_async(job_submit)(api_key=self.api_key, request=parsed)
+        except ApiError as exc:
+            await self._send({"type": "error", "status": exc.status, **exc.body()})
+            return
+        writer = ChunkWriter(job, parsed)
+        async with aclosing(JobRun(job).events()) as events:
+            async for event in events:
+                if isinstance(event, Token):
+                    await self._send(writer.chunk(event.text))
+                    continue
+                if isinstance(event, Failed) and not event.after_output:
+                    await self._send(
+                        {"type": "error", "status": event.status, "job": str(job.id),
+                         **error_body(event.status, event.message, event.code)}
+                    )
+                    return
+                if isinstance(event, Finished):
+                    await self._send(writer.chunk(finish_reason=event.finish_reason))
+                    finish = event.finish_reason
+                else:
+                    chunk = writer.chunk(finish_reason="error")
+                    chunk["error"] = error_body(event.status, event.message, event.code)["error"]
+                    await self._send(chunk)
+                    finish = "error"
+                await self._send(
+                    {"type": "done", "job": str(job.id), "finish_reason": finish, "usage": event.usage}
+                )
+                return
+
+    async def _send(self, content: dict) -> None:
+        await self.send(text_data=json.dumps(content))

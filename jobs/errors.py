@@ -1,0 +1,76 @@
+"""OpenAI-shaped errors: ``{"error": {"message", "type", "code"}}`` (PROTOCOL.md §1)."""
+
+from __future__ import annotations
+
+from django.http import JsonResponse
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "insufficient_quota",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    503: "no_capacity",
+    504: "timeout",
+}
+
+
+class ApiError(Exception):
+    """An error to answer in OpenAI's shape with ``status`` (HTTP code).
+
+    ``param`` names the bad field of a 400.
+    """
+
+    def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+
+    def body(self) -> dict:
+        """The JSON body: ``{"error": {"message", "type", "code", "param"}}``."""
+        return error_body(self.status, self.message, self.code, self.param)
+
+
+def error_body(status: int, message: str, code: str, param: str | None = None) -> dict:
+    """An OpenAI error object for an HTTP status."""
+    return {
+        "error": {
+            "message": message,
+            "type": ERROR_TYPES.get(status, "api_error"),
+            "code": code,
+            "param": param,
+        }
+    }
+
+
+def error_response(exc: ApiError) -> JsonResponse:
+    """A JsonResponse for an ApiError."""
+    return JsonResponse(exc.body(), status=exc.status)
+
+
+def openai_exception_handler(exc: Exception, context: dict) -> Response | None:
+    """DRF exception handler that answers every API error in OpenAI's shape."""
+    if isinstance(exc, ApiError):
+        return Response(exc.body(), status=exc.status)
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
+        response.status_code = 401
+        code = "invalid_api_key"
+    elif isinstance(exc, exceptions.NotFound):
+        code = "not_found"
+    else:
+        code = getattr(exc, "default_code", "error")
+    detail = getattr(exc, "detail", str(exc))
+    message = detail if isinstance(detail, str) else str(detail)
+    response.data = error_body(response.status_code, message, code)
+    return response

@@ -1,0 +1,191 @@
+"""Catalog models, renters' API keys, jobs and their attempts.
+
+Money is integer nano-USD (``billing.money``); times are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class CatalogModel(models.Model):
+    """A model of the catalog: id, family, context length, VRAM estimate, price.
+
+    Prices are integer nano-USD per token (1 USD = 10**9). ``vram_per_request_mb``
+    is a catalog *estimate* (MiB), used by eligibility rule 4.
+    """
+
+    id = models.CharField(primary_key=True, max_length=100)
+    family = models.CharField(max_length=64)
+    context_length = models.PositiveIntegerField()
+    vram_per_request_mb = models.PositiveIntegerField()
+    price_prompt_nano = models.BigIntegerField(default=0)
+    price_completion_nano = models.BigIntegerField()
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class ApiKey(models.Model):
+    """A renter's API key, stored as a sha256 hash; the plain key is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    name = models.CharField(max_length=100, default="default")
+    prefix = models.CharField(max_length=16)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name})"
+
+
+class Job(models.Model):
+    """One renter request (or one spot check); it has one or more attempts.
+
+    ``output_text`` is exactly what the renter received; ``tokens_billed`` and
+    ``cost_nano`` are what it was charged (nano-USD).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        TIMED_OUT = "timed_out"
+
+    class Endpoint(models.TextChoices):
+        CHAT = "chat"
+        COMPLETION = "completion"
+
+    OPEN_STATUSES = (Status.QUEUED, Status.RUNNING)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    renter = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+    )
+    api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
+    model_id = models.CharField(max_length=100, db_index=True)
+    endpoint = models.CharField(max_length=16, choices=Endpoint.choices)
+    messages = models.JSONField(null=True, blank=True)
+    prompt = models.TextField(null=True, blank=True)
+    params = models.JSONField(default=dict)
+    placement = models.JSONField(default=dict, blank=True)
+    stream = models.BooleanField(default=False)
+    is_spot_check = models.BooleanField(default=False)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True
+    )
+    failed_over = models.BooleanField(default=False)
+    output_text = models.TextField(blank=True, default="")
+    finish_reason = models.CharField(max_length=16, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    tokens_billed = models.PositiveIntegerField(default=0)
+    cost_nano = models.BigIntegerField(default=0)
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+    lease_until = models.DateTimeField(
+        null=True, blank=True, help_text="renewed by the coroutine that owns the job"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["model_id", "status", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"job {self.id} ({self.status})"
+
+
+class Attempt(models.Model):
+    """One try of a job on one device: offered → claimed → streaming → ended.
+
+    Deadlines come from DESIGN.md "When a host fails": ``claim_deadline`` is
+    offer + 5 s, ``first_token_deadline`` is claim + 20 s. ``output_text`` is the
+    exact text this attempt delivered to the renter (its segment).
+    """
+
+    class Kind(models.TextChoices):
+        FRESH = "fresh"
+        CONTINUATION = "continuation"
+
+    class State(models.TextChoices):
+        OFFERED = "offered"
+        CLAIMED = "claimed"
+        STREAMING = "streaming"
+        ENDED = "ended"
+
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "succeeded"
+        CLAIM_TIMEOUT = "claim_timeout"
+        FIRST_TOKEN_TIMEOUT = "first_token_timeout"
+        HOST_ERROR = "host_error"
+        DIED_MIDSTREAM = "died_midstream"
+        STALLED = "stalled"
+        CANCELLED = "cancelled"
+
+    OPEN_STATES = (State.OFFERED, State.CLAIMED, State.STREAMING)
+    FAILURES = (
+        Outcome.CLAIM_TIMEOUT,
+        Outcome.FIRST_TOKEN_TIMEOUT,
+        Outcome.HOST_ERROR,
+        Outcome.DIED_MIDSTREAM,
+        Outcome.STALLED,
+    )
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    device = models.ForeignKey(
+        "hosts.Device", on_delete=models.PROTECT, related_name="attempts"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.FRESH)
+    state = models.CharField(
+        max_length=16, choices=State.choices, default=State.OFFERED, db_index=True
+    )
+    outcome = models.CharField(max_length=24, choices=Outcome.choices, blank=True)
+    error_message = models.TextField(blank=True)
+    continue_from_chars = models.PositiveIntegerField(default=0)
+    offered_at = models.DateTimeField(auto_now_add=True)
+    claim_deadline = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    first_token_deadline = models.DateTimeField(null=True, blank=True)
+    first_token_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    output_text = models.TextField(blank=True, default="")
+    output_chars = models.PositiveIntegerField(default=0)
+    completion_tokens_reported = models.PositiveIntegerField(null=True, blank=True)
+    prompt_tokens_reported = models.PositiveIntegerField(null=True, blank=True)
+    tokens_billed = models.PositiveIntegerField(default=0)
+    receipt = models.CharField(max_length=200, blank=True)
+    receipt_valid = models.BooleanField(null=True)
+    token_count_flagged = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["offered_at"]
+        indexes = [models.Index(fields=["device", "state"])]
+
+    def __str__(self) -> str:
+        return f"attempt {self.id} ({self.state} {self.outcome})"
+
+    @property
+    def ttft_ms(self) -> int | None:
+        """Time from the offer to the first token, in ms; None before the first token."""
+        if self.first_token_at is None:
+            return None
+        return round((self.first_token_at - self.offered_at).total_seconds() * 1000)

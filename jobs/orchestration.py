@@ -1,0 +1,334 @@
+"""The coroutine that owns a job from dispatch to its end (DESIGN.md "How a request flows").
+
+``JobRun`` dispatches an attempt, sends the offer to the machine's connection
+through the channel layer, awaits that attempt's frames on its own channel with
+asyncio deadlines (claim, first token, stall), yields each piece of text as it
+comes, fails over before the first token (up to ``BALLAST_MAX_ATTEMPTS``) and runs
+the one continuation after it. The text delivered is kept exactly, so billing and
+the continuation's ``continue_from`` are both the renter's own text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from . import services
+from .models import Attempt, Job
+
+log = logging.getLogger("ballast.jobs")
+
+SLOT_POLL_S = 2.0
+
+
+def slots_group(model_id: str) -> str:
+    """Channel-layer group of requests waiting for a slot of ``model_id``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_id)
+    return f"slots.{safe}"[:99]
+
+
+async def slots_announce(model_ids) -> None:
+    """Wake the requests waiting for a slot of these models (capacity came)."""
+    layer = get_channel_layer()
+    for model_id in model_ids:
+        await layer.group_send(slots_group(model_id), {"type": "slot.free"})
+
+
+@dataclass
+class Token:
+    """A piece of output text delivered to the renter."""
+
+    text: str
+
+
+@dataclass
+class Finished:
+    """The job succeeded; ``usage`` is {prompt_tokens, completion_tokens, total_tokens}."""
+
+    finish_reason: str
+    usage: dict
+
+
+@dataclass
+class Failed:
+    """The job failed. Before any output ``status`` is the HTTP code to answer."""
+
+    status: int
+    code: str
+    message: str
+    after_output: bool
+    usage: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Segment:
+    attempt: Attempt
+    machine_channel: str
+    pieces: list[str] = field(default_factory=list)
+    outcome: str = ""
+    error: str = ""
+    done: dict | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+class JobRun:
+    """Run one stored job; iterate ``events()`` for Token / Finished / Failed.
+
+    Closing the iterator early (the renter went away) cancels the job: the host is
+    told to stop, the slot frees, and the renter is billed for what was delivered.
+    """
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.job_id = str(job.id)
+        self.layer = get_channel_layer()
+        self.channel = ""
+        self.delivered: list[str] = []
+        self.segment: _Segment | None = None
+        self.finished = False
+
+    @property
+    def delivered_text(self) -> str:
+        return "".join(self.delivered)
+
+    async def events(self) -> AsyncIterator[Token | Finished | Failed]:
+        """Yield the job's events until it ends; see the class docstring."""
+        self.channel = await self.layer.new_channel("job.")
+        lease = asyncio.create_task(self._keep_lease())
+        try:
+            async for event in self._run():
+                yield event
+        finally:
+            lease.cancel()
+            if not self.finished:
+                await asyncio.shield(self._cancel())
+
+    async def _keep_lease(self) -> None:
+        while True:
+            await asyncio.sleep(services.JOB_LEASE_S / 3)
+            await database_sync_to_async(services.job_lease_renew)(job_id=self.job_id)
+
+    async def _run(self) -> AsyncIterator[Token | Finished | Failed]:
+        loop = asyncio.get_running_loop()
+        queue_deadline = loop.time() + settings.BALLAST_QUEUE_TIMEOUT_S
+        failures_before_output = 0
+        continuation_used = False
+        while True:
+            continue_from = self.delivered_text
+            if continue_from and loop.time() > queue_deadline:
+                queue_deadline = loop.time() + settings.BALLAST_CLAIM_TIMEOUT_S
+            dispatch = await database_sync_to_async(services.job_dispatch)(
+                job_id=self.job_id, continue_from=continue_from
+            )
+            if dispatch.impossible:
+                yield await self._fail(503, "no_capacity", dispatch.impossible)
+                return
+            if dispatch.wait:
+                remaining = queue_deadline - loop.time()
+                if remaining <= 0:
+                    if continue_from:
+                        yield await self._fail(
+                            502, "continuation_failed", "no device took the continuation"
+                        )
+                    else:
+                        yield await self._fail(
+                            504,
+                            "queue_timeout",
+                            f"no slot for model '{self.job.model_id}' freed within "
+                            f"{settings.BALLAST_QUEUE_TIMEOUT_S:g} s",
+                            job_status=Job.Status.TIMED_OUT,
+                        )
+                    return
+                await self._wait_for_slot(min(remaining, SLOT_POLL_S))
+                continue
+            segment = _Segment(attempt=dispatch.attempt, machine_channel=dispatch.machine_channel)
+            self.segment = segment
+            await self.layer.send(
+                dispatch.machine_channel,
+                {
+                    "type": "attempt.offer",
+                    "attempt": str(segment.attempt.id),
+                    "reply": self.channel,
+                    "frame": dispatch.offer,
+                },
+            )
+            async for piece in self._follow(segment):
+                self.delivered.append(piece)
+                yield Token(piece)
+            if segment.outcome == Attempt.Outcome.SUCCEEDED:
+                yield await self._succeed(segment)
+                return
+            await self._end_segment(segment)
+            if segment.pieces and not continuation_used:
+                continuation_used = True
+                log.info("job %s: continuation after %s", self.job_id, segment.outcome)
+                continue
+            if self.delivered:
+                yield await self._fail(
+                    502,
+                    "continuation_failed" if continuation_used else segment.outcome,
+                    f"the host stopped mid-answer ({segment.outcome}) and "
+                    "the one continuation did not complete",
+                )
+                return
+            failures_before_output += 1
+            if failures_before_output >= settings.BALLAST_MAX_ATTEMPTS:
+                yield await self._fail(
+                    502,
+                    "all_attempts_failed",
+                    f"{failures_before_output} attempts failed before any output "
+                    f"(last: {segment.outcome}); nothing was billed",
+                )
+                return
+
+    async def _wait_for_slot(self, timeout: float) -> None:
+        """Sleep until a slot of the model frees (a group message) or ``timeout`` s."""
+        group = slots_group(self.job.model_id)
+        await self.layer.group_add(group, self.channel)
+        try:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while True:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    return
+                try:
+                    message = await asyncio.wait_for(self.layer.receive(self.channel), left)
+                except TimeoutError:
+                    return
+                if message.get("type") == "slot.free":
+                    return
+        finally:
+            await self.layer.group_discard(group, self.channel)
+
+    async def _follow(self, segment: _Segment) -> AsyncIterator[str]:
+        """Yield the attempt's text pieces; set ``segment.outcome`` when it ends."""
+        loop = asyncio.get_running_loop()
+        attempt_id = str(segment.attempt.id)
+        deadline = loop.time() + settings.BALLAST_CLAIM_TIMEOUT_S
+        timeout_outcome = Attempt.Outcome.CLAIM_TIMEOUT
+        while True:
+            left = deadline - loop.time()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(self.layer.receive(self.channel), left)
+            except TimeoutError:
+                log.debug("job %s: %s", self.job_id, timeout_outcome)
+                segment.outcome = timeout_outcome
+                segment.error = f"no frame within the deadline ({timeout_outcome})"
+                return
+            log.debug("job %s got %s", self.job_id, message.get("type"))
+            if message.get("attempt") != attempt_id:
+                continue  # late frames of an earlier attempt, or a stray wake-up
+            kind = message["type"]
+            if kind == "host.claim":
+                deadline = loop.time() + settings.BALLAST_FIRST_TOKEN_TIMEOUT_S
+                timeout_outcome = Attempt.Outcome.FIRST_TOKEN_TIMEOUT
+            elif kind == "host.token":
+                if not segment.pieces:
+                    await database_sync_to_async(services.attempt_first_token)(
+                        attempt_id=attempt_id
+                    )
+                segment.pieces.append(message["text"])
+                yield message["text"]
+                deadline = loop.time() + settings.BALLAST_STALL_TIMEOUT_S
+                timeout_outcome = Attempt.Outcome.STALLED
+            elif kind == "host.done":
+                if not segment.pieces:
+                    segment.outcome = Attempt.Outcome.HOST_ERROR
+                    segment.error = "done without any output"
+                else:
+                    segment.outcome = Attempt.Outcome.SUCCEEDED
+                    segment.done = message["done"]
+                return
+            elif kind in ("host.error", "host.gone"):
+                segment.outcome = (
+                    Attempt.Outcome.DIED_MIDSTREAM if segment.pieces else Attempt.Outcome.HOST_ERROR
+                )
+                segment.error = message.get("message", "")
+                return
+
+    async def _end_segment(self, segment: _Segment) -> None:
+        """End a failed or cancelled attempt: record it, tell the host, free the slot."""
+        await database_sync_to_async(services.attempt_end)(
+            attempt_id=str(segment.attempt.id),
+            outcome=segment.outcome,
+            output_text=segment.text,
+            error=segment.error,
+        )
+        await self.layer.send(
+            segment.machine_channel, {"type": "attempt.cancel", "attempt": str(segment.attempt.id)}
+        )
+        await slots_announce([self.job.model_id])
+
+    async def _succeed(self, segment: _Segment) -> Finished:
+        await database_sync_to_async(services.attempt_end)(
+            attempt_id=str(segment.attempt.id),
+            outcome=Attempt.Outcome.SUCCEEDED,
+            output_text=segment.text,
+            done=segment.done,
+        )
+        await slots_announce([self.job.model_id])
+        job = await database_sync_to_async(services.job_finish)(
+            job_id=self.job_id,
+            status=Job.Status.SUCCEEDED,
+            output_text=self.delivered_text,
+            finish_reason=segment.done["finish_reason"],
+        )
+        self.finished = True
+        return Finished(finish_reason=job.finish_reason, usage=_usage(job))
+
+    async def _fail(
+        self, http_status: int, code: str, message: str, *, job_status: str = Job.Status.FAILED
+    ) -> Failed:
+        job = await database_sync_to_async(services.job_finish)(
+            job_id=self.job_id,
+            status=job_status,
+            output_text=self.delivered_text,
+            finish_reason="error" if self.delivered else "",
+            error_code=code,
+            error_message=message,
+        )
+        self.finished = True
+        return Failed(
+            status=http_status,
+            code=code,
+            message=message,
+            after_output=bool(self.delivered),
+            usage=_usage(job),
+        )
+
+    async def _cancel(self) -> None:
+        """The renter went away: stop the host, free the slot, bill what was delivered."""
+        segment = self.segment
+        try:
+            if segment is not None and not segment.outcome:
+                segment.outcome = Attempt.Outcome.CANCELLED
+                await self._end_segment(segment)
+            await database_sync_to_async(services.job_finish)(
+                job_id=self.job_id,
+                status=Job.Status.CANCELLED,
+                output_text=self.delivered_text,
+                error_code="cancelled",
+                error_message="the renter disconnected",
+            )
+        except Exception:  # never let cleanup errors escape a cancelled request
+            log.exception("job %s: cleanup after cancel failed", self.job_id)
+        self.finished = True
+
+
+def _usage(job: Job) -> dict:
+    return {
+        "prompt_tokens": job.prompt_tokens,
+        "completion_tokens": job.tokens_billed,
+        "total_tokens": job.prompt_tokens + job.tokens_billed,
+    }

@@ -1,0 +1,153 @@
+"""Validation of renters' OpenAI-style request bodies (PROTOCOL.md §1).
+
+``completion_request_parse`` turns a decoded JSON body into a
+``CompletionRequest`` or raises ``ApiError(400)`` naming the bad field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ApiError
+
+DEFAULT_MAX_TOKENS = 256
+MAX_MAX_TOKENS = 8192
+ROLES = {"system", "user", "assistant", "developer", "tool"}
+
+
+@dataclass
+class CompletionRequest:
+    """A checked request: model, chat ``messages`` or raw ``prompt``, sampling params."""
+
+    model: str
+    endpoint: str
+    messages: list[dict] | None
+    prompt: str | None
+    params: dict
+    stream: bool
+    include_usage: bool
+    placement: dict = field(default_factory=dict)
+
+
+def _bad(param: str, message: str) -> ApiError:
+    return ApiError(400, message, "invalid_request", param=param)
+
+
+def _number(body: dict, name: str, lo: float, hi: float, default: Any) -> Any:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise _bad(name, f"'{name}' must be a number from {lo:g} to {hi:g}")
+    return value
+
+
+def _messages(value: Any) -> list[dict]:
+    if not isinstance(value, list) or not value:
+        raise _bad("messages", "'messages' must be a non-empty list")
+    cleaned = []
+    for i, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise _bad(f"messages[{i}]", f"'messages[{i}]' must be an object")
+        role = message.get("role")
+        if role not in ROLES:
+            raise _bad(f"messages[{i}].role", f"'messages[{i}].role' must be one of {sorted(ROLES)}")
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: keep the text ones
+            texts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    raise _bad(f"messages[{i}].content", "only text content parts are supported")
+                if not isinstance(part.get("text"), str):
+                    raise _bad(f"messages[{i}].content", "a text part needs a string 'text'")
+                texts.append(part["text"])
+            content = "".join(texts)
+        if not isinstance(content, str):
+            raise _bad(f"messages[{i}].content", f"'messages[{i}].content' must be a string")
+        cleaned.append({"role": "system" if role == "developer" else role, "content": content})
+    return cleaned
+
+
+def _placement(value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad("placement", "'placement' must be an object")
+    unknown = set(value) - {"gpu", "min_vram_gb", "region", "rental"}
+    if unknown:
+        raise _bad("placement", f"unknown placement field(s): {', '.join(sorted(unknown))}")
+    out: dict[str, Any] = {}
+    for name in ("gpu", "region", "rental"):
+        if value.get(name) is not None:
+            if not isinstance(value[name], str) or not value[name] or len(value[name]) > 100:
+                raise _bad(f"placement.{name}", f"'placement.{name}' must be a non-empty string")
+            out[name] = value[name]
+    if value.get("min_vram_gb") is not None:
+        gb = value["min_vram_gb"]
+        if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not 0 <= gb <= 4096:
+            raise _bad("placement.min_vram_gb", "'placement.min_vram_gb' must be a number of GB")
+        out["min_vram_gb"] = gb
+    return out
+
+
+def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
+    """Check an OpenAI chat (``endpoint='chat'``) or completion body.
+
+    Raises ApiError(400) naming the field: missing model, empty messages, a
+    temperature out of 0..2, ``n`` other than 1, etc.
+    """
+    if not isinstance(body, dict):
+        raise _bad("body", "the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("model", "'model' is required")
+    messages = prompt = None
+    if endpoint == "chat":
+        messages = _messages(body.get("messages"))
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str) or not prompt:
+            raise _bad("prompt", "'prompt' must be a non-empty string")
+    if body.get("n", 1) != 1:
+        raise _bad("n", "only n=1 is supported")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_MAX_TOKENS:
+        raise _bad("max_tokens", f"'max_tokens' must be an integer from 1 to {MAX_MAX_TOKENS}")
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and (
+        not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop)
+    ):
+        raise _bad("stop", "'stop' must be a string or a list of at most 4 strings")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise _bad("seed", "'seed' must be an integer")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _bad("stream", "'stream' must be true or false")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise _bad("stream_options", "'stream_options' must be an object")
+    params = {
+        "max_tokens": max_tokens,
+        "temperature": _number(body, "temperature", 0, 2, 1.0),
+        "top_p": _number(body, "top_p", 0, 1, 1.0),
+        "stop": stop,
+        "seed": seed,
+    }
+    return CompletionRequest(
+        model=model,
+        endpoint=endpoint,
+        messages=messages,
+        prompt=prompt,
+        params=params,
+        stream=stream,
+        include_usage=bool(options.get("include_usage", False)),
+        placement=_placement(body.get("placement")),
+    )

@@ -1,0 +1,402 @@
+"""Writes of the job lifecycle: keys, jobs, dispatch (pick + claim), attempt ends.
+
+DESIGN.md "How a request flows", "Picking a device", "When a host fails", "Money".
+Races are settled in the database: the claim is one transaction (``SKIP LOCKED``
+on PostgreSQL, the single writer on SQLite) and every state change of an attempt
+is a compare-and-set on its state.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from billing.receipts import receipt_verify
+from billing.services import job_charge
+from hosts.models import Device, DeviceOutcome, token_hash, token_new
+from hosts.services import device_outcome_record
+
+from .models import ApiKey, Attempt, CatalogModel, Job
+from .selectors import devices_eligible, requirement_unmet
+from .tokens import token_count, token_count_believable
+
+log = logging.getLogger("ballast.jobs")
+
+JOB_LEASE_S = 30.0
+
+
+# --- API keys ---------------------------------------------------------------------
+def api_key_create(*, user: AbstractBaseUser, name: str = "default") -> tuple[ApiKey, str]:
+    """Create an API key for ``user``; return it and the plain key (shown once)."""
+    plain = token_new("bk")
+    key = ApiKey.objects.create(
+        user=user, name=name[:100] or "default", prefix=plain[:10], key_hash=token_hash(plain)
+    )
+    return key, plain
+
+
+def api_key_authenticate(*, plain: str) -> ApiKey | None:
+    """Return the live (not revoked) key for a plain API key, or None."""
+    if not plain:
+        return None
+    return (
+        ApiKey.objects.select_related("user")
+        .filter(key_hash=token_hash(plain), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+
+
+# --- jobs ---------------------------------------------------------------------------
+def job_create(
+    *,
+    renter: AbstractBaseUser | None,
+    api_key: ApiKey | None,
+    model: CatalogModel,
+    endpoint: str,
+    messages: list[dict] | None,
+    prompt: str | None,
+    params: dict,
+    placement: dict,
+    stream: bool,
+    is_spot_check: bool = False,
+) -> Job:
+    """Store a new queued job with a lease held by the coroutine that will run it."""
+    return Job.objects.create(
+        renter=renter,
+        api_key=api_key,
+        model_id=model.id,
+        endpoint=endpoint,
+        messages=messages,
+        prompt=prompt,
+        params=params,
+        placement=placement,
+        stream=stream,
+        is_spot_check=is_spot_check,
+        lease_until=timezone.now() + timedelta(seconds=JOB_LEASE_S),
+    )
+
+
+def job_lease_renew(*, job_id: str) -> None:
+    """Extend the lease of an open job (the owning coroutine is alive)."""
+    Job.objects.filter(id=job_id, status__in=Job.OPEN_STATUSES).update(
+        lease_until=timezone.now() + timedelta(seconds=JOB_LEASE_S)
+    )
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """The result of ``job_dispatch``: exactly one of attempt / wait / impossible."""
+
+    attempt: Attempt | None = None
+    machine_channel: str = ""
+    offer: dict | None = None
+    wait: bool = False
+    impossible: str = ""
+
+
+def offer_frame(*, job: Job, attempt: Attempt, device: Device, continue_from: str) -> dict:
+    """The ``offer`` frame for an attempt (PROTOCOL.md §2), same shape for every job."""
+    frame = {
+        "type": "offer",
+        "job": str(attempt.id),
+        "device": device.index,
+        "model": job.model_id,
+        "params": {
+            "max_tokens": job.params.get("max_tokens"),
+            "temperature": job.params.get("temperature"),
+            "top_p": job.params.get("top_p"),
+            "stop": job.params.get("stop"),
+            "seed": job.params.get("seed"),
+        },
+        "continue_from": continue_from,
+    }
+    if job.endpoint == Job.Endpoint.CHAT:
+        frame["messages"] = job.messages
+    else:
+        frame["prompt"] = job.prompt
+    return frame
+
+
+@transaction.atomic
+def job_dispatch(*, job_id: str, continue_from: str = "", now: datetime | None = None) -> Dispatch:
+    """Pick an eligible device and claim one of its slots, in one transaction.
+
+    A fresh dispatch waits behind older queued jobs of the same model (first come
+    first served). Returns ``Dispatch(attempt=…)`` with the offer to send,
+    ``Dispatch(wait=True)`` when capacity may come, or ``Dispatch(impossible=…)``
+    naming the requirement no live device meets (DESIGN.md "No eligible device").
+    """
+    now = now or timezone.now()
+    job = Job.objects.get(id=job_id)
+    model = CatalogModel.objects.get(id=job.model_id)
+    unmet = requirement_unmet(model=model, placement=job.placement, now=now)
+    if unmet:
+        return Dispatch(impossible=unmet)
+    ahead = 0
+    if not continue_from:
+        ahead = Job.objects.filter(
+            model_id=job.model_id,
+            status=Job.Status.QUEUED,
+            is_spot_check=False,
+            created_at__lt=job.created_at,
+            lease_until__gt=now,
+        ).count()
+    candidates = devices_eligible(job=job, model=model, now=now)
+    if connection.vendor == "postgresql":
+        candidates = candidates.select_for_update(skip_locked=True, of=("self",))
+    rows = list(candidates.select_related("machine")[: ahead + 1])
+    if len(rows) <= ahead:
+        return Dispatch(wait=True)
+    for device in rows[ahead:] + rows[:ahead]:
+        taken = Device.objects.filter(id=device.id, slots_used__lt=F("slots_total")).update(
+            slots_used=F("slots_used") + 1
+        )
+        if not taken:
+            continue
+        attempt = Attempt.objects.create(
+            job=job,
+            device=device,
+            kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
+            continue_from_chars=len(continue_from),
+            claim_deadline=now + timedelta(seconds=settings.BALLAST_CLAIM_TIMEOUT_S),
+        )
+        updates = {"status": Job.Status.RUNNING}
+        if continue_from:
+            updates["failed_over"] = True
+        Job.objects.filter(id=job.id).update(**updates)
+        return Dispatch(
+            attempt=attempt,
+            machine_channel=device.machine.channel_name,
+            offer=offer_frame(job=job, attempt=attempt, device=device, continue_from=continue_from),
+        )
+    return Dispatch(wait=True)
+
+
+# --- attempt transitions (compare-and-set on state) ----------------------------------
+def attempt_claim(*, attempt_id: str, machine_id: str, now: datetime | None = None) -> bool:
+    """Move an offered attempt of this machine to claimed; False if it is not open.
+
+    Sets the first-token deadline (claim + ``BALLAST_FIRST_TOKEN_TIMEOUT_S``).
+    """
+    now = now or timezone.now()
+    return bool(
+        Attempt.objects.filter(
+            id=attempt_id, device__machine_id=machine_id, state=Attempt.State.OFFERED
+        ).update(
+            state=Attempt.State.CLAIMED,
+            claimed_at=now,
+            first_token_deadline=now + timedelta(seconds=settings.BALLAST_FIRST_TOKEN_TIMEOUT_S),
+        )
+    )
+
+
+def attempt_first_token(*, attempt_id: str, now: datetime | None = None) -> bool:
+    """Record the first token of a claimed attempt (claimed → streaming)."""
+    now = now or timezone.now()
+    return bool(
+        Attempt.objects.filter(
+            id=attempt_id, state__in=(Attempt.State.OFFERED, Attempt.State.CLAIMED)
+        ).update(state=Attempt.State.STREAMING, first_token_at=now)
+    )
+
+
+def _segment_tokens(*, model_id: str, text: str, reported: int | None) -> tuple[int, bool]:
+    """Tokens to bill for a segment and whether the host's count was unbelievable.
+
+    With a believable report, the report; otherwise the recount (or the characters,
+    the ceiling, when no tokenizer is known).
+    """
+    if not text:
+        return 0, bool(reported)
+    recount = token_count(model_id, text)
+    if reported is not None and token_count_believable(
+        reported=reported, text=text, recount=recount
+    ):
+        return reported, False
+    fallback = recount if recount is not None else len(text)
+    return min(fallback, len(text)), reported is not None
+
+
+@transaction.atomic
+def attempt_end(
+    *,
+    attempt_id: str,
+    outcome: str,
+    output_text: str = "",
+    error: str = "",
+    done: dict | None = None,
+    now: datetime | None = None,
+) -> Attempt | None:
+    """End an open attempt with ``outcome``; free its slot; record the outcome.
+
+    ``output_text`` is exactly what this attempt delivered to the renter. With a
+    ``done`` (finish_reason, prompt/completion tokens, receipt) the receipt is
+    verified against the machine's pinned key over that exact text and the count
+    sanity-checked. Returns the ended attempt, or None when it was already ended
+    (late frames change nothing).
+    """
+    now = now or timezone.now()
+    updated = Attempt.objects.filter(id=attempt_id, state__in=Attempt.OPEN_STATES).update(
+        state=Attempt.State.ENDED,
+        outcome=outcome,
+        ended_at=now,
+        output_text=output_text,
+        output_chars=len(output_text),
+        error_message=error[:2000],
+    )
+    if not updated:
+        return None
+    attempt = Attempt.objects.select_related("device__machine", "job").get(id=attempt_id)
+    Device.objects.filter(id=attempt.device_id, slots_used__gt=0).update(
+        slots_used=F("slots_used") - 1
+    )
+    reported = done["completion_tokens"] if done else None
+    tokens, flagged = _segment_tokens(
+        model_id=attempt.job.model_id, text=output_text, reported=reported
+    )
+    attempt.tokens_billed = tokens
+    attempt.token_count_flagged = flagged
+    if done:
+        attempt.completion_tokens_reported = done["completion_tokens"]
+        attempt.prompt_tokens_reported = done["prompt_tokens"]
+        attempt.receipt = done.get("receipt", "")[:200]
+        attempt.receipt_valid = bool(attempt.receipt) and receipt_verify(
+            public_key_b64=attempt.device.machine.public_key,
+            signature_b64=attempt.receipt,
+            job=str(attempt.id),
+            completion_tokens=done["completion_tokens"],
+            text=output_text,
+        )
+        if not attempt.receipt_valid:
+            log.warning("attempt %s: receipt missing or invalid; host not paid", attempt.id)
+    if flagged:
+        log.warning("attempt %s: unbelievable token count %s", attempt.id, reported)
+    attempt.save(
+        update_fields=[
+            "tokens_billed",
+            "token_count_flagged",
+            "completion_tokens_reported",
+            "prompt_tokens_reported",
+            "receipt",
+            "receipt_valid",
+        ]
+    )
+    if outcome != Attempt.Outcome.CANCELLED:
+        device_outcome_record(
+            device_id=attempt.device_id,
+            success=outcome == Attempt.Outcome.SUCCEEDED,
+            reason=outcome,
+            model_id=attempt.job.model_id,
+            ttft_ms=attempt.ttft_ms if outcome == Attempt.Outcome.SUCCEEDED else None,
+            now=now,
+        )
+    return attempt
+
+
+@transaction.atomic
+def job_finish(
+    *,
+    job_id: str,
+    status: str,
+    output_text: str,
+    finish_reason: str = "",
+    error_code: str = "",
+    error_message: str = "",
+    now: datetime | None = None,
+) -> Job:
+    """Close a job once and charge what it delivered (DESIGN.md "Money").
+
+    Cost = tokens billed over all its segments × the model's completion price; the
+    charge is posted once per job whatever the caller retries. A job already
+    finished is returned unchanged.
+    """
+    now = now or timezone.now()
+    job = Job.objects.select_for_update().get(id=job_id)
+    if job.status not in Job.OPEN_STATUSES:
+        return job
+    model = CatalogModel.objects.get(id=job.model_id)
+    attempts = list(job.attempts.all())
+    for attempt in attempts:
+        if attempt.state in Attempt.OPEN_STATES:
+            attempt_end(attempt_id=str(attempt.id), outcome=Attempt.Outcome.CANCELLED, now=now)
+    attempts = list(job.attempts.all())
+    job.tokens_billed = sum(a.tokens_billed for a in attempts)
+    job.cost_nano = 0 if job.is_spot_check else job.tokens_billed * model.price_completion_nano
+    fresh = [a for a in attempts if a.prompt_tokens_reported is not None]
+    job.prompt_tokens = fresh[0].prompt_tokens_reported if fresh else 0
+    job.status = status
+    job.output_text = output_text
+    job.finish_reason = finish_reason
+    job.error_code = error_code
+    job.error_message = error_message[:2000]
+    job.finished_at = now
+    job.save()
+    job_charge(job=job, now=now)
+    return job
+
+
+def attempts_reap(*, now: datetime | None = None) -> int:
+    """Close jobs whose owning coroutine died (lease expired) and their open attempts.
+
+    Attempts end as ``cancelled`` (not the host's fault, not counted in its score),
+    their slots are freed, the job ends ``failed`` and is billed for nothing it did
+    not record. Returns the number of jobs closed.
+    """
+    now = now or timezone.now()
+    closed = 0
+    stale = Job.objects.filter(status__in=Job.OPEN_STATUSES, lease_until__lt=now)
+    for job_id in stale.values_list("id", flat=True):
+        job = job_finish(
+            job_id=str(job_id),
+            status=Job.Status.FAILED,
+            output_text="",
+            error_code="coordinator_lost",
+            error_message="the coordinator process running this job stopped",
+            now=now,
+        )
+        closed += job.finished_at == now
+    return closed
+
+
+def job_submit(*, api_key: ApiKey, request) -> Job:
+    """Store a renter's checked request (``jobs.requests.CompletionRequest``) as a job.
+
+    Raises ApiError 404 for a model not in the catalog and 402 when the renter's
+    balance cannot cover ``max_tokens`` at the model's price.
+    """
+    from billing.money import nano_to_usd_str
+    from billing.services import renter_balance_nano
+
+    from .errors import ApiError
+
+    model = CatalogModel.objects.filter(id=request.model, active=True).first()
+    if model is None:
+        raise ApiError(404, f"model '{request.model}' is not in the catalog", "model_not_found", "model")
+    worst_case = request.params["max_tokens"] * model.price_completion_nano
+    balance = renter_balance_nano(user=api_key.user)
+    if balance < worst_case:
+        raise ApiError(
+            402,
+            f"balance {nano_to_usd_str(balance)} USD cannot cover max_tokens="
+            f"{request.params['max_tokens']} at {nano_to_usd_str(model.price_completion_nano)} "
+            "USD per token",
+            "insufficient_credit",
+        )
+    return job_create(
+        renter=api_key.user,
+        api_key=api_key,
+        model=model,
+        endpoint=request.endpoint,
+        messages=request.messages,
+        prompt=request.prompt,
+        params=request.params,
+        placement=request.placement,
+        stream=request.stream,
+    )

