@@ -200,9 +200,13 @@ class HostConsumer(AsyncWebsocketConsumer):
         await self.send_json(message["frame"])
 
     async def attempt_cancel(self, message: dict) -> None:
-        """Tell the host to stop an attempt; later frames of it are ignored."""
-        if self.open_attempts.pop(message["attempt"], None) is not None:
-            await self.send_json({"type": "cancel", "job": message["attempt"]})
+        """Tell the host to stop an attempt; later frames of it are ignored.
+
+        Sent for every failed or cancelled attempt, even one the host itself
+        reported as failed, so a host never keeps generating for nobody.
+        """
+        self.open_attempts.pop(message["attempt"], None)
+        await self.send_json({"type": "cancel", "job": message["attempt"]})
 
     # --- helpers ---------------------------------------------------------------------
     async def send_json(self, content: dict) -> None:

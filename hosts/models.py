@@ -199,3 +199,19 @@ class DeviceOutcome(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["device", "-created_at"])]
+
+
+class ScoreSample(models.Model):
+    """A device's score at one moment, for the machine page's chart (web only).
+
+    Taken by the beat task ``hosts.tasks.score_samples_take`` (every 15 min);
+    samples older than 30 days are pruned by the same task.
+    """
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="score_samples")
+    score = models.PositiveSmallIntegerField()
+    taken_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["taken_at"]
+        indexes = [models.Index(fields=["device", "taken_at"])]

@@ -73,3 +73,60 @@ def fast_deadlines(settings):
     settings.BALLAST_STALL_TIMEOUT_S = 0.5
     settings.BALLAST_QUEUE_TIMEOUT_S = 1.0
     return settings
+
+
+@pytest.fixture
+def live_device(owner, catalog):
+    """Create a machine with one live device through the real services.
+
+    ``live_device(name, slots=1, temp_c=50, vram_free_mb=8000, models=(model,),
+    vram_total_mb=24576, gpu="RTX 4090", region="", accepts_serverless=True)``
+    returns the Device.
+    """
+    from hosts.models import Device
+    from hosts.services import machine_heartbeat, machine_hello
+
+    def make(
+        name: str = "rig",
+        *,
+        slots: int = 1,
+        temp_c: float | None = 50.0,
+        vram_free_mb: int = 8000,
+        models=(REFERENCE_MODEL["id"],),
+        vram_total_mb: int = 24576,
+        gpu: str = "NVIDIA GeForce RTX 4090",
+        region: str = "",
+        accepts_serverless: bool = True,
+        paused: bool = False,
+    ) -> Device:
+        machine, _ = machine_create(owner_email=owner.email, name=name, region=region)
+        machine_hello(
+            machine_id=str(machine.id),
+            channel_name=f"test.{name}!x",
+            hello={
+                "agent_version": "t",
+                "engine_name": "scripted",
+                "engine_version": "1",
+                "public_key": "A" * 43 + "=",
+                "accepts_serverless": accepts_serverless,
+                "devices": [{"index": 0, "name": gpu, "vram_total_mb": vram_total_mb}],
+            },
+        )
+        machine_heartbeat(
+            machine_id=str(machine.id),
+            heartbeat={
+                "paused": paused,
+                "devices": [
+                    {
+                        "index": 0,
+                        "temp_c": temp_c,
+                        "vram_free_mb": vram_free_mb,
+                        "loaded_models": list(models),
+                        "slots": slots,
+                    }
+                ],
+            },
+        )
+        return Device.objects.select_related("machine").get(machine=machine, index=0)
+
+    return make

@@ -1,0 +1,172 @@
+"""DESIGN.md "Picking a device": every eligibility rule, the ranking, the 503 reasons."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from hosts.models import Device, DeviceModel, Machine
+from jobs.models import Attempt, Job
+from jobs.selectors import devices_eligible, requirement_unmet
+from jobs.services import job_create, job_dispatch
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def job(catalog, renter):
+    def make(placement=None) -> Job:
+        return job_create(
+            renter=renter, api_key=None, model=catalog, endpoint="chat",
+            messages=[{"role": "user", "content": "hi"}], prompt=None,
+            params={"max_tokens": 8}, placement=placement or {}, stream=False,
+        )
+
+    return make
+
+
+def eligible(job, catalog):
+    return list(devices_eligible(job=job, model=catalog, now=timezone.now()))
+
+
+def test_it_accepts_a_live_idle_device(live_device, job, catalog):
+    device = live_device()
+    assert eligible(job(), catalog) == [device]
+
+
+def test_it_refuses_a_heartbeat_older_than_the_max_age(live_device, job, catalog, settings):
+    device = live_device()
+    age = timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
+    Machine.objects.filter(id=device.machine_id).update(last_heartbeat_at=timezone.now() - age)
+    assert eligible(job(), catalog) == []
+    Machine.objects.filter(id=device.machine_id).update(
+        last_heartbeat_at=timezone.now() - age + timedelta(seconds=2)
+    )
+    assert eligible(job(), catalog) == [device]
+
+
+def test_it_refuses_a_closed_connection_at_once(live_device, job, catalog):
+    device = live_device()
+    Machine.objects.filter(id=device.machine_id).update(connected=False)
+    assert eligible(job(), catalog) == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: Device.objects.filter(id=d.id).update(paused=True),
+        lambda d: Device.objects.filter(id=d.id).update(quarantined=True),
+        lambda d: Machine.objects.filter(id=d.machine_id).update(paused=True),
+        lambda d: Machine.objects.filter(id=d.machine_id).update(host_paused=True),
+    ],
+    ids=["device paused", "quarantined", "owner paused", "agent paused"],
+)
+def test_it_refuses_paused_or_quarantined_devices(live_device, job, catalog, change):
+    device = live_device()
+    change(device)
+    assert eligible(job(), catalog) == []
+
+
+def test_it_needs_the_model_loaded(live_device, job, catalog):
+    live_device(models=["other-model"])
+    assert eligible(job(), catalog) == []
+    assert "not loaded on any live device" in requirement_unmet(
+        model=catalog, placement={}, now=timezone.now()
+    )
+
+
+def test_it_counts_slots_from_its_own_claims(live_device, job, catalog):
+    device = live_device(slots=2)
+    Device.objects.filter(id=device.id).update(slots_used=2)
+    assert eligible(job(), catalog) == []
+    Device.objects.filter(id=device.id).update(slots_used=1)
+    assert eligible(job(), catalog) == [device]
+
+
+def test_it_refuses_a_gpu_at_or_over_88_c(live_device, job, catalog):
+    live_device("hot", temp_c=88.0)
+    cool = live_device("cool", temp_c=87.9)
+    cpu = live_device("cpu", temp_c=None)
+    assert {d.id for d in eligible(job(), catalog)} == {cool.id, cpu.id}
+
+
+def test_it_needs_free_vram_for_the_request(live_device, job, catalog):
+    live_device("tight", vram_free_mb=catalog.vram_per_request_mb - 1)
+    roomy = live_device("roomy", vram_free_mb=catalog.vram_per_request_mb)
+    assert eligible(job(), catalog) == [roomy]
+
+
+def test_it_skips_machines_that_refuse_serverless(live_device, job, catalog):
+    live_device(accepts_serverless=False)
+    assert eligible(job(), catalog) == []
+
+
+@pytest.mark.parametrize(
+    "placement, fits",
+    [
+        ({"gpu": "RTX 4090"}, True),
+        ({"gpu": "RTX 3090"}, False),
+        ({"min_vram_gb": 24}, True),
+        ({"min_vram_gb": 25}, False),
+        ({"region": "eu"}, True),
+        ({"region": "us"}, False),
+    ],
+)
+def test_it_honours_placement(live_device, job, catalog, placement, fits):
+    device = live_device(region="eu", vram_total_mb=24576)
+    assert eligible(job(placement), catalog) == ([device] if fits else [])
+    unmet = requirement_unmet(model=catalog, placement=placement, now=timezone.now())
+    if fits:
+        assert unmet is None
+    else:
+        field = next(iter(placement))
+        assert f"placement.{field}" in unmet
+
+
+def test_it_never_offers_a_job_twice_to_one_device(live_device, job, catalog):
+    device = live_device(slots=4)
+    the_job = job()
+    dispatch = job_dispatch(job_id=str(the_job.id))
+    assert dispatch.attempt.device_id == device.id
+    assert eligible(the_job, catalog) == []
+    assert job_dispatch(job_id=str(the_job.id)).wait
+
+
+def test_it_ranks_by_score_then_first_token_time(live_device, job, catalog):
+    slow = live_device("slow")
+    fast = live_device("fast")
+    unknown = live_device("unknown")
+    best = live_device("best")
+    Device.objects.filter(id__in=[slow.id, fast.id, unknown.id]).update(score=70)
+    Device.objects.filter(id=best.id).update(score=90)
+    DeviceModel.objects.filter(device=slow).update(ttft_ms_recent=900)
+    DeviceModel.objects.filter(device=fast).update(ttft_ms_recent=100)
+    assert [d.id for d in eligible(job(), catalog)] == [best.id, fast.id, slow.id, unknown.id]
+
+
+def test_it_claims_a_slot_and_writes_the_attempt_with_its_deadline(live_device, job, catalog, settings):
+    device = live_device()
+    the_job = job()
+    before = timezone.now()
+    dispatch = job_dispatch(job_id=str(the_job.id))
+    attempt = dispatch.attempt
+    device.refresh_from_db()
+    assert device.slots_used == 1
+    assert attempt.state == Attempt.State.OFFERED and attempt.kind == Attempt.Kind.FRESH
+    assert attempt.claim_deadline >= before + timedelta(seconds=settings.BALLAST_CLAIM_TIMEOUT_S)
+    assert dispatch.offer["job"] == str(attempt.id)
+    assert dispatch.machine_channel == device.machine.channel_name
+    other = job()
+    assert job_dispatch(job_id=str(other.id)).wait
+
+
+def test_it_serves_queued_jobs_first_come_first_served(live_device, job, catalog):
+    device = live_device()
+    Device.objects.filter(id=device.id).update(slots_used=1)
+    older, younger = job(), job()
+    assert job_dispatch(job_id=str(older.id)).wait
+    Device.objects.filter(id=device.id).update(slots_used=0)
+    assert job_dispatch(job_id=str(younger.id)).wait, "the younger job must not jump the queue"
+    assert job_dispatch(job_id=str(older.id)).attempt is not None
