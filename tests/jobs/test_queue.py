@@ -1,0 +1,132 @@
+"""DESIGN.md "No eligible device": 503 at once, or wait first come first served, or 504."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+
+from jobs import orchestration
+from jobs.models import Attempt, Job
+from jobs.services import attempts_reap, job_create, job_dispatch
+
+from .helpers import chat_request, host_online
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+@pytest.mark.parametrize(
+    "placement, needle",
+    [
+        ({"gpu": "H100"}, "placement.gpu='H100'"),
+        ({"min_vram_gb": 80}, "placement.min_vram_gb=80"),
+        ({"region": "ap-south"}, "placement.region='ap-south'"),
+    ],
+)
+async def test_it_answers_503_at_once_naming_the_unmet_placement(
+    catalog, api_key, machine_token, placement, needle
+):
+    host = await host_online(machine_token, "rig")
+    response = await chat_request(api_key, placement=placement)
+    assert response.status_code == 503
+    body = json.loads(response.content)
+    assert needle in body["error"]["message"]
+    assert await host.ws.receive_nothing(timeout=0.2)
+    await host.close()
+
+
+async def test_it_answers_503_when_the_model_is_loaded_nowhere_live(catalog, api_key):
+    response = await chat_request(api_key)
+    assert response.status_code == 503
+    assert "not loaded on any live device" in json.loads(response.content)["error"]["message"]
+
+
+async def test_it_answers_404_for_a_model_not_in_the_catalog(catalog, api_key):
+    response = await chat_request(api_key, model="gpt-17")
+    assert response.status_code == 404
+    assert json.loads(response.content)["error"]["param"] == "model"
+
+
+async def test_it_answers_504_when_no_slot_frees_within_the_wall_clock(
+    catalog, api_key, machine_token, settings
+):
+    settings.BALLAST_QUEUE_TIMEOUT_S = 0.3
+    host = await host_online(machine_token, "rig")
+    first = chat_request(api_key)
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "busy")
+    await first  # streaming: the first request holds the only slot
+    response = await chat_request(api_key)
+    assert response.status_code == 504
+    job = await Job.objects.aget(id=response["x-ballast-job-id"])
+    assert job.status == Job.Status.TIMED_OUT
+    await host.close()
+
+
+async def test_a_waiting_request_starts_when_a_slot_frees_without_polling(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """The wake-up is an event: with the fallback poll set to a minute, the waiting
+    request still gets its offer as soon as the slot frees."""
+    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    host = await host_online(machine_token, "rig")
+    first = chat_request(api_key, stream=False)
+    offer = await host.recv_type("offer")
+    second = chat_request(api_key, stream=False, content="second")
+    third = chat_request(api_key, stream=False, content="third")
+    assert await host.ws.receive_nothing(timeout=0.3), "one slot: the others wait"
+    await host.answer(offer, ["one"])
+    offer2 = await host.recv_type("offer", timeout=5)
+    assert offer2["messages"][0]["content"] == "second", "first come, first served"
+    await host.answer(offer2, ["two"])
+    offer3 = await host.recv_type("offer", timeout=5)
+    assert offer3["messages"][0]["content"] == "third"
+    await host.answer(offer3, ["three"])
+    for request in (first, second, third):
+        assert (await request).status_code == 200
+    await host.close()
+
+
+async def test_a_new_device_wakes_waiting_requests(catalog, api_key, machine_token, monkeypatch):
+    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    busy = await host_online(machine_token, "busy")
+    first = chat_request(api_key)
+    offer = await busy.recv_type("offer")
+    await busy.claim(offer["job"])
+    await busy.token(offer["job"], "…")
+    await first
+    waiting = chat_request(api_key, stream=False)
+    fresh = await host_online(machine_token, "fresh")
+    offer2 = await fresh.recv_type("offer", timeout=5)
+    await fresh.answer(offer2, ["ok"])
+    assert (await waiting).status_code == 200
+    await busy.close()
+    await fresh.close()
+
+
+async def test_the_reaper_closes_jobs_whose_coordinator_died(catalog, renter, live_device):
+    """A job whose owning coroutine stopped renewing its lease is closed, its slot freed."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    device = await database_sync_to_async(live_device)()
+    job = await database_sync_to_async(job_create)(
+        renter=renter, api_key=None, model=catalog, endpoint="chat",
+        messages=[{"role": "user", "content": "x"}], prompt=None, params={"max_tokens": 4},
+        placement={}, stream=False,
+    )
+    dispatch = await database_sync_to_async(job_dispatch)(job_id=str(job.id))
+    await device.arefresh_from_db()
+    assert device.slots_used == 1
+    assert await database_sync_to_async(attempts_reap)() == 0, "a live lease is left alone"
+    await Job.objects.filter(id=job.id).aupdate(lease_until=timezone.now() - timedelta(seconds=1))
+    assert await database_sync_to_async(attempts_reap)() == 1
+    await device.arefresh_from_db()
+    attempt = await Attempt.objects.aget(id=dispatch.attempt.id)
+    job = await Job.objects.aget(id=job.id)
+    assert device.slots_used == 0
+    assert attempt.outcome == "cancelled" and job.status == Job.Status.FAILED
+    assert job.error_code == "coordinator_lost"
