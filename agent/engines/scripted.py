@@ -1,0 +1,152 @@
+"""A scripted engine: a test double for failure tests and benchmarks.
+
+It produces a fixed text and can misbehave on purpose. It is configured by a
+JSON object (``--script``)::
+
+    {"text": "The answer is 4.",       # output (split into word-sized pieces)
+     "pieces": ["The", " answer"],      # or explicit pieces (override "text")
+     "delay_s": 0.0,                    # pause before each piece (s)
+     "mode": "normal",                  # see MODES
+     "n": 3,                            # piece count used by the *_at modes
+     "inflate_tokens": 999,             # report this many completion tokens
+     "bad_receipt": false,              # sign the receipt over other text
+     "models": ["smollm2-135m-instruct"],
+     "load_error": "CUDA out of memory"}  # make load() fail with this message
+
+Never the product's answer: a real host runs llama.cpp or an OpenAI server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agent import __version__
+from agent.engines.base import (
+    Engine,
+    GenerationError,
+    GenerationRequest,
+    GenerationResult,
+    ModelLoadError,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TEXT = "The answer is 4."
+MODES = (
+    "normal",  # every piece, then done
+    "never_claim",  # ignore offers: never claim
+    "claim_then_silent",  # claim, then send nothing until cancelled
+    "error_before_first",  # claim, then an error frame before any token
+    "empty_done",  # claim, then done with no token (0 tokens)
+    "die_at",  # os._exit(137) after n pieces
+    "error_at",  # error frame after n pieces
+    "stall_at",  # stop sending after n pieces, keep the connection
+)
+
+
+def pieces_split(text: str) -> list[str]:
+    """Split ``text`` into word-sized pieces (each keeps its leading spaces)."""
+    return re.findall(r"\s*\S+|\s+", text)
+
+
+class ScriptedEngine(Engine):
+    """Plays a script instead of running a model (see the module docstring).
+
+    Raises ``ValueError`` at construction for an unknown mode or a bad field.
+    """
+
+    name = "scripted"
+    version = __version__
+
+    def __init__(
+        self, script: dict[str, Any] | None = None, *, model: str | None = None
+    ):
+        script = dict(script or {})
+        self.mode = str(script.get("mode", "normal"))
+        if self.mode not in MODES:
+            raise ValueError(f"unknown scripted mode {self.mode!r}; one of {MODES}")
+        if "pieces" in script:
+            self.pieces = [str(piece) for piece in script["pieces"]]
+        else:
+            self.pieces = pieces_split(str(script.get("text", DEFAULT_TEXT)))
+        if any(not piece for piece in self.pieces):
+            raise ValueError("scripted pieces must be non-empty strings")
+        self.delay_s = float(script.get("delay_s", 0.0))
+        self.n = int(script.get("n", 0))
+        inflate = script.get("inflate_tokens")
+        self.inflate_tokens = None if inflate is None else int(inflate)
+        self.models = [
+            str(m) for m in script.get("models", [model or "smollm2-135m-instruct"])
+        ]
+        self.load_error = script.get("load_error")
+        self.claims_offers = self.mode != "never_claim"
+        self.signs_honestly = not bool(script.get("bad_receipt", False))
+        self._loaded: list[str] = []
+
+    def loaded_models(self) -> list[str]:
+        """The script's models once loaded (none when ``load_error`` is set)."""
+        return list(self._loaded)
+
+    async def load(self) -> None:
+        """Mark the models loaded; raises ``ModelLoadError`` when the script says so."""
+        if self.load_error:
+            raise ModelLoadError(
+                self.models[0] if self.models else "?", str(self.load_error)
+            )
+        self._loaded = list(self.models)
+
+    async def stream(
+        self, request: GenerationRequest, result: GenerationResult
+    ) -> AsyncIterator[str]:
+        """Yield the scripted pieces, misbehaving as the mode says."""
+        if request.model not in self._loaded:
+            raise GenerationError(f"model {request.model} is not loaded")
+        if self.mode == "error_before_first":
+            raise GenerationError("scripted error before the first token")
+        if self.mode == "claim_then_silent":
+            await asyncio.Event().wait()  # until cancelled
+        if self.mode == "empty_done":
+            result.completion_tokens = self.inflate_tokens or 0
+            return
+        pieces = self.pieces[: max(0, request.max_tokens())]
+        misbehaves = self.mode in ("die_at", "error_at", "stall_at")
+        for index, piece in enumerate(pieces):
+            if misbehaves and index == self.n:
+                await self._misbehave(index)
+            if self.delay_s > 0:
+                await asyncio.sleep(self.delay_s)
+            yield piece
+        if misbehaves and self.n >= len(pieces):
+            await self._misbehave(len(pieces))
+        result.finish_reason = "length" if len(pieces) < len(self.pieces) else "stop"
+        result.prompt_tokens = _words(request)
+        result.completion_tokens = (
+            self.inflate_tokens if self.inflate_tokens is not None else len(pieces)
+        )
+
+    async def _misbehave(self, sent: int) -> None:
+        """die_at: exit the process; error_at: raise; stall_at: wait until cancelled."""
+        if self.mode == "die_at":
+            log.warning(
+                "scripted die_at: exiting with status 137 after %d pieces", sent
+            )
+            sys.stderr.flush()
+            os._exit(137)
+        if self.mode == "error_at":
+            raise GenerationError(f"scripted error after {sent} pieces")
+        log.info("scripted stall_at: silent after %d pieces", sent)
+        await asyncio.Event().wait()
+
+
+def _words(request: GenerationRequest) -> int:
+    if request.messages is not None:
+        text = " ".join(str(m.get("content", "")) for m in request.messages)
+    else:
+        text = request.prompt or ""
+    return len((text + request.continue_from).split())

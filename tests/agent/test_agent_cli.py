@@ -1,0 +1,131 @@
+"""The command line, run as a real process against the fake coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.client import ws_url_from_server
+
+pytestmark = []
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def agent_process(*args: str) -> asyncio.subprocess.Process:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("BALLAST_MACHINE_TOKEN", None)
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agent",
+        *args,
+        cwd=REPO,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+@pytest.mark.parametrize(
+    ("server", "expected"),
+    [
+        ("http://127.0.0.1:8000", "ws://127.0.0.1:8000/ws/host/"),
+        ("https://ballast.example.com/", "wss://ballast.example.com/ws/host/"),
+        ("https://example.com/prefix", "wss://example.com/prefix/ws/host/"),
+        ("ws://127.0.0.1:8000/ws/host/", "ws://127.0.0.1:8000/ws/host/"),
+    ],
+)
+def test_it_derives_the_websocket_address(server: str, expected: str) -> None:
+    assert ws_url_from_server(server) == expected
+
+
+def test_it_refuses_a_url_that_is_not_http() -> None:
+    with pytest.raises(ValueError):
+        ws_url_from_server("ftp://example.com")
+
+
+@pytest.mark.asyncio
+async def test_run_without_a_token_is_a_usage_error() -> None:
+    process = await agent_process("run", "--server", "http://127.0.0.1:9")
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    assert b"BALLAST_MACHINE_TOKEN" in stderr
+
+
+@pytest.mark.asyncio
+async def test_die_at_kills_the_process_mid_stream(
+    tmp_path: Path, coordinator_class
+) -> None:
+    """The scripted host sends 2 tokens, then exits with status 137."""
+    async with coordinator_class() as fake:
+        process = await agent_process(
+            "run",
+            "--server",
+            fake.url,
+            "--token",
+            fake.token,
+            "--engine",
+            "scripted",
+            "--script",
+            json.dumps({"mode": "die_at", "n": 2, "text": "one two three four"}),
+            "--key-file",
+            str(tmp_path / "key.pem"),
+        )
+        try:
+            await asyncio.wait_for(fake.connected.wait(), 60)
+            await fake.send(
+                {
+                    "type": "offer",
+                    "job": "j",
+                    "device": 0,
+                    "model": "smollm2-135m-instruct",
+                    "prompt": "count",
+                    "params": {},
+                    "continue_from": "",
+                }
+            )
+            await fake.expect("claim", job="j")
+            assert (await fake.expect("token", job="j"))["text"] == "one"
+            assert (await fake.expect("token", job="j"))["text"] == " two"
+            assert await asyncio.wait_for(process.wait(), 30) == 137
+            await asyncio.wait_for(fake.disconnected.wait(), 10)
+            assert fake.frames.empty()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+@pytest.mark.asyncio
+async def test_benchmark_prints_and_reports_the_figures(
+    tmp_path: Path, coordinator_class
+) -> None:
+    async with coordinator_class() as fake:
+        process = await agent_process(
+            "benchmark",
+            "--server",
+            fake.url,
+            "--token",
+            fake.token,
+            "--engine",
+            "scripted",
+            "--key-file",
+            str(tmp_path / "key.pem"),
+            "--name",
+            "RTX 4090",
+        )
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0, stderr.decode()
+        printed = json.loads(stdout.decode().strip().splitlines()[-1])
+        frame = await fake.expect("benchmark")
+        assert frame == {"type": "benchmark", **printed}
+        assert frame["model"] == "smollm2-135m-instruct" and frame["device"] == 0
+        assert frame["tokens_per_s"] > 0 and frame["ttft_ms"] >= 0
+        assert fake.hellos[0]["devices"][0]["name"] == "RTX 4090"
+        assert b"connected to ws://127.0.0.1:" in stderr

@@ -1,0 +1,74 @@
+"""Stop sequences, token healing and GGUF metadata, without running the model."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent.engines.decoding import TokenHealer, heal_split, stop_scan
+from agent.engines.gguf import gguf_chat_template
+from agent.engines.llamacpp import smollm2_gguf_path
+
+pytestmark = []
+
+
+def test_stop_scan_cuts_at_the_first_stop_sequence() -> None:
+    assert stop_scan("Hello. World.", ["."]) == ("Hello", "", True)
+    assert stop_scan("a END b STOP", ["STOP", "END"]) == ("a ", "", True)
+
+
+def test_stop_scan_holds_back_a_possible_start_of_a_stop_sequence() -> None:
+    assert stop_scan("Hello EN", ["END"]) == ("Hello ", "EN", False)
+    assert stop_scan("Hello", ["END"]) == ("Hello", "", False)
+    assert stop_scan("Hello", []) == ("Hello", "", False)
+
+
+PIECES = [b"", b" s", b" sea", b" se", b"a", b"The", b" sun", b"x"]
+
+
+def test_heal_split_drops_the_tokens_of_the_last_word_inside_the_prefix() -> None:
+    # prompt "...The s": tokens [The][ s]; " s" starts a word: only it is dropped
+    assert heal_split([7, 5, 1], PIECES, "The s") == ([7, 5], b" s")
+    # " se" + "a": both dropped, up to the word start
+    assert heal_split([7, 5, 3, 4], PIECES, "The sea") == ([7, 5], b" sea")
+
+
+def test_heal_split_heals_nothing_without_a_prefix_or_outside_it() -> None:
+    assert heal_split([7, 5, 1], PIECES, "") == ([7, 5, 1], b"")
+    assert heal_split([7, 5, 1], PIECES, "s") == (
+        [7, 5, 1],
+        b"",
+    )  # " s" reaches before it
+    assert heal_split([7, 0], PIECES, "x") == ([7, 0], b"")  # special token
+
+
+def test_token_healer_only_allows_tokens_agreeing_with_the_healed_bytes() -> None:
+    healer = TokenHealer(PIECES, b" s")
+    scores = np.zeros(len(PIECES), dtype=np.float32)
+    allowed = np.isfinite(healer(None, scores))
+    assert [PIECES[i] for i in np.flatnonzero(allowed)] == [
+        b" s",
+        b" sea",
+        b" se",
+        b" sun",
+    ]
+    assert healer.feed(b" sea") == b"ea"
+    assert healer.remaining == b""
+    assert healer(None, scores) is scores  # healed: no constraint any more
+    assert healer.feed(b"x") == b"x"
+
+
+def test_token_healer_follows_a_heal_spread_over_several_tokens() -> None:
+    healer = TokenHealer(PIECES, b" sea")
+    assert healer.feed(b" se") == b""
+    assert healer.remaining == b"a"
+    assert healer.feed(b"a") == b""
+    assert healer.feed(b"x") == b"x"
+
+
+def test_it_reads_the_chat_template_from_the_gguf_file() -> None:
+    path = smollm2_gguf_path()
+    assert path is not None
+    template, bos, eos = gguf_chat_template(path)
+    assert bos != eos
+    assert "<|im_start|>" in template
+    assert eos == "<|im_end|>"
