@@ -8,5 +8,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("v1/", include("jobs.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("billing/", include(("billing.urls", "billing"))),
     path("", include("hosts.urls")),
 ]

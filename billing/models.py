@@ -11,6 +11,45 @@ from django.conf import settings
 from django.db import models
 
 
+class AppendOnlyError(RuntimeError):
+    """An UPDATE or DELETE of a ledger row was attempted (corrections are new entries)."""
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    """A queryset that refuses ``update()`` and ``delete()`` (the ledger is append-only)."""
+
+    def update(self, **kwargs):
+        raise AppendOnlyError(f"{self.model.__name__} rows are append-only: no update")
+
+    def delete(self):
+        raise AppendOnlyError(f"{self.model.__name__} rows are append-only: no delete")
+
+    update.queryset_only = True
+    delete.queryset_only = True
+
+
+class AppendOnlyModel(models.Model):
+    """Rows are inserted once and never changed or removed through the ORM.
+
+    ``save()`` on an existing row and ``delete()`` raise AppendOnlyError, as do the
+    queryset's ``update()``/``delete()``. The database backs this on PostgreSQL
+    with triggers (billing migration 0002).
+    """
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyError(f"{type(self).__name__} rows are append-only: no update")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError(f"{type(self).__name__} rows are append-only: no delete")
+
+
 class Account(models.Model):
     """A ledger account. Renter credit and host earnings are per user.
 
@@ -49,8 +88,14 @@ class Account(models.Model):
         return f"{self.kind}:{self.user_id or 'system'}"
 
 
-class LedgerTransaction(models.Model):
-    """One balanced movement of money. ``key`` makes it idempotent (unique)."""
+class LedgerTransaction(AppendOnlyModel):
+    """One balanced movement of money. ``key`` makes it idempotent (unique).
+
+    ``leg_count`` is the number of entries the transaction was written with; the
+    database checks that exactly that many entries exist and sum to zero
+    (PostgreSQL: a deferred constraint trigger at commit; SQLite: a trigger when
+    the last leg is inserted). See docs/money.md.
+    """
 
     class Kind(models.TextChoices):
         TOP_UP = "top_up"
@@ -65,16 +110,17 @@ class LedgerTransaction(models.Model):
         "jobs.Job", null=True, blank=True, on_delete=models.PROTECT, related_name="ledger"
     )
     memo = models.CharField(max_length=300, blank=True)
+    leg_count = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key}"
 
 
-class Entry(models.Model):
+class Entry(AppendOnlyModel):
     """One leg of a transaction: ``amount_nano`` > 0 credits, < 0 debits the account."""
 
     transaction = models.ForeignKey(
@@ -113,4 +159,79 @@ class Earning(models.Model):
     settled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
+
+
+class ReceiptCheck(models.Model):
+    """The verdict on the receipt of one attempt's ``done`` (PROTOCOL.md §2).
+
+    ``signature`` is unique: the same signature presented again (for another
+    attempt, or a second ``done``) is a replay and pays nothing. Only a ``valid``
+    verdict lets the attempt's host be paid.
+    """
+
+    class Verdict(models.TextChoices):
+        VALID = "valid"
+        MISSING = "missing"
+        INVALID = "invalid"  # bad signature, or a hash that does not match the text
+        REPLAYED = "replayed"
+
+    attempt = models.OneToOneField(
+        "jobs.Attempt", on_delete=models.PROTECT, related_name="receipt_check"
+    )
+    device = models.ForeignKey(
+        "hosts.Device", on_delete=models.PROTECT, related_name="receipt_checks"
+    )
+    signature = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    verdict = models.CharField(max_length=10, choices=Verdict.choices, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"receipt of {self.attempt_id}: {self.verdict}"
+
+
+class PayoutRequest(models.Model):
+    """A host's request to be paid out ``amount_nano`` of their available earnings.
+
+    requested → approved (staff; the ledger moves host_available → host_paid_out)
+    → paid (the money was sent), or requested → rejected (nothing moves).
+    """
+
+    class Status(models.TextChoices):
+        REQUESTED = "requested"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        PAID = "paid"
+
+    host = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="payout_requests"
+    )
+    amount_nano = models.BigIntegerField()
+    status = models.CharField(
+        max_length=10, choices=Status.choices, default=Status.REQUESTED, db_index=True
+    )
+    note = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="payouts_decided",
+    )
+    paid_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(amount_nano__gt=0), name="payout_amount_positive"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"payout {self.id} of {self.host_id}: {self.amount_nano} ({self.status})"

@@ -1,8 +1,9 @@
-"""Ledger writes: top-ups, job charges with host earnings, hold release, reversals.
+"""Ledger writes: top-ups, receipts, job charges with host earnings, holds, payouts.
 
-Every function writes one balanced transaction (entries sum to zero) under a
-unique idempotency key, so a retry or a concurrent duplicate writes nothing
-twice (DESIGN.md "Money").
+Every function that moves money writes one balanced transaction (entries sum to
+zero) under a unique idempotency key, so a retry or a concurrent duplicate writes
+nothing twice (DESIGN.md "Money"; the rules with worked numbers are in
+docs/money.md). All amounts are integer nano-USD (``billing.money``).
 """
 
 from __future__ import annotations
@@ -12,34 +13,52 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
 from django.utils import timezone
 
-from .models import Account, Earning, Entry, LedgerTransaction
-from .money import share_of
+from .models import Account, Earning, Entry, LedgerTransaction, PayoutRequest, ReceiptCheck
+from .money import nano_to_usd_str, share_of
+from .receipts import receipt_verify
+from .selectors import account_balance_nano, host_balances_nano, renter_balance_nano
+
+__all__ = [
+    "PayoutError",
+    "UnbalancedTransaction",
+    "account_balance_nano",
+    "account_for",
+    "earnings_reverse_held",
+    "holds_release",
+    "job_charge",
+    "ledger_post",
+    "payout_approve",
+    "payout_mark_paid",
+    "payout_reject",
+    "payout_request",
+    "receipt_check",
+    "renter_balance_nano",
+    "renter_top_up",
+]
 
 
 class UnbalancedTransaction(ValueError):
     """The legs of a ledger transaction do not sum to zero."""
 
 
+class PayoutError(ValueError):
+    """A payout request or decision that the rules refuse (amount, status)."""
+
+
 def account_for(*, kind: str, user: AbstractBaseUser | None = None) -> Account:
-    """Return the ledger account of this kind (per user, or the system one)."""
-    account, _ = Account.objects.get_or_create(kind=kind, user=user)
+    """Return the ledger account of this kind (per user, or the system one).
+
+    Created on first use; a concurrent first use is settled by the unique
+    constraints on (kind, user).
+    """
+    try:
+        with transaction.atomic():
+            account, _ = Account.objects.get_or_create(kind=kind, user=user)
+    except IntegrityError:
+        account = Account.objects.get(kind=kind, user=user)
     return account
-
-
-def account_balance_nano(account: Account) -> int:
-    """The account's balance: the sum of its entries, nano-USD."""
-    return account.entries.aggregate(total=Sum("amount_nano"))["total"] or 0
-
-
-def renter_balance_nano(*, user: AbstractBaseUser) -> int:
-    """A renter's credit balance in nano-USD (0 with no account yet)."""
-    total = Entry.objects.filter(
-        account__kind=Account.Kind.RENTER_CREDIT, account__user=user
-    ).aggregate(total=Sum("amount_nano"))["total"]
-    return total or 0
 
 
 def ledger_post(
@@ -47,17 +66,24 @@ def ledger_post(
 ) -> LedgerTransaction | None:
     """Write one balanced transaction; return it, or None if ``key`` was already posted.
 
-    ``legs`` are (account, nano-USD) pairs; zero legs are dropped. Raises
-    UnbalancedTransaction when the legs do not sum to zero.
+    ``legs`` are (account, nano-USD) pairs, > 0 credits and < 0 debits; zero legs
+    are dropped. Raises UnbalancedTransaction when the legs do not sum to zero
+    (the database refuses such a transaction too: docs/money.md).
     """
     legs = [(account, amount) for account, amount in legs if amount]
-    if sum(amount for _, amount in legs) != 0:
-        raise UnbalancedTransaction(f"{kind} {key}: legs sum to {sum(a for _, a in legs)}")
+    total = sum(amount for _, amount in legs)
+    if total != 0 or not legs:
+        raise UnbalancedTransaction(f"{kind} {key}: {len(legs)} legs sum to {total}")
     try:
         with transaction.atomic():
-            txn = LedgerTransaction.objects.create(kind=kind, key=key, job=job, memo=memo)
+            txn = LedgerTransaction.objects.create(
+                kind=kind, key=key, job=job, memo=memo[:300], leg_count=len(legs)
+            )
             Entry.objects.bulk_create(
-                [Entry(transaction=txn, account=account, amount_nano=amount) for account, amount in legs]
+                [
+                    Entry(transaction=txn, account=account, amount_nano=amount)
+                    for account, amount in legs
+                ]
             )
     except IntegrityError:
         if LedgerTransaction.objects.filter(key=key).exists():
@@ -67,8 +93,13 @@ def ledger_post(
 
 
 @transaction.atomic
-def renter_top_up(*, user: AbstractBaseUser, amount_nano: int, key: str) -> LedgerTransaction | None:
-    """Credit a renter with ``amount_nano`` from the funding account (idempotent on key)."""
+def renter_top_up(
+    *, user: AbstractBaseUser, amount_nano: int, key: str
+) -> LedgerTransaction | None:
+    """Credit a renter with ``amount_nano`` (> 0) from the funding account.
+
+    Idempotent on ``key``. Raises ValueError for an amount that is not positive.
+    """
     if amount_nano <= 0:
         raise ValueError("a top-up must be positive")
     return ledger_post(
@@ -82,28 +113,122 @@ def renter_top_up(*, user: AbstractBaseUser, amount_nano: int, key: str) -> Ledg
     )
 
 
+# --- receipts ------------------------------------------------------------------------
+@transaction.atomic
+def receipt_check(
+    *, attempt, public_key_b64: str, signature_b64: str, completion_tokens: int, text: str
+) -> str:
+    """Judge and record the receipt of an attempt's ``done``; return the verdict.
+
+    ``valid`` only for an Ed25519 signature by the machine's pinned key over
+    (attempt id, ``completion_tokens``, sha256 of ``text`` — the exact text relayed).
+    ``missing`` with no signature, ``invalid`` for a bad signature or a text hash
+    that does not match, ``replayed`` for a signature already presented (for
+    another attempt, or a second ``done``). One ``ReceiptCheck`` per attempt: a
+    second call for the same attempt returns the first verdict and changes nothing.
+    """
+    existing = ReceiptCheck.objects.filter(attempt_id=attempt.id).first()
+    if existing is not None:
+        return existing.verdict
+    signature = (signature_b64 or "")[:200] or None
+    if signature is None:
+        verdict = ReceiptCheck.Verdict.MISSING
+    elif ReceiptCheck.objects.filter(signature=signature).exists():
+        verdict = ReceiptCheck.Verdict.REPLAYED
+    elif receipt_verify(
+        public_key_b64=public_key_b64,
+        signature_b64=signature,
+        job=str(attempt.id),
+        completion_tokens=completion_tokens,
+        text=text,
+    ):
+        verdict = ReceiptCheck.Verdict.VALID
+    else:
+        verdict = ReceiptCheck.Verdict.INVALID
+    stored = None if verdict == ReceiptCheck.Verdict.REPLAYED else signature
+    try:
+        with transaction.atomic():
+            ReceiptCheck.objects.create(
+                attempt_id=attempt.id, device_id=attempt.device_id, signature=stored, verdict=verdict
+            )
+    except IntegrityError:
+        existing = ReceiptCheck.objects.filter(attempt_id=attempt.id).first()
+        if existing is not None:  # a concurrent second done of this attempt
+            return existing.verdict
+        verdict = ReceiptCheck.Verdict.REPLAYED  # the same signature, concurrently
+        ReceiptCheck.objects.create(
+            attempt_id=attempt.id, device_id=attempt.device_id, signature=None, verdict=verdict
+        )
+    return verdict
+
+
+# --- charges ---------------------------------------------------------------------------
+def _segment_paid(attempt) -> bool:
+    """True when this segment's host is paid: a valid receipt and a believable count."""
+    check = getattr(attempt, "receipt_check", None)
+    return (
+        check is not None
+        and check.verdict == ReceiptCheck.Verdict.VALID
+        and attempt.receipt_valid is True
+        and not attempt.token_count_flagged
+        and attempt.tokens_billed > 0
+    )
+
+
 @transaction.atomic
 def job_charge(*, job, now: datetime | None = None) -> LedgerTransaction | None:
-    """Charge the renter for what the job delivered and credit hosts' holds.
+    """Charge the renter for what a finished job delivered; credit hosts' holds.
 
-    One transaction per job (key ``charge:<job id>``): renter −cost, each
-    receipted segment's host +80 % of that segment (an ``Earning`` held for
-    ``BALLAST_HOLD_HOURS``), platform the rest. Spot checks and zero costs post
-    nothing. Returns None when there is nothing to post or it was posted before.
+    Token sanity runs first: a segment's billed tokens never exceed the characters
+    it delivered (a larger figure is capped and the attempt flagged), and the
+    job's ``tokens_billed``/``cost_nano`` are set to the sum of its segments ×
+    the model's completion price (nano-USD). Then one transaction (key
+    ``charge:<job id>``): renter −cost; each paid segment's host +80 %
+    (``BALLAST_HOST_SHARE``, rounded down per segment) into an ``Earning`` held
+    ``BALLAST_HOLD_HOURS``; the platform the rest. A segment is paid only with a
+    valid receipt and a believable token count. Spot checks, jobs without a
+    renter and zero costs post nothing. Returns None when nothing was posted
+    (nothing to charge, or charged before). Raises ValueError for an open job.
     """
-    if job.is_spot_check or job.renter_id is None or job.cost_nano <= 0:
-        return None
-    now = now or timezone.now()
-    from jobs.models import CatalogModel
+    from jobs.models import Attempt, CatalogModel, Job
 
+    if job.status in Job.OPEN_STATUSES:
+        raise ValueError(f"job {job.id} is still open; it is charged once, when it ends")
+    now = now or timezone.now()
+    if job.is_spot_check or job.renter_id is None:
+        if job.cost_nano:
+            Job.objects.filter(id=job.id).update(cost_nano=0)
+            job.cost_nano = 0
+        return None
     price = CatalogModel.objects.get(id=job.model_id).price_completion_nano
+    attempts = list(
+        job.attempts.select_related("device__machine__owner", "receipt_check").order_by(
+            "offered_at", "id"
+        )
+    )
+    tokens_total = 0
+    for attempt in attempts:
+        if attempt.tokens_billed > attempt.output_chars:
+            attempt.tokens_billed = attempt.output_chars
+            attempt.token_count_flagged = True
+            Attempt.objects.filter(id=attempt.id).update(
+                tokens_billed=attempt.tokens_billed, token_count_flagged=True
+            )
+        tokens_total += attempt.tokens_billed
+    cost = tokens_total * price
+    if (job.tokens_billed, job.cost_nano) != (tokens_total, cost):
+        Job.objects.filter(id=job.id).update(tokens_billed=tokens_total, cost_nano=cost)
+        job.tokens_billed, job.cost_nano = tokens_total, cost
+    if cost <= 0:
+        return None
     legs: list[tuple[Account, int]] = [
-        (account_for(kind=Account.Kind.RENTER_CREDIT, user=job.renter), -job.cost_nano)
+        (account_for(kind=Account.Kind.RENTER_CREDIT, user=job.renter), -cost)
     ]
     earnings = []
     host_total = 0
-    for attempt in job.attempts.select_related("device__machine__owner"):
-        if not attempt.receipt_valid or attempt.tokens_billed <= 0:
+    release_at = now + timedelta(hours=settings.BALLAST_HOLD_HOURS)
+    for attempt in attempts:
+        if not _segment_paid(attempt):
             continue
         share = share_of(attempt.tokens_billed * price, settings.BALLAST_HOST_SHARE)
         if share <= 0:
@@ -117,31 +242,34 @@ def job_charge(*, job, now: datetime | None = None) -> LedgerTransaction | None:
                 device=attempt.device,
                 host=host,
                 amount_nano=share,
-                release_at=now + timedelta(hours=settings.BALLAST_HOLD_HOURS),
+                release_at=release_at,
             )
         )
-    legs.append((account_for(kind=Account.Kind.PLATFORM), job.cost_nano - host_total))
+    legs.append((account_for(kind=Account.Kind.PLATFORM), cost - host_total))
     txn = ledger_post(
         kind=LedgerTransaction.Kind.CHARGE,
         key=f"charge:{job.id}",
         legs=legs,
         job=job,
-        memo=f"{job.tokens_billed} tokens of {job.model_id}",
+        memo=f"{tokens_total} tokens of {job.model_id}",
     )
     if txn is not None:
         Earning.objects.bulk_create(earnings)
     return txn
 
 
+# --- holds -----------------------------------------------------------------------------
 def holds_release(*, now: datetime | None = None) -> int:
     """Move every earning whose hold has ended from held to available; return the count.
 
-    Each earning is released by a compare-and-set on its status, so two workers
-    never release one twice.
+    Each earning is released in its own transaction by a compare-and-set on its
+    status (and posted under key ``release:<earning id>``), so two workers never
+    release one twice and one failure does not hold back the others.
     """
     now = now or timezone.now()
     released = 0
-    for earning in Earning.objects.filter(status=Earning.Status.HELD, release_at__lte=now):
+    due = Earning.objects.filter(status=Earning.Status.HELD, release_at__lte=now)
+    for earning in due.select_related("host", "attempt__job"):
         with transaction.atomic():
             if not Earning.objects.filter(id=earning.id, status=Earning.Status.HELD).update(
                 status=Earning.Status.RELEASED, settled_at=now
@@ -152,8 +280,12 @@ def holds_release(*, now: datetime | None = None) -> int:
                 key=f"release:{earning.id}",
                 legs=[
                     (account_for(kind=Account.Kind.HOST_HELD, user=earning.host), -earning.amount_nano),
-                    (account_for(kind=Account.Kind.HOST_AVAILABLE, user=earning.host), earning.amount_nano),
+                    (
+                        account_for(kind=Account.Kind.HOST_AVAILABLE, user=earning.host),
+                        earning.amount_nano,
+                    ),
                 ],
+                job=earning.attempt.job,
                 memo=f"hold ended for attempt {earning.attempt_id}",
             )
             released += 1
@@ -163,12 +295,14 @@ def holds_release(*, now: datetime | None = None) -> int:
 def earnings_reverse_held(*, device_id: int, reason: str, now: datetime | None = None) -> int:
     """Reverse every earning of the device still in its hold (a failed spot check).
 
-    Ledger entries move each amount from the host's held account to the platform;
-    returns how many earnings were reversed.
+    Each amount moves from the host's held account to the platform (key
+    ``reversal:<earning id>``); released earnings are not touched. The renter's
+    charge stands: they received the output. Returns how many were reversed.
     """
     now = now or timezone.now()
     reversed_count = 0
-    for earning in Earning.objects.filter(device_id=device_id, status=Earning.Status.HELD):
+    held = Earning.objects.filter(device_id=device_id, status=Earning.Status.HELD)
+    for earning in held.select_related("host", "attempt__job"):
         with transaction.atomic():
             if not Earning.objects.filter(id=earning.id, status=Earning.Status.HELD).update(
                 status=Earning.Status.REVERSED, settled_at=now
@@ -181,7 +315,98 @@ def earnings_reverse_held(*, device_id: int, reason: str, now: datetime | None =
                     (account_for(kind=Account.Kind.HOST_HELD, user=earning.host), -earning.amount_nano),
                     (account_for(kind=Account.Kind.PLATFORM), earning.amount_nano),
                 ],
+                job=earning.attempt.job,
                 memo=reason[:300],
             )
             reversed_count += 1
     return reversed_count
+
+
+# --- payouts -------------------------------------------------------------------------
+def _host_available_locked(host: AbstractBaseUser) -> int:
+    """Lock the host's available account row and return its balance (nano-USD)."""
+    account = account_for(kind=Account.Kind.HOST_AVAILABLE, user=host)
+    Account.objects.select_for_update().filter(id=account.id).first()
+    return account_balance_nano(account)
+
+
+@transaction.atomic
+def payout_request(*, host: AbstractBaseUser, amount_nano: int, note: str = "") -> PayoutRequest:
+    """Ask for ``amount_nano`` of the host's available earnings to be paid out.
+
+    Allowed up to the available balance minus requests still waiting for staff.
+    Raises PayoutError for an amount that is not positive or exceeds that.
+    """
+    if amount_nano <= 0:
+        raise PayoutError("the amount must be positive")
+    available = _host_available_locked(host)
+    pending = host_balances_nano(user=host)["requested"]
+    if amount_nano > available - pending:
+        raise PayoutError(
+            f"at most {nano_to_usd_str(max(0, available - pending))} USD can be requested now"
+        )
+    return PayoutRequest.objects.create(host=host, amount_nano=amount_nano, note=note[:300])
+
+
+@transaction.atomic
+def payout_approve(
+    *, payout_id: int, staff: AbstractBaseUser, now: datetime | None = None
+) -> PayoutRequest:
+    """Approve a requested payout: post host_available → host_paid_out (key ``payout:<id>``).
+
+    Raises PayoutError when it is not ``requested`` or the host's available
+    balance no longer covers it.
+    """
+    now = now or timezone.now()
+    payout = PayoutRequest.objects.select_for_update().select_related("host").get(id=payout_id)
+    if payout.status != PayoutRequest.Status.REQUESTED:
+        raise PayoutError(f"payout {payout.id} is {payout.status}, not requested")
+    available = _host_available_locked(payout.host)
+    if payout.amount_nano > available:
+        raise PayoutError(
+            f"payout {payout.id}: {nano_to_usd_str(payout.amount_nano)} USD exceeds the "
+            f"available {nano_to_usd_str(available)} USD"
+        )
+    ledger_post(
+        kind=LedgerTransaction.Kind.PAYOUT,
+        key=f"payout:{payout.id}",
+        legs=[
+            (account_for(kind=Account.Kind.HOST_AVAILABLE, user=payout.host), -payout.amount_nano),
+            (account_for(kind=Account.Kind.HOST_PAID_OUT, user=payout.host), payout.amount_nano),
+        ],
+        memo=f"payout {payout.id} approved by {staff.get_username()}",
+    )
+    payout.status = PayoutRequest.Status.APPROVED
+    payout.decided_at = now
+    payout.decided_by = staff
+    payout.save(update_fields=["status", "decided_at", "decided_by"])
+    return payout
+
+
+@transaction.atomic
+def payout_reject(
+    *, payout_id: int, staff: AbstractBaseUser, now: datetime | None = None
+) -> PayoutRequest:
+    """Reject a requested payout; no money moves. Raises PayoutError if not ``requested``."""
+    now = now or timezone.now()
+    payout = PayoutRequest.objects.select_for_update().get(id=payout_id)
+    if payout.status != PayoutRequest.Status.REQUESTED:
+        raise PayoutError(f"payout {payout.id} is {payout.status}, not requested")
+    payout.status = PayoutRequest.Status.REJECTED
+    payout.decided_at = now
+    payout.decided_by = staff
+    payout.save(update_fields=["status", "decided_at", "decided_by"])
+    return payout
+
+
+@transaction.atomic
+def payout_mark_paid(*, payout_id: int, now: datetime | None = None) -> PayoutRequest:
+    """Record that an approved payout's money was sent. Raises PayoutError otherwise."""
+    now = now or timezone.now()
+    payout = PayoutRequest.objects.select_for_update().get(id=payout_id)
+    if payout.status != PayoutRequest.Status.APPROVED:
+        raise PayoutError(f"payout {payout.id} is {payout.status}, not approved")
+    payout.status = PayoutRequest.Status.PAID
+    payout.paid_at = now
+    payout.save(update_fields=["status", "paid_at"])
+    return payout

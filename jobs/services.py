@@ -18,8 +18,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from billing.receipts import receipt_verify
-from billing.services import job_charge
+from billing.models import ReceiptCheck
+from billing.services import job_charge, receipt_check
 from hosts.models import Device, DeviceOutcome, token_hash, token_new
 from hosts.services import device_outcome_record
 
@@ -267,13 +267,13 @@ def attempt_end(
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
         attempt.receipt = done.get("receipt", "")[:200]
-        attempt.receipt_valid = bool(attempt.receipt) and receipt_verify(
+        attempt.receipt_valid = receipt_check(
+            attempt=attempt,
             public_key_b64=attempt.device.machine.public_key,
             signature_b64=attempt.receipt,
-            job=str(attempt.id),
             completion_tokens=done["completion_tokens"],
             text=output_text,
-        )
+        ) == ReceiptCheck.Verdict.VALID
         if not attempt.receipt_valid:
             log.warning("attempt %s: receipt missing or invalid; host not paid", attempt.id)
     if flagged:

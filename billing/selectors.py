@@ -1,0 +1,136 @@
+"""Ledger reads: balances, statements, earnings, flags and the ledger audit.
+
+Amounts are integer nano-USD. Balances are sums of entries (never stored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Count, F, Q, QuerySet, Sum
+
+from .models import Account, Earning, Entry, LedgerTransaction, PayoutRequest, ReceiptCheck
+
+
+def account_balance_nano(account: Account) -> int:
+    """The account's balance: the sum of its entries, nano-USD."""
+    return account.entries.aggregate(total=Sum("amount_nano"))["total"] or 0
+
+
+def _user_balance(user: AbstractBaseUser, kind: str) -> int:
+    total = Entry.objects.filter(account__kind=kind, account__user=user).aggregate(
+        total=Sum("amount_nano")
+    )["total"]
+    return total or 0
+
+
+def renter_balance_nano(*, user: AbstractBaseUser) -> int:
+    """A renter's credit balance in nano-USD (0 with no account yet)."""
+    return _user_balance(user, Account.Kind.RENTER_CREDIT)
+
+
+def host_balances_nano(*, user: AbstractBaseUser) -> dict[str, int]:
+    """A host's money in nano-USD.
+
+    Keys: ``held`` (in the 24 h hold), ``available`` (may be paid out),
+    ``paid_out`` (approved payouts), ``reversed`` (earnings taken back after a
+    failed spot check), ``requested`` (payout requests waiting for staff) and
+    ``requestable`` (available − requested, never below 0).
+    """
+    held = _user_balance(user, Account.Kind.HOST_HELD)
+    available = _user_balance(user, Account.Kind.HOST_AVAILABLE)
+    paid_out = _user_balance(user, Account.Kind.HOST_PAID_OUT)
+    reversed_total = Earning.objects.filter(host=user, status=Earning.Status.REVERSED).aggregate(
+        total=Sum("amount_nano")
+    )["total"] or 0
+    requested = PayoutRequest.objects.filter(
+        host=user, status=PayoutRequest.Status.REQUESTED
+    ).aggregate(total=Sum("amount_nano"))["total"] or 0
+    return {
+        "held": held,
+        "available": available,
+        "paid_out": paid_out,
+        "reversed": reversed_total,
+        "requested": requested,
+        "requestable": max(0, available - requested),
+    }
+
+
+def renter_statement(*, user: AbstractBaseUser, limit: int = 200) -> QuerySet[Entry]:
+    """The renter's credit account entries, newest first, with their transaction and job."""
+    return (
+        Entry.objects.filter(account__kind=Account.Kind.RENTER_CREDIT, account__user=user)
+        .select_related("transaction", "transaction__job")
+        .order_by("-transaction__created_at", "-id")[:limit]
+    )
+
+
+def renter_usage_by_model(*, user: AbstractBaseUser) -> list[dict]:
+    """Charged usage per model: ``model``, ``jobs``, ``tokens``, ``cost_nano`` (charged jobs only)."""
+    from jobs.models import Job
+
+    rows = (
+        Job.objects.filter(renter=user, is_spot_check=False, cost_nano__gt=0)
+        .values("model_id")
+        .annotate(jobs=Count("id"), tokens=Sum("tokens_billed"), cost_nano=Sum("cost_nano"))
+        .order_by("model_id")
+    )
+    return [
+        {"model": r["model_id"], "jobs": r["jobs"], "tokens": r["tokens"], "cost_nano": r["cost_nano"]}
+        for r in rows
+    ]
+
+
+def host_earnings(*, user: AbstractBaseUser, limit: int = 200) -> QuerySet[Earning]:
+    """The host's earnings, newest first, with the attempt, job and device behind each."""
+    return Earning.objects.filter(host=user).select_related(
+        "attempt", "attempt__job", "device", "device__machine"
+    )[:limit]
+
+
+@dataclass(frozen=True)
+class DeviceFlags:
+    """Why a device's work was not believed: counts of flagged attempts by reason."""
+
+    token_count: int
+    receipt_missing: int
+    receipt_invalid: int
+    receipt_replayed: int
+
+    @property
+    def total(self) -> int:
+        return self.token_count + self.receipt_missing + self.receipt_invalid + self.receipt_replayed
+
+
+def device_flags(*, device_id: int) -> DeviceFlags:
+    """Count the device's flagged attempts (unbelievable token counts, bad receipts).
+
+    A query over attempts and receipt checks; nothing is stored on the device.
+    """
+    from jobs.models import Attempt
+
+    receipts = ReceiptCheck.objects.filter(device_id=device_id).aggregate(
+        missing=Count("id", filter=Q(verdict=ReceiptCheck.Verdict.MISSING)),
+        invalid=Count("id", filter=Q(verdict=ReceiptCheck.Verdict.INVALID)),
+        replayed=Count("id", filter=Q(verdict=ReceiptCheck.Verdict.REPLAYED)),
+    )
+    return DeviceFlags(
+        token_count=Attempt.objects.filter(device_id=device_id, token_count_flagged=True).count(),
+        receipt_missing=receipts["missing"],
+        receipt_invalid=receipts["invalid"],
+        receipt_replayed=receipts["replayed"],
+    )
+
+
+def transactions_unbalanced() -> list[int]:
+    """Ids of ledger transactions whose entries do not sum to zero or miss declared legs.
+
+    The service-level twin of the database checks (docs/money.md); empty on a
+    healthy ledger.
+    """
+    rows = LedgerTransaction.objects.annotate(
+        total=Sum("entries__amount_nano"), legs=Count("entries")
+    ).filter(Q(total__isnull=True) | ~Q(total=0) | (Q(leg_count__gt=0) & ~Q(legs=F("leg_count"))))
+    return list(rows.values_list("id", flat=True))
+

@@ -1,0 +1,161 @@
+"""Renters pay for the output tokens they received, once per job (DESIGN.md "Money")."""
+
+from __future__ import annotations
+
+import pytest
+
+from billing.models import Account, Earning, LedgerTransaction
+from billing.selectors import device_flags, renter_balance_nano
+from billing.services import job_charge
+from jobs.models import Attempt, Job
+from jobs.tokens import token_count
+from tests.billing.helpers import PLATFORM, balance
+from tests.hostsim import MODEL
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_charges_delivered_output_tokens_at_the_model_price(rig, renter):
+    """5 tokens × 333 nano-USD = 1665 charged; host 80 % rounded down = 1332; platform 333."""
+    before = renter_balance_nano(user=renter)
+    job = rig.job(renter=renter, model="test-13b")
+    attempt = rig.segment(job, text="Hello there, friend", tokens=5)
+    job = rig.finish(job)
+    assert (job.tokens_billed, job.cost_nano) == (5, 1665)
+    assert renter_balance_nano(user=renter) == before - 1665
+    owner = attempt.device.machine.owner
+    assert balance(Account.Kind.HOST_HELD, owner) == 1332
+    assert balance(PLATFORM) == 333
+    txn = LedgerTransaction.objects.get(kind=LedgerTransaction.Kind.CHARGE, job=job)
+    assert sum(e.amount_nano for e in txn.entries.all()) == 0
+    assert txn.leg_count == 3
+
+
+def test_it_counts_tokens_with_the_reference_tokenizer(rig, renter):
+    """The reference model at 200 nano-USD per token: billed = the tokenizer's count."""
+    text = "The capital of France is Paris."
+    tokens = token_count(MODEL, text)
+    job = rig.job(renter=renter, model=MODEL)
+    rig.segment(job, text=text, tokens=tokens)
+    job = rig.finish(job)
+    assert job.tokens_billed == tokens
+    assert job.cost_nano == tokens * 200
+
+
+def test_it_charges_nothing_for_a_job_that_failed_before_output(rig, renter):
+    before = renter_balance_nano(user=renter)
+    job = rig.job(renter=renter, model="test-13b")
+    for outcome in (Attempt.Outcome.CLAIM_TIMEOUT, Attempt.Outcome.FIRST_TOKEN_TIMEOUT, Attempt.Outcome.HOST_ERROR):
+        rig.segment(job, text="", outcome=outcome)
+    job = rig.finish(job, status=Job.Status.FAILED)
+    assert (job.tokens_billed, job.cost_nano) == (0, 0)
+    assert renter_balance_nano(user=renter) == before
+    assert not LedgerTransaction.objects.filter(job=job).exists()
+
+
+def test_it_charges_what_was_received_when_the_host_died_midway(rig, renter):
+    """No ``done``: the reference tokenizer recounts the text received; no receipt, no pay."""
+    text = "Once upon a time there"
+    job = rig.job(renter=renter, model=MODEL)
+    attempt = rig.segment(job, text=text, outcome=Attempt.Outcome.DIED_MIDSTREAM)
+    job = rig.finish(job, status=Job.Status.FAILED)
+    tokens = token_count(MODEL, text)
+    assert (job.tokens_billed, job.cost_nano) == (tokens, tokens * 200)
+    assert not Earning.objects.filter(attempt=attempt).exists()
+    assert balance(PLATFORM) == tokens * 200
+
+
+def test_it_bills_only_the_new_tokens_of_a_continuation(rig, renter):
+    """Segment 1 died after 9 characters (test-13b has no tokenizer and no count was
+    reported, so the characters are the count); the continuation reports its own 6."""
+    job = rig.job(renter=renter, model="test-13b")
+    first = rig.segment(job, text="Once upon", outcome=Attempt.Outcome.DIED_MIDSTREAM)
+    second = rig.segment(job, text=" a time, the end.", tokens=6, continue_from="Once upon")
+    job = rig.finish(job)
+    assert second.kind == Attempt.Kind.CONTINUATION
+    assert (first.tokens_billed, second.tokens_billed) == (9, 6)
+    assert (job.tokens_billed, job.cost_nano) == (15, 15 * 333)
+    # only the continuation had a receipt: 80 % of 6 × 333 = 1598.4 → 1598
+    assert [e.amount_nano for e in Earning.objects.filter(attempt__job=job)] == [1598]
+    assert balance(PLATFORM) == 15 * 333 - 1598
+    assert job.failed_over
+
+
+def test_it_never_bills_the_prompt(rig, renter):
+    """The model has a prompt price (50) and the host reports 10 prompt tokens: not billed."""
+    job = rig.job(renter=renter, model="test-13b")
+    rig.segment(job, text="abcdef", tokens=3)
+    job = rig.finish(job)
+    assert job.prompt_tokens == 10
+    assert job.cost_nano == 3 * 333
+
+
+def test_it_never_bills_a_spot_check(rig, renter):
+    job = rig.job(renter=renter, model="test-13b", spot_check=True)
+    attempt = rig.segment(job, text="Paris", tokens=2)
+    job = rig.finish(job)
+    assert job.cost_nano == 0
+    assert not LedgerTransaction.objects.filter(job=job).exists()
+    assert not Earning.objects.filter(attempt=attempt).exists()
+
+
+def test_it_caps_an_unbelievable_count_at_the_characters_and_flags_it(rig, renter):
+    """50 tokens reported for 7 characters: billed 7, attempt and device flagged, host unpaid."""
+    job = rig.job(renter=renter, model="test-13b")
+    attempt = rig.segment(job, text="abc def", tokens=50)
+    job = rig.finish(job)
+    attempt.refresh_from_db()
+    assert attempt.token_count_flagged and attempt.tokens_billed == 7
+    assert job.cost_nano == 7 * 333
+    assert device_flags(device_id=attempt.device_id).token_count == 1
+    assert not Earning.objects.filter(attempt=attempt).exists()
+
+
+def test_it_flags_a_count_far_from_the_reference_recount(rig, renter):
+    text = "The quick brown fox jumps over the lazy dog again and again."
+    recount = token_count(MODEL, text)
+    job = rig.job(renter=renter, model=MODEL)
+    attempt = rig.segment(job, text=text, tokens=recount * 2)
+    rig.finish(job)
+    attempt.refresh_from_db()
+    assert attempt.token_count_flagged and attempt.tokens_billed == recount
+
+
+def test_it_rechecks_token_sanity_before_charging(rig, renter):
+    """A segment whose stored count exceeds its characters is capped and flagged by the charge."""
+    job = rig.job(renter=renter, model="test-13b")
+    attempt = rig.segment(job, text="abcd", tokens=2)
+    Attempt.objects.filter(id=attempt.id).update(tokens_billed=99)
+    job = rig.finish(job)
+    attempt.refresh_from_db()
+    assert (attempt.tokens_billed, attempt.token_count_flagged) == (4, True)
+    assert (job.tokens_billed, job.cost_nano) == (4, 4 * 333)
+
+
+def test_it_charges_a_job_once_whatever_is_retried(rig, renter):
+    """A second job_finish, job_charge or late done changes nothing."""
+    from jobs.services import attempt_end, job_finish
+
+    job = rig.job(renter=renter, model="test-13b")
+    attempt = rig.segment(job, text="hello world", tokens=3)
+    job = rig.finish(job)
+    before = renter_balance_nano(user=renter)
+    again = job_finish(job_id=str(job.id), status=Job.Status.FAILED, output_text="x", now=rig.now)
+    assert again.status == Job.Status.SUCCEEDED
+    assert job_charge(job=job) is None
+    late = attempt_end(
+        attempt_id=str(attempt.id),
+        outcome=Attempt.Outcome.SUCCEEDED,
+        output_text="hello world",
+        done={"finish_reason": "stop", "prompt_tokens": 1, "completion_tokens": 3, "receipt": attempt.receipt},
+    )
+    assert late is None
+    assert renter_balance_nano(user=renter) == before
+    assert LedgerTransaction.objects.filter(job=job, kind=LedgerTransaction.Kind.CHARGE).count() == 1
+    assert Earning.objects.filter(attempt__job=job).count() == 1
+
+
+def test_it_refuses_to_charge_an_open_job(rig, renter):
+    job = rig.job(renter=renter, model="test-13b")
+    with pytest.raises(ValueError, match="still open"):
+        job_charge(job=job)
