@@ -85,16 +85,24 @@ class Stack:
         """Apply migrations (this also loads the catalog's reference model)."""
         manage("migrate", "--noinput", "-v0", env=self.env)
 
-    def start_coordinator(self) -> None:
-        """Start the ASGI server (uvicorn) and wait until it answers HTTP."""
-        self.port = self.port or port_free()
+    def start_coordinator(self, name: str = "coordinator", port: int = 0) -> str:
+        """Start an ASGI server process (uvicorn) and wait until it answers HTTP.
+
+        The first one started sets ``url``; more (``name``/``port``) share the same
+        database and Redis, like processes behind a load balancer. Returns its URL.
+        """
+        if name == "coordinator":
+            self.port = port = self.port or port or port_free()
+        port = port or port_free()
+        url = f"http://127.0.0.1:{port}"
         self.spawn(
-            "coordinator",
+            name,
             [sys.executable, "-m", "uvicorn", "ballast.asgi:application",
-             "--host", "127.0.0.1", "--port", str(self.port), "--no-access-log",
+             "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
              "--ws", "websockets", "--lifespan", "off"],
         )
-        self.wait_for(lambda: httpx.get(self.url + "/", timeout=1).status_code == 200, "coordinator", 60)
+        self.wait_for(lambda: httpx.get(url + "/", timeout=1).status_code == 200, name, 60)
+        return url
 
     def start_celery(self) -> None:
         """Start one Celery worker with beat embedded (``worker -B``)."""
@@ -104,10 +112,10 @@ class Stack:
              "--loglevel", "INFO", "--concurrency", "1", "--pool", "solo"],
         )
 
-    def start_agent(self, name: str, token: str, *extra: str) -> subprocess.Popen:
+    def start_agent(self, name: str, token: str, *extra: str, server: str = "") -> subprocess.Popen:
         """Start ``python -m agent run`` for a machine token (real llama.cpp by default)."""
         return self.spawn(
-            name, [sys.executable, "-m", "agent", "run", "--server", self.url, "--token", token,
+            name, [sys.executable, "-m", "agent", "run", "--server", server or self.url, "--token", token,
                    "--key-file", str(self.log_dir / f"{name}-key.pem"), *extra],
         )
 

@@ -102,14 +102,22 @@ class Dispatch:
 
 
 def offer_frame(*, job: Job, attempt: Attempt, device: Device, continue_from: str) -> dict:
-    """The ``offer`` frame for an attempt (PROTOCOL.md §2), same shape for every job."""
+    """The ``offer`` frame for an attempt (PROTOCOL.md §2), same shape for every job.
+
+    A continuation's ``max_tokens`` is what the renter's budget has left after the
+    text already received (counted with the model's tokenizer where known).
+    """
+    max_tokens = job.params.get("max_tokens")
+    if continue_from and max_tokens:
+        spent = token_count(job.model_id, continue_from)
+        max_tokens = max(1, max_tokens - (spent if spent is not None else 0))
     frame = {
         "type": "offer",
         "job": str(attempt.id),
         "device": device.index,
         "model": job.model_id,
         "params": {
-            "max_tokens": job.params.get("max_tokens"),
+            "max_tokens": max_tokens,
             "temperature": job.params.get("temperature"),
             "top_p": job.params.get("top_p"),
             "stop": job.params.get("stop"),

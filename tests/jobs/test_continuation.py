@@ -67,7 +67,8 @@ async def test_it_continues_from_exactly_what_the_renter_received(
     received = "".join(before)
     assert resume["continue_from"] == received
     assert resume["messages"] == offer["messages"], "the original conversation"
-    assert resume["params"] == offer["params"]
+    spent = token_count(MODEL, received)
+    assert resume["params"] == {**offer["params"], "max_tokens": offer["params"]["max_tokens"] - spent}
     await second.answer(resume, after)
     events = sse_events(await body)
     assert events[-1] == "[DONE]"

@@ -1,0 +1,217 @@
+"""Pick-and-claim throughput and latency on PostgreSQL, against a bare SKIP LOCKED loop.
+
+Usage: ``.venv/bin/python bench/claim.py [--fleets 1000,10000,100000] [--claims 500]``
+
+For each fleet size it fills a scratch database with that many live devices (one
+per machine, the reference model loaded), then measures, in the same run:
+
+* ``ballast``: ``jobs.services.job_dispatch`` — the real eligibility rules, ranking
+  and claim (one transaction, ``SELECT … FOR UPDATE SKIP LOCKED``, compare-and-set
+  on the slot, attempt row);
+* ``bare``: a plain psycopg loop doing the least the same claim needs on the same
+  tables — one ranked ``SELECT … LIMIT 1 FOR UPDATE SKIP LOCKED`` over live,
+  loaded, free devices, the slot update, the attempt insert, commit.
+
+Each claim is timed alone (job rows are created beforehand, outside the timing);
+the slot is released after each claim so the fleet never fills. ``--workers``
+threads claim concurrently for the throughput figure. Prints the machine, the
+settings and the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import machine_line, scratch_postgres, summary_ms  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+
+
+def fleet_fill(url: str, devices: int) -> None:
+    """Insert ``devices`` live machines with one device each, model loaded, 1 slot."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM jobs_attempt; DELETE FROM jobs_job; DELETE FROM hosts_devicemodel;")
+        conn.execute("DELETE FROM hosts_device; DELETE FROM hosts_machine;")
+        owner = conn.execute(
+            "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, email,"
+            " is_staff, is_active, date_joined) VALUES ('', false, 'bench@example.com', '', '',"
+            " 'bench@example.com', false, true, now()) ON CONFLICT (username) DO UPDATE"
+            " SET email = EXCLUDED.email RETURNING id"
+        ).fetchone()[0]
+        conn.execute(
+            """
+            INSERT INTO hosts_machine (id, owner_id, name, region, token_hash, token_prefix,
+                public_key, agent_version, engine_name, engine_version, accepts_serverless,
+                paused, host_paused, connected, channel_name, connected_at, last_heartbeat_at,
+                created_at)
+            SELECT gen_random_uuid(), %s, 'm' || g, 'eu', md5('t' || g) || md5('u' || g), 'bm',
+                '', '1', 'bench', '1', true, false, false, true, 'bench!' || g, now(),
+                now() + interval '1 day', now()
+            FROM generate_series(1, %s) g
+            """,
+            (owner, devices),
+        )
+        conn.execute(
+            """
+            INSERT INTO hosts_device (machine_id, index, name, vram_total_mb, vram_free_mb, temp_c,
+                slots_total, slots_used, score, quarantined, paused, first_seen_at)
+            SELECT id, 0, 'Bench GPU', 24576, 20000, 50, 1, 0,
+                50 + (abs(hashtext(name)) % 50), false, false, now()
+            FROM hosts_machine
+            """
+        )
+        conn.execute(
+            """
+            INSERT INTO hosts_devicemodel (device_id, model_id, loaded, ttft_ms_recent, first_loaded_at)
+            SELECT id, %s, true, CASE WHEN id % 3 = 0 THEN NULL ELSE 100 + id % 400 END, now()
+            FROM hosts_device
+            """,
+            (MODEL,),
+        )
+        conn.execute("ANALYZE")
+
+
+def jobs_make(count: int):
+    """Create ``count`` queued jobs through the ORM; return their ids."""
+    from jobs.models import CatalogModel, Job
+
+    model = CatalogModel.objects.get(id=MODEL)
+    jobs = [
+        Job(model_id=model.id, endpoint="chat", messages=[{"role": "user", "content": "x"}],
+            params={"max_tokens": 8}, placement={}, status=Job.Status.RUNNING)
+        for _ in range(count)
+    ]
+    Job.objects.bulk_create(jobs)
+    return [str(j.id) for j in jobs]
+
+
+def run_ballast(job_ids: list[str], workers: int) -> tuple[list[float], float]:
+    """Claim once per job with job_dispatch; return per-claim durations and wall time."""
+    from django.db import connection
+
+    from hosts.models import Device
+    from jobs.services import job_dispatch
+
+    durations: list[float] = []
+    lock = threading.Lock()
+    chunks = [job_ids[i::workers] for i in range(workers)]
+
+    def worker(ids: list[str]) -> None:
+        for job_id in ids:
+            start = time.perf_counter()
+            dispatch = job_dispatch(job_id=job_id)
+            elapsed = time.perf_counter() - start
+            assert dispatch.attempt is not None, dispatch
+            Device.objects.filter(id=dispatch.attempt.device_id).update(slots_used=0)
+            with lock:
+                durations.append(elapsed)
+        connection.close()
+
+    wall = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(chunk,)) for chunk in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return durations, time.perf_counter() - wall
+
+
+BARE_PICK = """
+SELECT d.id FROM hosts_device d
+JOIN hosts_machine m ON m.id = d.machine_id
+JOIN hosts_devicemodel dm ON dm.device_id = d.id AND dm.model_id = %s AND dm.loaded
+WHERE m.connected AND m.last_heartbeat_at > now() - interval '30 seconds'
+  AND d.slots_used < d.slots_total
+ORDER BY d.score DESC
+LIMIT 1
+FOR UPDATE OF d SKIP LOCKED
+"""
+
+
+def run_bare(url: str, job_ids: list[str], workers: int) -> tuple[list[float], float]:
+    """The bare psycopg SKIP LOCKED claim loop on the same tables."""
+    import psycopg
+
+    durations: list[float] = []
+    lock = threading.Lock()
+    chunks = [job_ids[i::workers] for i in range(workers)]
+
+    def worker(ids: list[str]) -> None:
+        with psycopg.connect(url) as conn:
+            for job_id in ids:
+                start = time.perf_counter()
+                with conn.transaction():
+                    device_id = conn.execute(BARE_PICK, (MODEL,)).fetchone()[0]
+                    conn.execute(
+                        "UPDATE hosts_device SET slots_used = slots_used + 1 WHERE id = %s", (device_id,)
+                    )
+                    conn.execute(
+                        "INSERT INTO jobs_attempt (id, job_id, device_id, kind, state, outcome,"
+                        " error_message, continue_from_chars, offered_at, claim_deadline,"
+                        " output_text, output_chars, tokens_billed, receipt, token_count_flagged)"
+                        " VALUES (%s, %s, %s, 'fresh', 'offered', '', '', 0, now(),"
+                        " now() + interval '5 seconds', '', 0, 0, '', false)",
+                        (uuid.uuid4(), job_id, device_id),
+                    )
+                elapsed = time.perf_counter() - start
+                conn.execute("UPDATE hosts_device SET slots_used = 0 WHERE id = %s", (device_id,))
+                conn.commit()
+                with lock:
+                    durations.append(elapsed)
+
+    wall = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(chunk,)) for chunk in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return durations, time.perf_counter() - wall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleets", default="1000,10000,100000")
+    parser.add_argument("--claims", type=int, default=500, help="claims per side and fleet")
+    parser.add_argument("--workers", type=int, default=1, help="concurrent claiming threads")
+    args = parser.parse_args()
+    fleets = [int(x) for x in args.fleets.split(",")]
+
+    with scratch_postgres() as url:
+        os.environ["DATABASE_URL"] = url
+        os.environ.pop("REDIS_URL", None)
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        print(f"machine: {machine_line()}")
+        print(f"settings: PostgreSQL scratch database, {args.claims} claims per side, "
+              f"{args.workers} worker thread(s), 1 slot per device, slot released after each claim")
+        print(f"{'devices':>8} {'side':<8} {'claims/s':>9}  latency")
+        for devices in fleets:
+            fleet_fill(url, devices)
+            for side in ("bare", "ballast", "bare", "ballast"):
+                ids = jobs_make(args.claims)
+                if side == "ballast":
+                    durations, wall = run_ballast(ids, args.workers)
+                else:
+                    durations, wall = run_bare(url, ids, args.workers)
+                print(f"{devices:>8} {side:<8} {len(durations) / wall:9.0f}  {summary_ms(durations)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Shared pieces of the benchmarks: the machine, a scratch PostgreSQL database, stats."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import uuid
+from contextlib import contextmanager
+from urllib.parse import urlparse, urlunparse
+
+DEFAULT_PG = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+def machine_line() -> str:
+    """One line describing the machine: CPU model, cores, memory, Python."""
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB, Python {platform.python_version()}"
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The p-th percentile (0..100) of ``values`` by nearest rank."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def summary_ms(seconds: list[float]) -> str:
+    """``p50 … ms  p99 … ms`` of durations given in seconds."""
+    ms = [s * 1000 for s in seconds]
+    return f"p50 {percentile(ms, 50):7.2f} ms  p99 {percentile(ms, 99):7.2f} ms  mean {statistics.fmean(ms):7.2f} ms"
+
+
+@contextmanager
+def scratch_postgres(base_url: str | None = None):
+    """Create a fresh PostgreSQL database, yield its URL, drop it afterwards."""
+    import psycopg
+
+    base = urlparse(base_url or os.environ.get("BENCH_DATABASE_URL") or DEFAULT_PG)
+    name = f"ballast_bench_{uuid.uuid4().hex[:8]}"
+    admin = urlunparse(base._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunparse(base._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
