@@ -28,3 +28,12 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(
         300.0, sender.signature("billing.tasks.holds_release"), name="release holds"
     )
+    # every quarter of the alert delay, kept between 5 s and 60 s
+    sender.add_periodic_task(
+        min(60.0, max(5.0, settings.BALLAST_OFFLINE_ALERT_AFTER_S / 4)),
+        sender.signature("hosts.tasks.machines_offline_alert"),
+        name="offline alerts",
+    )
+    sender.add_periodic_task(
+        900.0, sender.signature("hosts.tasks.score_samples_take"), name="score samples"
+    )

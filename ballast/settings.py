@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "jobs",
     "billing",
     "support",
+    "accounts",
 ]
 
 MIDDLEWARE = [
@@ -204,7 +205,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/"
+LOGIN_REDIRECT_URL = "/machines/"
+LOGOUT_REDIRECT_URL = "/"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False

@@ -9,5 +9,8 @@ urlpatterns = [
     path("v1/", include("jobs.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("billing/", include(("billing.urls", "billing"))),
+    path("accounts/", include("accounts.urls")),
+    path("renter/", include("accounts.renter_urls")),
+    path("support/", include("support.urls")),
     path("", include("hosts.urls")),
 ]

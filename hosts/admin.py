@@ -1,33 +1,122 @@
-"""Staff views of machines and devices."""
+"""Staff views of machines and devices, with actions to pause or quarantine devices."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 
-from .models import Benchmark, Device, DeviceModel, DeviceOutcome, FailedCapability, Machine
+from .models import (
+    Benchmark,
+    Device,
+    DeviceModel,
+    DeviceOutcome,
+    FailedCapability,
+    Machine,
+    ScoreSample,
+)
 
 
 class DeviceInline(admin.TabularInline):
     model = Device
     extra = 0
     fields = ["index", "name", "vram_total_mb", "slots_total", "slots_used", "score", "quarantined", "paused"]
+    readonly_fields = ["index", "name", "vram_total_mb", "slots_total", "slots_used", "score"]
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False  # devices come from the agent's hello
 
 
 @admin.register(Machine)
 class MachineAdmin(admin.ModelAdmin):
-    list_display = ["name", "owner", "region", "connected", "last_heartbeat_at", "paused", "agent_version", "engine_name"]
-    list_filter = ["connected", "paused", "region", "engine_name"]
-    search_fields = ["name", "owner__username"]
-    readonly_fields = ["token_hash", "token_prefix", "public_key", "channel_name"]
+    list_display = ["name", "owner", "region", "connected", "last_heartbeat_at", "paused", "host_paused", "accepts_serverless", "agent_version", "engine_name", "offline_alert_sent_at"]
+    list_filter = ["connected", "paused", "host_paused", "accepts_serverless", "region", "engine_name", "agent_version"]
+    search_fields = ["id", "name", "owner__username", "owner__email", "token_prefix"]
+    readonly_fields = ["id", "token_hash", "token_prefix", "public_key", "channel_name", "connected", "connected_at", "last_heartbeat_at", "offline_alert_sent_at", "agent_version", "engine_name", "engine_version", "created_at"]
+    list_select_related = ["owner"]
     inlines = [DeviceInline]
+    actions = ["pause_machines", "resume_machines"]
+
+    @admin.action(description="Pause the selected machines (no new jobs)")
+    def pause_machines(self, request, queryset: QuerySet[Machine]):
+        count = queryset.update(paused=True)
+        self.message_user(request, f"{count} machine(s) paused.", messages.SUCCESS)
+
+    @admin.action(description="Resume the selected machines")
+    def resume_machines(self, request, queryset: QuerySet[Machine]):
+        count = queryset.update(paused=False)
+        self.message_user(request, f"{count} machine(s) resumed.", messages.SUCCESS)
 
 
 @admin.register(Device)
 class DeviceAdmin(admin.ModelAdmin):
-    list_display = ["label", "name", "score", "quarantined", "paused", "slots_used", "slots_total", "temp_c"]
-    list_filter = ["quarantined", "paused"]
-    search_fields = ["name", "machine__name"]
+    list_display = ["label", "name", "score", "quarantined", "paused", "slots_used", "slots_total", "temp_c", "vram_free_mb"]
+    list_filter = ["quarantined", "paused", "machine__connected", "machine__region"]
+    search_fields = ["name", "machine__name", "machine__owner__username"]
+    readonly_fields = ["machine", "index", "name", "vram_total_mb", "vram_free_mb", "temp_c", "slots_total", "slots_used", "score", "first_seen_at"]
+    list_select_related = ["machine"]
+    actions = ["pause_devices", "unpause_devices", "quarantine_devices", "release_quarantine"]
+
+    @admin.action(description="Pause the selected devices (staff: no jobs at all)")
+    def pause_devices(self, request, queryset: QuerySet[Device]):
+        count = queryset.update(paused=True)
+        self.message_user(request, f"{count} device(s) paused by staff.", messages.SUCCESS)
+
+    @admin.action(description="Unpause the selected devices")
+    def unpause_devices(self, request, queryset: QuerySet[Device]):
+        count = queryset.update(paused=False)
+        self.message_user(request, f"{count} device(s) unpaused.", messages.SUCCESS)
+
+    @admin.action(description="Quarantine the selected devices (spot checks only)")
+    def quarantine_devices(self, request, queryset: QuerySet[Device]):
+        count = queryset.update(quarantined=True)
+        self.message_user(request, f"{count} device(s) quarantined.", messages.SUCCESS)
+
+    @admin.action(description="Release the selected devices from quarantine")
+    def release_quarantine(self, request, queryset: QuerySet[Device]):
+        count = queryset.update(quarantined=False)
+        self.message_user(request, f"{count} device(s) released from quarantine.", messages.SUCCESS)
 
 
-admin.site.register(DeviceModel)
-admin.site.register(DeviceOutcome)
-admin.site.register(FailedCapability)
-admin.site.register(Benchmark)
+class ReadOnlyMixin:
+    """Records written by the platform: staff look, never edit."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(DeviceModel)
+class DeviceModelAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["device", "model_id", "loaded", "ttft_ms_recent", "first_loaded_at"]
+    list_filter = ["loaded", "model_id"]
+    search_fields = ["model_id", "device__name", "device__machine__name"]
+
+
+@admin.register(DeviceOutcome)
+class DeviceOutcomeAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["created_at", "device", "source", "success", "reason", "model_id", "ttft_ms"]
+    list_filter = ["source", "success", "reason", "model_id"]
+    search_fields = ["device__name", "device__machine__name", "model_id"]
+    date_hierarchy = "created_at"
+
+
+@admin.register(FailedCapability)
+class FailedCapabilityAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["machine", "device_index", "model_id", "build", "count", "last_at"]
+    list_filter = ["model_id", "build"]
+    search_fields = ["machine__name", "model_id", "build", "error"]
+
+
+@admin.register(Benchmark)
+class BenchmarkAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["measured_at", "device", "model_id", "tokens_per_s", "ttft_ms", "vram_used_mb"]
+    list_filter = ["model_id"]
+    search_fields = ["device__name", "device__machine__name", "model_id"]
+
+
+@admin.register(ScoreSample)
+class ScoreSampleAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["taken_at", "device", "score"]
+    list_filter = ["taken_at"]
+    search_fields = ["device__name", "device__machine__name"]

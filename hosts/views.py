@@ -1,9 +1,180 @@
-"""Server-rendered pages for hosts."""
+"""Server-rendered pages for hosts: dashboard, machine registration, machine page.
 
+Thin: parse, call a selector or a service, render. Every machine is looked up
+through ``selectors.machine_of_owner`` so another owner's machine is a 404.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+
+from . import selectors, web_services
+from .charts import bar_chart, line_chart
+from .templatetags.ballast_web import usd
+from .forms import MachineRegisterForm, MachineSettingsForm, PauseForm
+
+NEW_TOKEN_SESSION_KEY = "ballast_new_machine_token"
 
 
 def home(request: HttpRequest) -> HttpResponse:
     """The landing page: what Ballast is and where the API lives."""
     return render(request, "hosts/home.html")
+
+
+def agent_command(request: HttpRequest, token: str) -> str:
+    """The exact command a host pastes to run the agent against this site."""
+    base_url = request.build_absolute_uri("/").rstrip("/")
+    return f"python -m agent run --server {base_url} --token {token}"
+
+
+@login_required
+@require_GET
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """The host's machines with live status; the rows refresh by htmx polling."""
+    now = timezone.now()
+    return render(
+        request,
+        "hosts/dashboard.html",
+        {
+            "rows": selectors.machine_rows(user=request.user, now=now),
+            "earnings": selectors.host_earnings(user=request.user),
+            "form": MachineRegisterForm(),
+        },
+    )
+
+
+@login_required
+@require_GET
+def machine_rows(request: HttpRequest) -> HttpResponse:
+    """The dashboard's live rows alone (the htmx fragment); a full page without htmx."""
+    if not request.htmx:
+        return redirect("hosts:dashboard")
+    rows = selectors.machine_rows(user=request.user, now=timezone.now())
+    return render(request, "hosts/_machine_rows.html", {"rows": rows})
+
+
+@login_required
+def machine_register(request: HttpRequest) -> HttpResponse:
+    """Register a machine; its token is shown once, on the machine page that follows."""
+    form = MachineRegisterForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        machine, token = web_services.machine_register(
+            owner=request.user, name=form.cleaned_data["name"], region=form.cleaned_data["region"]
+        )
+        request.session[NEW_TOKEN_SESSION_KEY] = {"machine": str(machine.id), "token": token}
+        return redirect("hosts:machine", machine_id=machine.id)
+    return render(request, "hosts/machine_register.html", {"form": form})
+
+
+@login_required
+@require_GET
+def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
+    """One machine: devices and telemetry, score parts, spot checks, jobs, earnings,
+    failed capabilities, benchmarks and charts."""
+    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    now = timezone.now()
+    new_token = None
+    pending = request.session.get(NEW_TOKEN_SESSION_KEY)
+    if pending and pending.get("machine") == str(machine.id):
+        new_token = pending["token"]
+        del request.session[NEW_TOKEN_SESSION_KEY]  # shown once
+    earnings = selectors.earnings_by_machine(machines=[machine])[machine.id]
+    daily = selectors.machine_earnings_daily(machine=machine, now=now)
+    history = selectors.machine_score_history(machine=machine, now=now)
+    score_charts = [
+        (label, line_chart([s for _, s in samples], ymax=100)) for label, samples in history.items()
+    ]
+    earnings_chart = bar_chart(
+        [(day.strftime("%d %b"), total, usd(total)) for day, total in daily]
+    )
+    context = {
+        "machine": machine,
+        "status": selectors.machine_status(machine, now),
+        "devices": selectors.device_views(machine=machine, now=now),
+        "attempts": selectors.machine_attempts(machine=machine),
+        "earnings": earnings,
+        "failed_capabilities": machine.failed_capabilities.order_by("-last_at"),
+        "benchmarks": selectors.machine_benchmarks(machine=machine),
+        "score_charts": score_charts,
+        "earnings_chart": earnings_chart,
+        "earnings_days": len(daily),
+        "settings_form": MachineSettingsForm(
+            initial={"region": machine.region, "accepts_serverless": machine.accepts_serverless}
+        ),
+        "new_token": new_token,
+        "agent_command": agent_command(request, new_token or "<this machine's token>"),
+    }
+    return render(request, "hosts/machine.html", context)
+
+
+@login_required
+@require_GET
+def device_rows(request: HttpRequest, machine_id) -> HttpResponse:
+    """The machine page's live telemetry rows alone (the htmx fragment)."""
+    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if not request.htmx:
+        return redirect("hosts:machine", machine_id=machine.id)
+    now = timezone.now()
+    return render(
+        request,
+        "hosts/_device_rows.html",
+        {
+            "machine": machine,
+            "status": selectors.machine_status(machine, now),
+            "devices": selectors.device_views(machine=machine, now=now),
+        },
+    )
+
+
+@login_required
+@require_POST
+def machine_pause(request: HttpRequest, machine_id) -> HttpResponse:
+    """Pause or resume a machine (POST ``paused`` = 1 or 0)."""
+    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    form = PauseForm(request.POST)
+    if form.is_valid():
+        paused = form.cleaned_data["paused"]
+        web_services.machine_pause_set(machine=machine, paused=paused)
+        messages.success(request, f"{machine.name} {'paused' if paused else 'resumed'}.")
+    if request.POST.get("next") == "dashboard":
+        return redirect("hosts:dashboard")
+    return redirect("hosts:machine", machine_id=machine.id)
+
+
+@login_required
+@require_POST
+def machine_settings(request: HttpRequest, machine_id) -> HttpResponse:
+    """Save the machine's region and serverless choice."""
+    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    form = MachineSettingsForm(request.POST)
+    if form.is_valid():
+        web_services.machine_settings_update(
+            machine=machine,
+            region=form.cleaned_data["region"],
+            accepts_serverless=form.cleaned_data["accepts_serverless"],
+        )
+        messages.success(request, "Settings saved.")
+    else:
+        errors = "; ".join(e for errs in form.errors.values() for e in errs)
+        messages.error(request, f"Settings not saved: {errors}")
+    return redirect("hosts:machine", machine_id=machine.id)
+
+
+@login_required
+@require_POST
+def machine_key_reset(request: HttpRequest, machine_id) -> HttpResponse:
+    """Forget the pinned key: the agent's next ``hello`` pins its new one."""
+    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if web_services.machine_key_reset(machine=machine):
+        messages.success(
+            request, "Pinned key cleared: the next agent that connects with this token pins its key."
+        )
+    else:
+        messages.info(request, "No key was pinned.")
+    return redirect("hosts:machine", machine_id=machine.id)

@@ -1,40 +1,84 @@
-"""Staff views of the catalog, keys, jobs and attempts."""
+"""Staff views of the catalog, keys, jobs and attempts (attempts and receipts read-only)."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.utils import timezone
 
 from .models import ApiKey, Attempt, CatalogModel, Job
 
 
 @admin.register(CatalogModel)
 class CatalogModelAdmin(admin.ModelAdmin):
-    list_display = ["id", "family", "context_length", "vram_per_request_mb", "price_completion_nano", "active"]
+    list_display = ["id", "family", "context_length", "vram_per_request_mb", "price_prompt_nano", "price_completion_nano", "active"]
     list_filter = ["family", "active"]
+    search_fields = ["id", "family"]
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ["prefix", "name", "user", "created_at", "last_used_at", "revoked_at"]
-    search_fields = ["prefix", "user__username"]
-    readonly_fields = ["key_hash", "prefix"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "created_at"]
+    search_fields = ["prefix", "name", "user__username", "user__email"]
+    readonly_fields = ["key_hash", "prefix", "user", "created_at", "last_used_at"]
+    actions = ["revoke_keys"]
+
+    def has_add_permission(self, request):
+        return False  # keys are created by their renter (shown once) or renter_create
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke_keys(self, request, queryset):
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"{count} key(s) revoked.", messages.SUCCESS)
+
+
+ATTEMPT_FIELDS = [
+    "device", "kind", "state", "outcome", "offered_at", "claimed_at", "first_token_at",
+    "ended_at", "output_chars", "tokens_billed", "completion_tokens_reported",
+    "receipt_valid", "token_count_flagged",
+]
 
 
 class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
-    fields = ["device", "kind", "state", "outcome", "offered_at", "claimed_at", "first_token_at", "ended_at", "output_chars", "tokens_billed", "receipt_valid"]
+    fields = ATTEMPT_FIELDS
     readonly_fields = fields
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "renter", "model_id", "status", "failed_over", "is_spot_check", "tokens_billed", "created_at"]
-    list_filter = ["status", "failed_over", "is_spot_check", "model_id"]
-    search_fields = ["id", "renter__username"]
+    list_display = ["id", "renter", "model_id", "status", "failed_over", "is_spot_check", "tokens_billed", "cost_nano", "created_at"]
+    list_filter = ["status", "failed_over", "is_spot_check", "model_id", "endpoint", "created_at"]
+    search_fields = ["id", "renter__username", "renter__email", "model_id", "error_code"]
+    date_hierarchy = "created_at"
+    list_select_related = ["renter"]
     inlines = [AttemptInline]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a job is a record of what happened and what was billed
 
 
 @admin.register(Attempt)
 class AttemptAdmin(admin.ModelAdmin):
+    """Attempts and their receipts are read-only: they are what was billed and paid."""
+
     list_display = ["id", "job", "device", "kind", "state", "outcome", "tokens_billed", "receipt_valid", "token_count_flagged"]
     list_filter = ["state", "outcome", "kind", "receipt_valid", "token_count_flagged"]
+    search_fields = ["id", "job__id", "device__name", "device__machine__name"]
+    list_select_related = ["job", "device", "device__machine"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

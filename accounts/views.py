@@ -1,0 +1,95 @@
+"""Sign-up and the renter's pages: balance and keys, job log.
+
+Log in/out and password reset are django.contrib.auth's views (``accounts/urls.py``).
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from billing.services import renter_balance_nano
+from jobs.services import api_key_create
+
+from . import selectors, services
+from .forms import ApiKeyCreateForm, SignUpForm
+
+NEW_KEY_SESSION_KEY = "ballast_new_api_key"
+
+
+def signup(request: HttpRequest) -> HttpResponse:
+    """Create an account (email + password) and log in."""
+    if request.user.is_authenticated:
+        return redirect("hosts:dashboard")
+    form = SignUpForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        messages.success(
+            request, "Welcome to Ballast. Register a machine to host, or create an API key to rent."
+        )
+        return redirect("hosts:dashboard")
+    return render(request, "registration/signup.html", {"form": form})
+
+
+@login_required
+@require_GET
+def overview(request: HttpRequest) -> HttpResponse:
+    """The renter's balance and API keys; a new key is shown once."""
+    new_key = request.session.pop(NEW_KEY_SESSION_KEY, None)
+    return render(
+        request,
+        "accounts/overview.html",
+        {
+            "balance_nano": renter_balance_nano(user=request.user),
+            "keys": selectors.api_keys_of(user=request.user),
+            "form": ApiKeyCreateForm(),
+            "new_key": new_key,
+            "api_base": request.build_absolute_uri("/v1/"),
+        },
+    )
+
+
+@login_required
+@require_POST
+def key_create(request: HttpRequest) -> HttpResponse:
+    """Create a named API key; the overview shows the plain key once."""
+    form = ApiKeyCreateForm(request.POST)
+    if form.is_valid():
+        key, plain = api_key_create(user=request.user, name=form.cleaned_data["name"])
+        request.session[NEW_KEY_SESSION_KEY] = {"name": key.name, "plain": plain}
+    else:
+        messages.error(request, "Give the key a name.")
+    return redirect("renter:overview")
+
+
+@login_required
+@require_POST
+def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+    """Revoke one of the user's keys; someone else's is a 404."""
+    if not services.api_key_revoke(user=request.user, key_id=key_id):
+        if not selectors.api_keys_of(user=request.user).filter(id=key_id).exists():
+            raise Http404("no such key")
+        messages.info(request, "That key was already revoked.")
+    else:
+        messages.success(request, "Key revoked: requests with it now get 401.")
+    return redirect("renter:overview")
+
+
+@login_required
+@require_GET
+def jobs(request: HttpRequest) -> HttpResponse:
+    """The renter's job log: status, failed_over, attempts, tokens and cost."""
+    return render(request, "accounts/jobs.html", {"jobs": selectors.jobs_of(user=request.user)})
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, job_id) -> HttpResponse:
+    """One of the renter's jobs with every attempt; another's is a 404."""
+    job = selectors.job_of(user=request.user, job_id=job_id)
+    return render(request, "accounts/job.html", {"job": job})

@@ -1,0 +1,33 @@
+"""Emails to hosts: one small function per email.
+
+Each email is two templates, ``templates/emails/<name>-subject.txt`` and
+``<name>-body.txt`` (plain text, rendered with autoescape off).
+"""
+
+from __future__ import annotations
+
+from django.core.mail import send_mail
+from django.template.loader import render_to_string
+
+from .models import Machine
+
+
+def send_templated(*, name: str, to: list[str], context: dict) -> None:
+    """Render ``emails/<name>-subject.txt`` and ``-body.txt`` and send them to ``to``."""
+    subject = " ".join(render_to_string(f"emails/{name}-subject.txt", context).split())
+    body = render_to_string(f"emails/{name}-body.txt", context)
+    send_mail(subject, body, None, to)
+
+
+def machine_offline(*, machine: Machine) -> None:
+    """Tell the owner their machine has been silent (no heartbeat) for a while."""
+    send_templated(
+        name="machine-offline",
+        to=[machine.owner.email],
+        context={"machine": machine, "last_heartbeat_at": machine.last_heartbeat_at},
+    )
+
+
+def machine_back(*, machine: Machine) -> None:
+    """Tell the owner their machine is back online after an outage we emailed about."""
+    send_templated(name="machine-back", to=[machine.owner.email], context={"machine": machine})

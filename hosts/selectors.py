@@ -1,0 +1,265 @@
+"""Reads behind the hosts' pages: dashboard rows, score parts, machine page data.
+
+Amounts are integer nano-USD; times timezone-aware UTC; sizes MiB; temperatures °C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import QuerySet, Sum
+from django.db.models.functions import TruncDate
+from django.http import Http404
+
+from billing.models import Earning
+from jobs.models import Attempt, CatalogModel
+
+from .models import Benchmark, Device, DeviceOutcome, Machine, ScoreSample
+from .scoring import PRIOR, WINDOW, score_round, score_unrounded
+from .services import device_online_fraction, device_ttft_medians
+
+
+@dataclass
+class Earnings:
+    """A host's earnings in nano-USD: still in the 24 h hold, and available."""
+
+    held_nano: int = 0
+    available_nano: int = 0
+
+
+@dataclass
+class MachineRow:
+    """One row of the dashboard: a machine and its live state."""
+
+    machine: Machine
+    status: str  # "online" | "paused" | "offline"
+    devices: list[Device]
+    slots_used: int
+    slots_total: int
+    quarantined: int
+    earnings: Earnings = field(default_factory=Earnings)
+
+    @property
+    def scores(self) -> list[int]:
+        """Each device's score (0–100), in device order."""
+        return [d.score for d in self.devices]
+
+
+def machine_status(machine: Machine, now: datetime) -> str:
+    """``offline`` (no fresh heartbeat or closed socket), ``paused`` (owner or agent), or ``online``."""
+    if not machine.is_online(now):
+        return "offline"
+    if machine.paused or machine.host_paused:
+        return "paused"
+    return "online"
+
+
+def machine_of_owner(*, user: AbstractBaseUser, machine_id) -> Machine:
+    """The user's own machine; raises Http404 for anyone else's (no hint it exists)."""
+    machine = Machine.objects.filter(id=machine_id, owner_id=user.pk).first()
+    if machine is None:
+        raise Http404("no such machine")
+    return machine
+
+
+def earnings_by_machine(*, machines: list[Machine]) -> dict:
+    """Map machine id → Earnings (held and released, nano-USD) over its devices."""
+    result = {m.id: Earnings() for m in machines}
+    rows = (
+        Earning.objects.filter(device__machine__in=machines)
+        .exclude(status=Earning.Status.REVERSED)
+        .values("device__machine_id", "status")
+        .annotate(total=Sum("amount_nano"))
+    )
+    for row in rows:
+        earnings = result[row["device__machine_id"]]
+        if row["status"] == Earning.Status.HELD:
+            earnings.held_nano += row["total"] or 0
+        else:
+            earnings.available_nano += row["total"] or 0
+    return result
+
+
+def host_earnings(*, user: AbstractBaseUser) -> Earnings:
+    """All the host's earnings: held and released (available or since paid out), nano-USD."""
+    rows = (
+        Earning.objects.filter(host_id=user.pk)
+        .values("status")
+        .annotate(total=Sum("amount_nano"))
+    )
+    totals = {row["status"]: row["total"] or 0 for row in rows}
+    return Earnings(
+        held_nano=totals.get(Earning.Status.HELD, 0),
+        available_nano=totals.get(Earning.Status.RELEASED, 0),
+    )
+
+
+def machine_rows(*, user: AbstractBaseUser, now: datetime) -> list[MachineRow]:
+    """The dashboard's rows: each of the user's machines with its live state."""
+    machines = list(
+        Machine.objects.filter(owner_id=user.pk).prefetch_related("devices").order_by("name")
+    )
+    earnings = earnings_by_machine(machines=machines)
+    rows = []
+    for machine in machines:
+        devices = list(machine.devices.all())
+        rows.append(
+            MachineRow(
+                machine=machine,
+                status=machine_status(machine, now),
+                devices=devices,
+                slots_used=sum(d.slots_used for d in devices),
+                slots_total=sum(d.slots_total for d in devices),
+                quarantined=sum(1 for d in devices if d.quarantined),
+                earnings=earnings[machine.id],
+            )
+        )
+    return rows
+
+
+@dataclass
+class ScoreParts:
+    """The three parts of a device's score (DESIGN.md "Reliability score").
+
+    ``success`` is out of 70, ``uptime`` out of 20, ``latency`` out of 10; ``computed``
+    is their sum; with ``outcomes`` < 50 the score leans toward 60 by ``weight``
+    (= outcomes/50). ``expected`` is what the score is now (rounded half up).
+    """
+
+    outcomes: int
+    successes: int
+    success: Decimal | None
+    uptime: Decimal
+    latency: Decimal
+    latency_model: str
+    computed: Decimal
+    weight: Decimal
+    expected: int
+
+
+def device_score_parts(*, device: Device, now: datetime) -> ScoreParts:
+    """Compute the score's parts for the device now, from its last 50 outcomes."""
+    last = list(
+        DeviceOutcome.objects.filter(device=device).values_list("success", "model_id")[:WINDOW]
+    )
+    n = len(last)
+    successes = sum(1 for ok, _ in last if ok)
+    model_id = next((mid for _, mid in last if mid), "")
+    model_median = device_median = None
+    if model_id:
+        model_median, device_median = device_ttft_medians(device=device, model_id=model_id, now=now)
+    online = Decimal(str(device_online_fraction(device=device, now=now)))
+    if device_median is None or not model_median or device_median <= 0:
+        latency = Decimal(1)
+    else:
+        latency = min(Decimal(1), Decimal(str(model_median)) / Decimal(str(device_median)))
+    success = 70 * Decimal(successes) / Decimal(n) if n else None
+    computed = (success or Decimal(0)) + 20 * online + 10 * latency
+    exact = score_unrounded(
+        outcomes=n,
+        successes=successes,
+        online_fraction=online,
+        model_median_ttft_ms=model_median,
+        device_ttft_ms=device_median,
+    )
+    return ScoreParts(
+        outcomes=n,
+        successes=successes,
+        success=success,
+        uptime=20 * online,
+        latency=10 * latency,
+        latency_model=model_id,
+        computed=computed if n else PRIOR,
+        weight=Decimal(min(n, WINDOW)) / WINDOW,
+        expected=score_round(exact),
+    )
+
+
+@dataclass
+class DeviceView:
+    """A device on the machine page, with what the page shows about it."""
+
+    device: Device
+    loaded_models: list[str]
+    parts: ScoreParts
+    spot_checks: list[DeviceOutcome]
+    spot_checks_failed: int
+
+
+def device_views(*, machine: Machine, now: datetime, spot_checks: int = 20) -> list[DeviceView]:
+    """The machine's devices with loaded models, score parts and spot-check history."""
+    views = []
+    for device in machine.devices.prefetch_related("models").order_by("index"):
+        checks = list(
+            DeviceOutcome.objects.filter(device=device, source=DeviceOutcome.Source.SPOT_CHECK)[
+                :spot_checks
+            ]
+        )
+        views.append(
+            DeviceView(
+                device=device,
+                loaded_models=sorted(dm.model_id for dm in device.models.all() if dm.loaded),
+                parts=device_score_parts(device=device, now=now),
+                spot_checks=checks,
+                spot_checks_failed=sum(1 for c in checks if not c.success),
+            )
+        )
+    return views
+
+
+def machine_attempts(*, machine: Machine, limit: int = 25) -> QuerySet[Attempt]:
+    """The machine's most recent attempts (newest first) with their job and earning."""
+    return (
+        Attempt.objects.filter(device__machine=machine)
+        .select_related("job", "device", "earning")
+        .order_by("-offered_at")[:limit]
+    )
+
+
+@dataclass
+class BenchmarkRow:
+    """A benchmark on this hardware beside the catalog's VRAM estimate (MiB)."""
+
+    benchmark: Benchmark
+    catalog_vram_estimate_mb: int | None
+
+
+def machine_benchmarks(*, machine: Machine, limit: int = 20) -> list[BenchmarkRow]:
+    """Recent benchmarks of the machine's devices, each with the catalog's estimate."""
+    benchmarks = list(
+        Benchmark.objects.filter(device__machine=machine).select_related("device")[:limit]
+    )
+    estimates = dict(
+        CatalogModel.objects.filter(id__in={b.model_id for b in benchmarks}).values_list(
+            "id", "vram_per_request_mb"
+        )
+    )
+    return [BenchmarkRow(b, estimates.get(b.model_id)) for b in benchmarks]
+
+
+def machine_earnings_daily(*, machine: Machine, now: datetime, days: int = 14) -> list[tuple]:
+    """Per day of the last ``days`` (oldest first): (date, nano-USD earned, not reversed)."""
+    start = (now - timedelta(days=days - 1)).date()
+    rows = (
+        Earning.objects.filter(device__machine=machine, created_at__date__gte=start)
+        .exclude(status=Earning.Status.REVERSED)
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(total=Sum("amount_nano"))
+    )
+    totals = {row["day"]: row["total"] or 0 for row in rows}
+    return [(start + timedelta(days=i), totals.get(start + timedelta(days=i), 0)) for i in range(days)]
+
+
+def machine_score_history(*, machine: Machine, now: datetime, days: int = 7) -> dict:
+    """Map device label → [(taken_at, score)] over the last ``days``, oldest first."""
+    samples = ScoreSample.objects.filter(
+        device__machine=machine, taken_at__gte=now - timedelta(days=days)
+    ).select_related("device", "device__machine")
+    history: dict[str, list] = {}
+    for sample in samples:
+        history.setdefault(sample.device.label, []).append((sample.taken_at, sample.score))
+    return history

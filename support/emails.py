@@ -1,0 +1,24 @@
+"""Support emails: one small function per email (templates/emails/ticket-*)."""
+
+from __future__ import annotations
+
+from hosts.emails import send_templated
+
+from .models import TicketMessage
+
+
+def ticket_answered(*, message: TicketMessage) -> None:
+    """Tell the ticket's author that staff replied."""
+    ticket = message.ticket
+    if ticket.author.email:
+        send_templated(
+            name="ticket-answered", to=[ticket.author.email], context={"ticket": ticket, "message": message}
+        )
+
+
+def ticket_to_staff(*, message: TicketMessage, to: list[str]) -> None:
+    """Tell staff that a ticket was opened or its author replied."""
+    if to:
+        send_templated(
+            name="ticket-to-staff", to=to, context={"ticket": message.ticket, "message": message}
+        )
