@@ -143,6 +143,15 @@ if DATABASE_URL:
         _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
     except Exception as exc:  # dj_database_url raises several types
         raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from exc
+    if _db["ENGINE"] == "django.db.backends.postgresql":
+        # A bounded psycopg pool per process: every request's thread borrows a
+        # connection instead of opening one (and many processes stay under
+        # max_connections). BALLAST_DB_POOL_MAX connections at most per process.
+        _db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": env_int("BALLAST_DB_POOL_MAX", 8, minimum=1),
+            "timeout": 30,
+        }
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     _db = {

@@ -123,7 +123,7 @@ class HostConsumer(AsyncWebsocketConsumer):
             machine_id=self.machine_id, heartbeat=heartbeat
         )
         if result.models_with_capacity:
-            await slots_announce(result.models_with_capacity)
+            await slots_announce(result.models_with_capacity, slots=result.slots_gained)
 
     async def frame_model_load_failed(self, frame: dict) -> None:
         report = protocol.parse_model_load_failed(frame)

@@ -37,9 +37,10 @@ class KeyMismatch(Exception):
 
 @dataclass(frozen=True)
 class HeartbeatResult:
-    """What a heartbeat changed: models newly loaded per device index (for waiters)."""
+    """What a heartbeat changed: models that gained capacity, and how many slots."""
 
     models_with_capacity: frozenset[str]
+    slots_gained: int = 0
 
 
 def user_get_or_create(*, email: str) -> AbstractBaseUser:
@@ -123,6 +124,7 @@ def machine_heartbeat(
         last_heartbeat_at=now, host_paused=heartbeat["paused"]
     )
     gained: set[str] = set()
+    slots_gained = 0
     devices = {d.index: d for d in Device.objects.filter(machine_id=machine_id)}
     for report in heartbeat["devices"]:
         device = devices.get(report["index"])
@@ -131,6 +133,7 @@ def machine_heartbeat(
         loaded_now = set(report["loaded_models"])
         if report["slots"] > device.slots_total:
             gained |= loaded_now
+            slots_gained += report["slots"] - device.slots_total
         Device.objects.filter(id=device.id).update(
             temp_c=report["temp_c"],
             vram_free_mb=report["vram_free_mb"],
@@ -143,14 +146,16 @@ def machine_heartbeat(
                 DeviceModel.objects.create(
                     device=device, model_id=model_id, loaded=True, first_loaded_at=now
                 )
-                gained.add(model_id)
             elif not dm.loaded:
                 DeviceModel.objects.filter(id=dm.id).update(loaded=True)
-                gained.add(model_id)
+            else:
+                continue
+            gained.add(model_id)
+            slots_gained += report["slots"]
         stale = [dm.id for mid, dm in existing.items() if dm.loaded and mid not in loaded_now]
         if stale:
             DeviceModel.objects.filter(id__in=stale).update(loaded=False)
-    return HeartbeatResult(models_with_capacity=frozenset(gained))
+    return HeartbeatResult(models_with_capacity=frozenset(gained), slots_gained=slots_gained)
 
 
 def machine_disconnect(*, machine_id: str, channel_name: str) -> bool:

@@ -99,6 +99,9 @@ class Job(models.Model):
     cost_nano = models.BigIntegerField(default=0)
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.TextField(blank=True)
+    waiting_channel = models.CharField(
+        max_length=200, blank=True, help_text="channel to wake while queued for a slot"
+    )
     lease_until = models.DateTimeField(
         null=True, blank=True, help_text="renewed by the coroutine that owns the job"
     )

@@ -27,17 +27,21 @@ log = logging.getLogger("ballast.jobs")
 SLOT_POLL_S = 2.0
 
 
-def slots_group(model_id: str) -> str:
-    """Channel-layer group of requests waiting for a slot of ``model_id``."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_id)
-    return f"slots.{safe}"[:99]
+async def slots_announce(model_ids, *, slots: int = 1) -> None:
+    """Wake the oldest requests queued for these models: capacity came.
 
-
-async def slots_announce(model_ids) -> None:
-    """Wake the requests waiting for a slot of these models (capacity came)."""
+    Wakes ``2 × slots`` of them per model (oldest first, across every coordinator
+    process), not all: a freed slot must not start a stampede of dispatches. A
+    woken request that cannot use the slot leaves it to the next wake-up or to the
+    fallback poll (``SLOT_POLL_S``).
+    """
     layer = get_channel_layer()
     for model_id in model_ids:
-        await layer.group_send(slots_group(model_id), {"type": "slot.free"})
+        channels = await database_sync_to_async(services.jobs_waiting_channels)(
+            model_id=model_id, limit=2 * slots
+        )
+        for channel in channels:
+            await layer.send(channel, {"type": "slot.free"})
 
 
 @dataclass
@@ -103,14 +107,33 @@ class JobRun:
     async def events(self) -> AsyncIterator[Token | Finished | Failed]:
         """Yield the job's events until it ends; see the class docstring."""
         self.channel = await self.layer.new_channel("job.")
+        self.inbox: asyncio.Queue[dict] = asyncio.Queue()
+        reader = asyncio.create_task(self._read_channel())
         lease = asyncio.create_task(self._keep_lease())
         try:
             async for event in self._run():
                 yield event
         finally:
             lease.cancel()
-            if not self.finished:
-                await asyncio.shield(self._cancel())
+            try:
+                if not self.finished:
+                    await asyncio.shield(self._cancel())
+            finally:
+                reader.cancel()
+
+    async def _read_channel(self) -> None:
+        """Move every message of the job's channel into ``inbox``.
+
+        One receive stays pending for the job's whole life: cancelling a channel
+        layer's ``receive`` (as a timeout would) can drop the subscription of the
+        Redis pub/sub layer, so deadlines wait on the inbox instead.
+        """
+        while True:
+            self.inbox.put_nowait(await self.layer.receive(self.channel))
+
+    async def _next_message(self, timeout: float) -> dict:
+        """The next message of the job's channel; raises TimeoutError after ``timeout`` s."""
+        return await asyncio.wait_for(self.inbox.get(), timeout)
 
     async def _keep_lease(self) -> None:
         while True:
@@ -127,7 +150,7 @@ class JobRun:
             if continue_from and loop.time() > queue_deadline:
                 queue_deadline = loop.time() + settings.BALLAST_CLAIM_TIMEOUT_S
             dispatch = await database_sync_to_async(services.job_dispatch)(
-                job_id=self.job_id, continue_from=continue_from
+                job_id=self.job_id, continue_from=continue_from, waiting_channel=self.channel
             )
             if dispatch.impossible:
                 yield await self._fail(503, "no_capacity", dispatch.impossible)
@@ -191,23 +214,18 @@ class JobRun:
                 return
 
     async def _wait_for_slot(self, timeout: float) -> None:
-        """Sleep until a slot of the model frees (a group message) or ``timeout`` s."""
-        group = slots_group(self.job.model_id)
-        await self.layer.group_add(group, self.channel)
-        try:
-            deadline = asyncio.get_running_loop().time() + timeout
-            while True:
-                left = deadline - asyncio.get_running_loop().time()
-                if left <= 0:
-                    return
-                try:
-                    message = await asyncio.wait_for(self.layer.receive(self.channel), left)
-                except TimeoutError:
-                    return
-                if message.get("type") == "slot.free":
-                    return
-        finally:
-            await self.layer.group_discard(group, self.channel)
+        """Sleep until a slot of the model frees (a wake-up message) or ``timeout`` s."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            try:
+                message = await self._next_message(left)
+            except TimeoutError:
+                return
+            if message.get("type") == "slot.free":
+                return
 
     async def _follow(self, segment: _Segment) -> AsyncIterator[str]:
         """Yield the attempt's text pieces; set ``segment.outcome`` when it ends."""
@@ -220,7 +238,7 @@ class JobRun:
             try:
                 if left <= 0:
                     raise TimeoutError
-                message = await asyncio.wait_for(self.layer.receive(self.channel), left)
+                message = await self._next_message(left)
             except TimeoutError:
                 log.debug("job %s: %s", self.job_id, timeout_outcome)
                 segment.outcome = timeout_outcome

@@ -132,8 +132,22 @@ def offer_frame(*, job: Job, attempt: Attempt, device: Device, continue_from: st
     return frame
 
 
+def jobs_waiting_channels(*, model_id: str, limit: int) -> list[str]:
+    """Channels of the oldest jobs queued for ``model_id`` (FCFS), at most ``limit``."""
+    return list(
+        Job.objects.filter(
+            model_id=model_id, status=Job.Status.QUEUED, lease_until__gt=timezone.now()
+        )
+        .exclude(waiting_channel="")
+        .order_by("created_at")
+        .values_list("waiting_channel", flat=True)[:limit]
+    )
+
+
 @transaction.atomic
-def job_dispatch(*, job_id: str, continue_from: str = "", now: datetime | None = None) -> Dispatch:
+def job_dispatch(
+    *, job_id: str, continue_from: str = "", waiting_channel: str = "", now: datetime | None = None
+) -> Dispatch:
     """Pick an eligible device and claim one of its slots, in one transaction.
 
     A fresh dispatch waits behind older queued jobs of the same model (first come
@@ -161,7 +175,7 @@ def job_dispatch(*, job_id: str, continue_from: str = "", now: datetime | None =
         candidates = candidates.select_for_update(skip_locked=True, of=("self",))
     rows = list(candidates.select_related("machine")[: ahead + 1])
     if len(rows) <= ahead:
-        return Dispatch(wait=True)
+        return _dispatch_wait(job, waiting_channel)
     for device in rows[ahead:] + rows[:ahead]:
         taken = Device.objects.filter(id=device.id, slots_used__lt=F("slots_total")).update(
             slots_used=F("slots_used") + 1
@@ -184,6 +198,12 @@ def job_dispatch(*, job_id: str, continue_from: str = "", now: datetime | None =
             machine_channel=device.machine.channel_name,
             offer=offer_frame(job=job, attempt=attempt, device=device, continue_from=continue_from),
         )
+    return _dispatch_wait(job, waiting_channel)
+
+
+def _dispatch_wait(job: Job, waiting_channel: str) -> Dispatch:
+    if waiting_channel and job.waiting_channel != waiting_channel:
+        Job.objects.filter(id=job.id).update(waiting_channel=waiting_channel)
     return Dispatch(wait=True)
 
 

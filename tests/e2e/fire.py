@@ -21,7 +21,10 @@ async def _fire(urls: list[str], api_key: str, count: int, tag: str) -> list[dic
                     "max_tokens": 16,
                 },
             )
-            body = response.json()
+            try:
+                body = response.json()
+            except ValueError:
+                body = {"error": response.text[:2000]}
             text = body["choices"][0]["message"]["content"] if response.status_code == 200 else None
             return {
                 "status": response.status_code,
