@@ -74,7 +74,7 @@ def fleet_fill(url: str, devices: int) -> None:
         conn.execute(
             """
             INSERT INTO hosts_devicemodel (device_id, model_id, loaded, ttft_ms_recent, first_loaded_at)
-            SELECT id, %s, true, CASE WHEN id % 3 = 0 THEN NULL ELSE 100 + id % 400 END, now()
+            SELECT id, %s, true, CASE WHEN id %% 3 = 0 THEN NULL ELSE 100 + id %% 400 END, now()
             FROM hosts_device
             """,
             (MODEL,),
