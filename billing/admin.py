@@ -68,7 +68,9 @@ class AccountAdmin(ReadOnlyAdmin):
 
 @admin.register(Earning)
 class EarningAdmin(ReadOnlyAdmin):
-    list_display = ["attempt", "host", "device", "amount_nano", "status", "release_at", "settled_at"]
+    list_display = [
+        "attempt", "host", "device", "amount_nano", "status", "release_at", "settled_at"
+    ]
     list_filter = ["status", "release_at"]
     search_fields = ["host__username", "attempt__id", "attempt__job__id"]
     list_select_related = ["host", "device__machine"]
@@ -83,10 +85,14 @@ class ReceiptCheckAdmin(ReadOnlyAdmin):
 
 @admin.register(PayoutRequest)
 class PayoutRequestAdmin(admin.ModelAdmin):
-    list_display = ["id", "host", "amount_usd", "status", "created_at", "decided_by", "decided_at", "paid_at"]
+    list_display = [
+        "id", "host", "amount_usd", "status", "created_at", "decided_by", "decided_at", "paid_at"
+    ]
     list_filter = ["status", "created_at"]
     search_fields = ["host__username", "host__email"]
-    readonly_fields = ["host", "amount_nano", "status", "note", "created_at", "decided_at", "decided_by", "paid_at"]
+    readonly_fields = [
+        "host", "amount_nano", "status", "note", "created_at", "decided_at", "decided_by", "paid_at"
+    ]
     actions = ["approve", "reject", "mark_paid"]
 
     def has_add_permission(self, request, obj=None):

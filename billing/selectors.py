@@ -67,7 +67,7 @@ def renter_statement(*, user: AbstractBaseUser, limit: int = 200) -> QuerySet[En
 
 
 def renter_usage_by_model(*, user: AbstractBaseUser) -> list[dict]:
-    """Charged usage per model: ``model``, ``jobs``, ``tokens``, ``cost_nano`` (charged jobs only)."""
+    """Charged usage per model: dicts of ``model``, ``jobs``, ``tokens``, ``cost_nano``."""
     from jobs.models import Job
 
     rows = (
@@ -77,7 +77,12 @@ def renter_usage_by_model(*, user: AbstractBaseUser) -> list[dict]:
         .order_by("model_id")
     )
     return [
-        {"model": r["model_id"], "jobs": r["jobs"], "tokens": r["tokens"], "cost_nano": r["cost_nano"]}
+        {
+            "model": r["model_id"],
+            "jobs": r["jobs"],
+            "tokens": r["tokens"],
+            "cost_nano": r["cost_nano"],
+        }
         for r in rows
     ]
 
@@ -100,7 +105,8 @@ class DeviceFlags:
 
     @property
     def total(self) -> int:
-        return self.token_count + self.receipt_missing + self.receipt_invalid + self.receipt_replayed
+        receipts = self.receipt_missing + self.receipt_invalid + self.receipt_replayed
+        return self.token_count + receipts
 
 
 def device_flags(*, device_id: int) -> DeviceFlags:

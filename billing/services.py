@@ -149,7 +149,10 @@ def receipt_check(
     try:
         with transaction.atomic():
             ReceiptCheck.objects.create(
-                attempt_id=attempt.id, device_id=attempt.device_id, signature=stored, verdict=verdict
+                attempt_id=attempt.id,
+                device_id=attempt.device_id,
+                signature=stored,
+                verdict=verdict,
             )
     except IntegrityError:
         existing = ReceiptCheck.objects.filter(attempt_id=attempt.id).first()
@@ -279,7 +282,10 @@ def holds_release(*, now: datetime | None = None) -> int:
                 kind=LedgerTransaction.Kind.HOLD_RELEASE,
                 key=f"release:{earning.id}",
                 legs=[
-                    (account_for(kind=Account.Kind.HOST_HELD, user=earning.host), -earning.amount_nano),
+                    (
+                        account_for(kind=Account.Kind.HOST_HELD, user=earning.host),
+                        -earning.amount_nano,
+                    ),
                     (
                         account_for(kind=Account.Kind.HOST_AVAILABLE, user=earning.host),
                         earning.amount_nano,
@@ -312,7 +318,10 @@ def earnings_reverse_held(*, device_id: int, reason: str, now: datetime | None =
                 kind=LedgerTransaction.Kind.EARNING_REVERSAL,
                 key=f"reversal:{earning.id}",
                 legs=[
-                    (account_for(kind=Account.Kind.HOST_HELD, user=earning.host), -earning.amount_nano),
+                    (
+                        account_for(kind=Account.Kind.HOST_HELD, user=earning.host),
+                        -earning.amount_nano,
+                    ),
                     (account_for(kind=Account.Kind.PLATFORM), earning.amount_nano),
                 ],
                 job=earning.attempt.job,

@@ -33,7 +33,9 @@ def statement(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _earnings_page(request: HttpRequest, form: PayoutRequestForm, status: int = 200) -> HttpResponse:
+def _earnings_page(
+    request: HttpRequest, form: PayoutRequestForm, status: int = 200
+) -> HttpResponse:
     return render(
         request,
         "billing/earnings.html",
