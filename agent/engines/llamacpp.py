@@ -140,6 +140,10 @@ class LlamaCppEngine(Engine):
             n_gpu_layers=self.n_gpu_layers,
             verbose=False,
         )
+        # warm-up: the first evaluation pays for paging the weights in and for
+        # allocations; do it now rather than in the first job's time to first token
+        llama.eval(llama.tokenize(b"Hello", add_bos=True, special=False))
+        llama.reset()
         source = llama.metadata.get(TEMPLATE_KEY, "")
         template = None
         if source:

@@ -1,0 +1,83 @@
+"""Parsing of coordinator frames (``ballast.host.v1``) for the agent."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from agent.engines.base import GenerationRequest
+
+log = logging.getLogger(__name__)
+
+
+def request_from_offer(frame: dict[str, Any], device: int) -> GenerationRequest:
+    """Build a ``GenerationRequest`` from an offer.
+
+    Raises ``ValueError`` naming the bad field.
+    """
+    if frame.get("device", device) != device:
+        raise ValueError(
+            f"device {frame.get('device')!r} is not served here (device {device})"
+        )
+    model = frame.get("model")
+    if not isinstance(model, str) or not model:
+        raise ValueError("offer without a model")
+    messages, prompt = frame.get("messages"), frame.get("prompt")
+    if messages is not None:
+        if not isinstance(messages, list) or not all(
+            isinstance(m, dict) for m in messages
+        ):
+            raise ValueError("messages must be a list of objects")
+        prompt = None
+    elif not isinstance(prompt, str):
+        raise ValueError("offer has neither messages nor a prompt")
+    params = frame.get("params") or {}
+    if not isinstance(params, dict):
+        raise ValueError("params must be an object")
+    for key in ("max_tokens", "seed"):
+        if params.get(key) is not None and (
+            not isinstance(params[key], int) or isinstance(params[key], bool)
+        ):
+            raise ValueError(f"params.{key} must be an integer")
+    for key in ("temperature", "top_p"):
+        if params.get(key) is not None and not isinstance(params[key], (int, float)):
+            raise ValueError(f"params.{key} must be a number")
+    stop = params.get("stop")
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
+    ):
+        raise ValueError("params.stop must be a string or a list of strings")
+    continue_from = frame.get("continue_from") or ""
+    if not isinstance(continue_from, str):
+        raise ValueError("continue_from must be a string")
+    return GenerationRequest(
+        model=model,
+        messages=messages,
+        prompt=prompt,
+        params=params,
+        continue_from=continue_from,
+    )
+
+
+def frame_parse(message: str | bytes) -> dict[str, Any] | None:
+    """Decode a frame; None (logged) when it is not a JSON object with a type."""
+    try:
+        frame = json.loads(message)
+    except (ValueError, TypeError):
+        log.warning("ignoring a frame that is not JSON: %.80r", message)
+        return None
+    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+        log.warning("ignoring a frame without a type: %.80r", message)
+        return None
+    log.debug("received %s", frame_summary(frame))
+    return frame
+
+
+def frame_summary(frame: dict[str, Any]) -> str:
+    summary = {
+        k: v for k, v in frame.items() if k not in ("messages", "prompt", "devices")
+    }
+    return json.dumps(summary, ensure_ascii=False)[:200]

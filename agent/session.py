@@ -1,0 +1,292 @@
+"""One connection's session: hello/welcome, heartbeats, offers and running jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from agent import __version__
+from agent.engines.base import GenerationRequest, GenerationResult
+from agent.frames import frame_parse, frame_summary, request_from_offer
+from agent.receipts import public_key_b64, receipt_sign
+
+if TYPE_CHECKING:
+    from agent.client import HostAgent
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_CHARS = 2000
+"""Error texts sent to the coordinator are cut to this length (characters)."""
+
+
+class Session:
+    """State of one connection: the send lock, the running jobs, the heartbeat."""
+
+    def __init__(self, agent: HostAgent, ws: ClientConnection) -> None:
+        self.agent = agent
+        self.ws = ws
+        self.jobs: dict[str, asyncio.Task[None]] = {}
+        self._send_lock = asyncio.Lock()
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        """Send one JSON frame; safe to call from concurrent tasks.
+
+        Raises ``ConnectionClosed`` when the connection is gone.
+        """
+        data = json.dumps(frame, ensure_ascii=False)
+        async with self._send_lock:
+            await self.ws.send(data)
+        log.debug("sent %s", frame_summary(frame))
+
+    async def open(self) -> bool:
+        """Send ``hello`` and wait for ``welcome``; False on timeout or close."""
+        agent = self.agent
+        await self.send(
+            {
+                "type": "hello",
+                "agent_version": __version__,
+                "engine": {"name": agent.engine.name, "version": agent.engine.version},
+                "public_key": public_key_b64(agent.key),
+                "accepts_serverless": agent.config.accepts_serverless,
+                "devices": [
+                    {"index": d.index, "name": d.name, "vram_total_mb": d.vram_total_mb}
+                    for d in agent.telemetry.devices()
+                ],
+            }
+        )
+        try:
+            async with asyncio.timeout(agent.config.welcome_timeout_s):
+                while True:
+                    frame = frame_parse(await self.ws.recv())
+                    if frame is None:
+                        continue
+                    if frame["type"] == "welcome":
+                        break
+                    if frame["type"] == "error":
+                        log.error("coordinator error: %s", frame.get("message"))
+                    else:
+                        log.warning("ignoring %r before welcome", frame["type"])
+        except TimeoutError:
+            log.error(
+                "no welcome within %.0f s; closing", agent.config.welcome_timeout_s
+            )
+            await self.ws.close()
+            return False
+        agent.machine_id = str(frame.get("machine_id"))
+        interval = frame.get("heartbeat_interval_s")
+        if not isinstance(interval, (int, float)) or interval <= 0:
+            log.warning("welcome without a valid heartbeat_interval_s; using 10 s")
+            interval = 10.0
+        await self.send(self._heartbeat_frame())
+        self._heartbeat = asyncio.create_task(self._heartbeat_loop(max(0.05, interval)))
+        return True
+
+    async def reports_send(self) -> None:
+        """Send ``model_load_failed`` for each failed model, and the benchmark."""
+        agent = self.agent
+        for error in agent.load_errors:
+            await self.send(
+                {
+                    "type": "model_load_failed",
+                    "device": agent.config.device,
+                    "model": error.model,
+                    "error": error.error[:MAX_MESSAGE_CHARS] or "unknown error",
+                }
+            )
+        if agent.benchmark:
+            await self.send({"type": "benchmark", **agent.benchmark})
+            agent.benchmark = None  # once per process: it is a measurement, not state
+
+    async def serve(self) -> None:
+        """Handle frames until the connection closes."""
+        await self.reports_send()
+        async for message in self.ws:
+            frame = frame_parse(message)
+            if frame is None:
+                continue
+            try:
+                await self.frame_handle(frame)
+            except ConnectionClosed:
+                raise
+            except Exception:  # a bad frame must never end the session
+                log.exception("failed to handle a %r frame", frame.get("type"))
+
+    async def shutdown(self) -> None:
+        """Stop the heartbeat and every running job of this session."""
+        tasks = list(self.jobs.values())
+        if self._heartbeat is not None:
+            tasks.append(self._heartbeat)
+        self.jobs.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def frame_handle(self, frame: dict[str, Any]) -> None:
+        """Dispatch one coordinator frame by its type."""
+        kind = frame["type"]
+        if kind == "offer":
+            await self.offer(frame)
+        elif kind == "cancel":
+            self.cancel(frame)
+        elif kind == "error":
+            job = frame.get("job")
+            log.warning(
+                "coordinator error%s: %s",
+                f" (job {job})" if job else "",
+                frame.get("message"),
+            )
+        elif kind == "welcome":
+            log.debug("ignoring a second welcome")
+        else:
+            log.warning("ignoring unknown frame type %r", kind)
+
+    async def offer(self, frame: dict[str, Any]) -> None:
+        """Claim the offered job and start streaming it, or refuse it with an
+        ``error`` frame (no free slot, model not loaded, malformed offer)."""
+        agent = self.agent
+        job = frame.get("job")
+        if not isinstance(job, str) or not job:
+            log.warning("ignoring an offer without a job id")
+            return
+        if job in self.jobs:
+            log.warning("ignoring a second offer for running job %s", job)
+            return
+        if not agent.engine.claims_offers:
+            log.info("job %s: not claiming (scripted never_claim)", job)
+            return
+        try:
+            request = request_from_offer(frame, agent.config.device)
+            loaded = agent.engine.loaded_models()
+            if request.model not in loaded:
+                raise ValueError(
+                    f"model {request.model} is not loaded here (loaded: {loaded})"
+                )
+            if len(self.jobs) >= agent.config.slots:
+                raise ValueError(
+                    f"no free slot ({agent.config.slots} of {agent.config.slots} busy)"
+                )
+        except ValueError as exc:
+            log.warning("job %s refused: %s", job, exc)
+            await self.send({"type": "error", "job": job, "message": str(exc)})
+            return
+        self.jobs[job] = asyncio.create_task(
+            self._job_run(job, request), name=f"job-{job}"
+        )
+
+    def cancel(self, frame: dict[str, Any]) -> None:
+        """Stop a job at once: no frame is sent for it afterwards; its slot frees."""
+        job = frame.get("job")
+        task = self.jobs.pop(job, None) if isinstance(job, str) else None
+        if task is None:
+            log.debug("cancel for a job that is not running: %r", job)
+            return
+        task.cancel()
+        log.info("job %s cancelled by the coordinator", job)
+
+    async def _job_run(self, job: str, request: GenerationRequest) -> None:
+        """Claim, stream the engine's pieces as ``token`` frames, then ``done``
+        with a receipt over the exact text sent (or ``error``)."""
+        engine = self.agent.engine
+        sent: list[str] = []
+        result = GenerationResult()
+        try:
+            await self.send({"type": "claim", "job": job})
+            log.info(
+                "job %s claimed (%s)",
+                job,
+                "continuation" if request.continue_from else "fresh",
+            )
+            async with _closing(engine.stream(request, result)) as pieces:
+                async for piece in pieces:
+                    if not isinstance(piece, str) or not piece:
+                        continue
+                    sent.append(piece)
+                    await self.send({"type": "token", "job": job, "text": piece})
+            text = "".join(sent)
+            signed = text if engine.signs_honestly else text + "\u2063"
+            finish = (
+                result.finish_reason
+                if result.finish_reason in ("stop", "length")
+                else "stop"
+            )
+            await self.send(
+                {
+                    "type": "done",
+                    "job": job,
+                    "finish_reason": finish,
+                    "usage": {
+                        "prompt_tokens": int(result.prompt_tokens),
+                        "completion_tokens": int(result.completion_tokens),
+                    },
+                    "receipt": receipt_sign(
+                        self.agent.key, job, result.completion_tokens, signed
+                    ),
+                }
+            )
+            log.info(
+                "job %s done: %d tokens, %d chars, %s",
+                job,
+                result.completion_tokens,
+                len(text),
+                finish,
+            )
+        except asyncio.CancelledError:
+            raise
+        except ConnectionClosed:
+            log.info("job %s stopped: the connection closed", job)
+        except Exception as exc:
+            message = (str(exc) or type(exc).__name__)[:MAX_MESSAGE_CHARS]
+            log.warning("job %s failed: %s", job, message)
+            with contextlib.suppress(ConnectionClosed):
+                await self.send({"type": "error", "job": job, "message": message})
+        finally:
+            if self.jobs.get(job) is asyncio.current_task():
+                del self.jobs[job]
+
+    async def _heartbeat_loop(self, interval_s: float) -> None:
+        """A heartbeat every ``interval_s`` (the first one is sent by ``open``)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.send(self._heartbeat_frame())
+            except ConnectionClosed:
+                return
+            except Exception:  # a telemetry failure must not end the session
+                log.exception("heartbeat failed")
+
+    def _heartbeat_frame(self) -> dict[str, Any]:
+        agent = self.agent
+        loaded = agent.engine.loaded_models()
+        devices = []
+        for status in agent.telemetry.statuses():
+            mine = status.index == agent.config.device
+            devices.append(
+                {
+                    "index": status.index,
+                    "temp_c": status.temp_c,
+                    "vram_free_mb": status.vram_free_mb,
+                    "loaded_models": list(loaded) if mine else [],
+                    "slots": agent.config.slots if mine else 0,
+                }
+            )
+        return {"type": "heartbeat", "devices": devices, "paused": False}
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[str]) -> AsyncIterator[AsyncIterator[str]]:
+    """Close an engine stream however the iteration ends (stops the engine)."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
