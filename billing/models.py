@@ -103,6 +103,7 @@ class LedgerTransaction(AppendOnlyModel):
         HOLD_RELEASE = "hold_release"
         EARNING_REVERSAL = "earning_reversal"
         PAYOUT = "payout"
+        RENTAL = "rental"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     key = models.CharField(max_length=200, unique=True)
@@ -144,7 +145,10 @@ class Earning(models.Model):
         REVERSED = "reversed"
 
     attempt = models.OneToOneField(
-        "jobs.Attempt", on_delete=models.PROTECT, related_name="earning"
+        "jobs.Attempt", null=True, blank=True, on_delete=models.PROTECT, related_name="earning"
+    )
+    rental = models.ForeignKey(
+        "jobs.Rental", null=True, blank=True, on_delete=models.PROTECT, related_name="earnings"
     )
     device = models.ForeignKey("hosts.Device", on_delete=models.PROTECT, related_name="earnings")
     host = models.ForeignKey(

@@ -261,6 +261,41 @@ def job_charge(*, job, now: datetime | None = None) -> LedgerTransaction | None:
     return txn
 
 
+@transaction.atomic
+def rental_charge(*, rental, amount_nano: int, upto: datetime, now: datetime | None = None):
+    """Charge a renter ``amount_nano`` for rental time up to ``upto``; credit the host.
+
+    One balanced transaction (key ``rental:<id>:<upto>``): renter −amount, the
+    device owner's hold +80 % (an ``Earning`` like any segment's, reversible by a
+    failed spot check until released), the platform the rest. Returns the
+    transaction, or None when that period was charged before.
+    """
+    if amount_nano <= 0:
+        raise ValueError("a rental charge must be positive")
+    now = now or timezone.now()
+    host = rental.device.machine.owner
+    share = share_of(amount_nano, settings.BALLAST_HOST_SHARE)
+    txn = ledger_post(
+        kind=LedgerTransaction.Kind.RENTAL,
+        key=f"rental:{rental.id}:{upto.isoformat()}",
+        legs=[
+            (account_for(kind=Account.Kind.RENTER_CREDIT, user=rental.renter), -amount_nano),
+            (account_for(kind=Account.Kind.HOST_HELD, user=host), share),
+            (account_for(kind=Account.Kind.PLATFORM), amount_nano - share),
+        ],
+        memo=f"rental of {rental.device} up to {upto.isoformat()}",
+    )
+    if txn is not None and share > 0:
+        Earning.objects.create(
+            rental=rental,
+            device=rental.device,
+            host=host,
+            amount_nano=share,
+            release_at=now + timedelta(hours=settings.BALLAST_HOLD_HOURS),
+        )
+    return txn
+
+
 # --- holds -----------------------------------------------------------------------------
 def holds_release(*, now: datetime | None = None) -> int:
     """Move every earning whose hold has ended from held to available; return the count.
@@ -291,8 +326,12 @@ def holds_release(*, now: datetime | None = None) -> int:
                         earning.amount_nano,
                     ),
                 ],
-                job=earning.attempt.job,
-                memo=f"hold ended for attempt {earning.attempt_id}",
+                job=earning.attempt.job if earning.attempt_id else None,
+                memo=(
+                    f"hold ended for attempt {earning.attempt_id}"
+                    if earning.attempt_id
+                    else f"hold ended for rental {earning.rental_id}"
+                ),
             )
             released += 1
     return released
@@ -324,7 +363,7 @@ def earnings_reverse_held(*, device_id: int, reason: str, now: datetime | None =
                     ),
                     (account_for(kind=Account.Kind.PLATFORM), earning.amount_nano),
                 ],
-                job=earning.attempt.job,
+                job=earning.attempt.job if earning.attempt_id else None,
                 memo=reason[:300],
             )
             reversed_count += 1

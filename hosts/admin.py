@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 
 from .models import (
+    OnlineSpan,
     Benchmark,
     Device,
     DeviceModel,
@@ -120,3 +121,10 @@ class ScoreSampleAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["taken_at", "device", "score"]
     list_filter = ["taken_at"]
     search_fields = ["device__name", "device__machine__name"]
+
+
+@admin.register(OnlineSpan)
+class OnlineSpanAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["machine", "started_at", "ended_at"]
+    list_filter = ["ended_at"]
+    search_fields = ["machine__name"]

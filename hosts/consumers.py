@@ -9,15 +9,18 @@ the attempt is open on *this* connection; a token costs no database write.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from contextlib import aclosing
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from jobs import services as job_services
-from jobs.orchestration import slots_announce
+from jobs import spotchecks
+from jobs.orchestration import JobRun, slots_announce
 
 from . import protocol, services
 
@@ -52,6 +55,7 @@ class HostConsumer(AsyncWebsocketConsumer):
         self.machine_id = str(machine.id)
         self.machine_name = machine.name
         self.greeted = False
+        self.spot_check_tasks: set[asyncio.Task] = set()
         # attempt id -> {"reply": channel of the job's coroutine, "claimed": bool}
         self.open_attempts: dict[str, dict[str, Any]] = {}
         subprotocols = self.scope.get("subprotocols") or []
@@ -124,6 +128,22 @@ class HostConsumer(AsyncWebsocketConsumer):
         )
         if result.models_with_capacity:
             await slots_announce(result.models_with_capacity, slots=result.slots_gained)
+        for job in await database_sync_to_async(spotchecks.spot_checks_take_due)(
+            machine_id=self.machine_id
+        ):
+            task = asyncio.create_task(self._spot_check_run(job))
+            self.spot_check_tasks.add(task)
+            task.add_done_callback(self.spot_check_tasks.discard)
+
+    async def _spot_check_run(self, job) -> None:
+        """Run a due spot check through the ordinary job path, then judge it."""
+        try:
+            async with aclosing(JobRun(job).events()) as events:
+                async for _ in events:
+                    pass
+            await database_sync_to_async(spotchecks.spot_check_judge)(job_id=str(job.id))
+        except Exception:
+            log.exception("spot check %s on machine %s failed to run", job.id, self.machine_name)
 
     async def frame_model_load_failed(self, frame: dict) -> None:
         report = protocol.parse_model_load_failed(frame)

@@ -96,8 +96,13 @@ class Device(models.Model):
     slots_used = models.PositiveIntegerField(default=0)
     score = models.PositiveSmallIntegerField(default=60, db_index=True)
     quarantined = models.BooleanField(default=False)
+    quarantined_at = models.DateTimeField(null=True, blank=True)
     paused = models.BooleanField(default=False, help_text="paused by staff")
     first_seen_at = models.DateTimeField(auto_now_add=True)
+    spot_check_due_at = models.DateTimeField(
+        null=True, blank=True, db_index=True, help_text="a spot check is to be sent after this"
+    )
+    spot_check_reason = models.CharField(max_length=16, blank=True)
 
     class Meta:
         ordering = ["machine__name", "index"]
@@ -215,3 +220,19 @@ class ScoreSample(models.Model):
     class Meta:
         ordering = ["taken_at"]
         indexes = [models.Index(fields=["device", "taken_at"])]
+
+
+class OnlineSpan(models.Model):
+    """A stretch of time a machine was online, extended by its heartbeats.
+
+    A heartbeat within ``BALLAST_HEARTBEAT_MAX_AGE_S`` of the span's end extends it;
+    a longer gap starts a new span (DESIGN.md "Reliability score": gaps ≤ 30 s).
+    """
+
+    machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="online_spans")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-ended_at"]
+        indexes = [models.Index(fields=["machine", "-ended_at"])]

@@ -47,3 +47,25 @@ def score_unrounded(
 def score_round(value: Decimal) -> int:
     """Round half up to an integer (48.5 → 49)."""
     return int(value.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+QUARANTINE_WINDOW = 20
+QUARANTINE_FAILED_CHECKS = 3
+QUARANTINE_SCORE_BELOW = 50
+RELEASE_PASSES_IN_A_ROW = 3
+
+
+def quarantine_after_failure(*, score: int, recent_checks: list[bool]) -> bool:
+    """True when a recorded failure must quarantine the device.
+
+    DESIGN.md "Spot checks": score under 50, or 3 failed spot checks among the
+    device's last 20 (``recent_checks``: passed flags, newest first).
+    """
+    failed = sum(1 for passed in recent_checks[:QUARANTINE_WINDOW] if not passed)
+    return score < QUARANTINE_SCORE_BELOW or failed >= QUARANTINE_FAILED_CHECKS
+
+
+def quarantine_release(*, recent_checks: list[bool]) -> bool:
+    """True when a quarantined device has passed its last 3 spot checks in a row."""
+    last = recent_checks[:RELEASE_PASSES_IN_A_ROW]
+    return len(last) == RELEASE_PASSES_IN_A_ROW and all(last)

@@ -25,10 +25,19 @@ from .models import (
     DeviceOutcome,
     FailedCapability,
     Machine,
+    OnlineSpan,
     token_hash,
     token_new,
 )
-from .scoring import WINDOW, score_round, score_unrounded
+from .scoring import (
+    WINDOW,
+    quarantine_after_failure,
+    quarantine_release,
+    score_round,
+    score_unrounded,
+)
+
+RETURN_AFTER = timedelta(minutes=10)
 
 
 class KeyMismatch(Exception):
@@ -92,6 +101,9 @@ def machine_hello(
         raise KeyMismatch(
             "this machine's key differs from the pinned one; the owner must reset it"
         )
+    came_back = (
+        machine.last_heartbeat_at is not None and now - machine.last_heartbeat_at > RETURN_AFTER
+    )
     machine.public_key = hello["public_key"]
     machine.agent_version = hello["agent_version"]
     machine.engine_name = hello["engine_name"]
@@ -102,12 +114,33 @@ def machine_hello(
     machine.connected_at = now
     machine.save()
     for dev in hello["devices"]:
-        Device.objects.update_or_create(
+        device, _ = Device.objects.update_or_create(
             machine=machine,
             index=dev["index"],
             defaults={"name": dev["name"], "vram_total_mb": dev["vram_total_mb"]},
         )
+        if came_back:
+            spot_check_mark_due(device_id=device.id, reason="return", now=now)
     return machine
+
+
+def spot_check_mark_due(*, device_id: int, reason: str, now: datetime | None = None) -> bool:
+    """Mark a spot check due on the device after a random delay (0–60 s).
+
+    The delay keeps its timing from telling the host anything. A check already due
+    is kept (the earlier one wins). Returns True when this call marked it.
+    """
+    if not settings.BALLAST_SPOT_CHECKS:
+        return False
+    import random
+
+    now = now or timezone.now()
+    due = now + timedelta(seconds=random.uniform(0, settings.BALLAST_SPOT_CHECK_MAX_DELAY_S))
+    return bool(
+        Device.objects.filter(id=device_id, spot_check_due_at__isnull=True).update(
+            spot_check_due_at=due, spot_check_reason=reason
+        )
+    )
 
 
 @transaction.atomic
@@ -123,6 +156,7 @@ def machine_heartbeat(
     Machine.objects.filter(id=machine_id).update(
         last_heartbeat_at=now, host_paused=heartbeat["paused"]
     )
+    online_span_extend(machine_id=machine_id, now=now)
     gained: set[str] = set()
     slots_gained = 0
     devices = {d.index: d for d in Device.objects.filter(machine_id=machine_id)}
@@ -146,6 +180,7 @@ def machine_heartbeat(
                 DeviceModel.objects.create(
                     device=device, model_id=model_id, loaded=True, first_loaded_at=now
                 )
+                spot_check_mark_due(device_id=device.id, reason="first_load", now=now)
             elif not dm.loaded:
                 DeviceModel.objects.filter(id=dm.id).update(loaded=True)
             else:
@@ -210,12 +245,33 @@ def benchmark_record(*, machine_id: str, report: dict) -> Benchmark | None:
     )
 
 
-def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
-    """Fraction (0..1) of the last 24 h, or since first seen, the machine was online.
+def online_span_extend(*, machine_id: str, now: datetime) -> None:
+    """Extend the machine's latest online span to ``now``, or open a new one.
 
-    Until online spans are kept (issue "Trust"), a connected machine counts as 1.
+    A gap longer than ``BALLAST_HEARTBEAT_MAX_AGE_S`` since the span's end starts a
+    new span, so offline time never counts as online.
     """
-    return Decimal(1) if device.machine.is_online(now) else Decimal(0)
+    gap = timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
+    extended = OnlineSpan.objects.filter(
+        id__in=OnlineSpan.objects.filter(machine_id=machine_id, ended_at__gte=now - gap)
+        .order_by("-ended_at")
+        .values("id")[:1]
+    ).update(ended_at=now)
+    if not extended:
+        OnlineSpan.objects.create(machine_id=machine_id, started_at=now, ended_at=now)
+
+
+def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
+    """Fraction (0..1) of the last 24 h — or of the time since the device was first
+    seen, if shorter — that its machine was online (heartbeat gaps ≤ 30 s)."""
+    start = max(now - timedelta(hours=24), device.first_seen_at)
+    total = (now - start).total_seconds()
+    if total <= 0:
+        return Decimal(1)
+    online = 0.0
+    for span in OnlineSpan.objects.filter(machine_id=device.machine_id, ended_at__gt=start):
+        online += max(0.0, (min(span.ended_at, now) - max(span.started_at, start)).total_seconds())
+    return min(Decimal(1), Decimal(str(round(online / total, 6))))
 
 
 def device_ttft_medians(*, device: Device, model_id: str, now: datetime) -> tuple[float | None, float | None]:
@@ -261,7 +317,46 @@ def device_outcome_record(
         DeviceModel.objects.filter(device_id=device_id, model_id=model_id).update(
             ttft_ms_recent=round(device_median) if device_median is not None else None
         )
-    return device_score_recompute(device_id=device_id, now=now, model_id=model_id)
+    score = device_score_recompute(device_id=device_id, now=now, model_id=model_id)
+    if not success:
+        device_quarantine_judge(device_id=device_id, score=score, now=now)
+    return score
+
+
+def spot_checks_recent(*, device_id: int) -> list[bool]:
+    """The device's last 20 judged spot checks, newest first (True = passed)."""
+    return list(
+        DeviceOutcome.objects.filter(device_id=device_id, source=DeviceOutcome.Source.SPOT_CHECK)
+        .values_list("success", flat=True)[:20]
+    )
+
+
+def device_quarantine_judge(*, device_id: int, score: int, now: datetime | None = None) -> bool:
+    """Quarantine the device if a just-recorded failure calls for it; True if it did.
+
+    DESIGN.md "Spot checks": score under 50 or 3 failed spot checks among the last
+    20. A quarantined device gets only spot checks, one marked due now.
+    """
+    now = now or timezone.now()
+    if not quarantine_after_failure(score=score, recent_checks=spot_checks_recent(device_id=device_id)):
+        return False
+    newly = Device.objects.filter(id=device_id, quarantined=False).update(
+        quarantined=True, quarantined_at=now
+    )
+    if newly:
+        spot_check_mark_due(device_id=device_id, reason="quarantine", now=now)
+    return bool(newly)
+
+
+def device_quarantine_release_judge(*, device_id: int) -> bool:
+    """Release a quarantined device after 3 passed spot checks in a row; True if released."""
+    if not quarantine_release(recent_checks=spot_checks_recent(device_id=device_id)):
+        return False
+    return bool(
+        Device.objects.filter(id=device_id, quarantined=True).update(
+            quarantined=False, quarantined_at=None
+        )
+    )
 
 
 def device_score_recompute(*, device_id: int, now: datetime | None = None, model_id: str = "") -> int:
@@ -274,6 +369,14 @@ def device_score_recompute(*, device_id: int, now: datetime | None = None, model
         ]
     )
     model_median = device_median = None
+    if not model_id:  # the periodic recompute: the model the device served last
+        model_id = (
+            DeviceOutcome.objects.filter(device_id=device_id)
+            .exclude(model_id="")
+            .values_list("model_id", flat=True)
+            .first()
+            or ""
+        )
     if model_id:
         model_median, device_median = device_ttft_medians(
             device=device, model_id=model_id, now=now

@@ -3,7 +3,7 @@
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from .models import ApiKey, Attempt, CatalogModel, Job
+from .models import ApiKey, Attempt, CanaryPrompt, CatalogModel, Job, Rental, SpotCheck
 
 
 @admin.register(CatalogModel)
@@ -82,3 +82,25 @@ class AttemptAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(CanaryPrompt)
+class CanaryPromptAdmin(admin.ModelAdmin):
+    list_display = ["model_id", "prompt", "expected", "calibrated", "calibrated_at"]
+    list_filter = ["model_id", "calibrated"]
+    search_fields = ["prompt", "expected"]
+
+
+@admin.register(SpotCheck)
+class SpotCheckAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "device", "reason", "passed", "detail"]
+    list_filter = ["reason", "passed"]
+    search_fields = ["device__name", "device__machine__name", "detail"]
+    readonly_fields = ["device", "canary", "job", "reason", "passed", "detail", "judged_at"]
+
+
+@admin.register(Rental)
+class RentalAdmin(admin.ModelAdmin):
+    list_display = ["id", "renter", "device", "status", "hours", "starts_at", "ends_at", "last_pass_at"]
+    list_filter = ["status"]
+    search_fields = ["id", "renter__username", "device__machine__name"]

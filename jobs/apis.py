@@ -137,3 +137,99 @@ class UsageApi(APIView):
         return Response(
             {"balance": nano_to_usd_str(renter_balance_nano(user=request.user)), "recent": recent}
         )
+
+
+class RentalSerializer(serializers.ModelSerializer):
+    """A rental as its renter sees it (times as unix seconds, price in USD)."""
+
+    device = serializers.SerializerMethodField()
+    price_per_hour = serializers.SerializerMethodField()
+    starts = serializers.SerializerMethodField()
+    ends = serializers.SerializerMethodField()
+
+    class Meta:
+        from .models import Rental
+
+        model = Rental
+        fields = ["id", "device", "hours", "status", "price_per_hour", "starts", "ends", "stop_reason"]
+
+    def get_device(self, obj) -> dict:
+        return {"id": obj.device_id, "label": obj.device.label, "name": obj.device.name}
+
+    def get_price_per_hour(self, obj) -> str:
+        return nano_to_usd_str(obj.price_per_hour_nano)
+
+    def get_starts(self, obj) -> int | None:
+        return _ts(obj.starts_at)
+
+    def get_ends(self, obj) -> int | None:
+        return _ts(obj.ends_at)
+
+
+class DevicesApi(APIView):
+    """``GET /v1/devices``: live devices a renter may rent (not rented, not quarantined)."""
+
+    def get(self, request: Request) -> Response:
+        from .selectors import devices_rented
+
+        devices = (
+            devices_live(now=timezone.now())
+            .filter(quarantined=False, paused=False)
+            .exclude(devices_rented())
+            .select_related("machine")
+            .prefetch_related("models")
+        )
+        return Response(
+            {
+                "data": [
+                    {
+                        "id": d.id,
+                        "label": d.label,
+                        "name": d.name,
+                        "vram_total_mb": d.vram_total_mb,
+                        "region": d.machine.region,
+                        "score": d.score,
+                        "models": sorted(m.model_id for m in d.models.all() if m.loaded),
+                    }
+                    for d in devices
+                ]
+            }
+        )
+
+
+class RentalsApi(APIView):
+    """``GET /v1/rentals`` (the renter's) and ``POST /v1/rentals`` {device, hours}."""
+
+    def get(self, request: Request) -> Response:
+        from .models import Rental
+
+        rentals = Rental.objects.filter(renter=request.user).select_related("device__machine")[:100]
+        return Response({"data": RentalSerializer(rentals, many=True).data})
+
+    def post(self, request: Request) -> Response:
+        from .errors import ApiError
+        from .rentals import rental_create
+
+        device = request.data.get("device") if isinstance(request.data, dict) else None
+        if isinstance(device, bool) or not isinstance(device, int):
+            raise ApiError(400, "'device' must be a device id from /v1/devices", "invalid_request", "device")
+        rental = rental_create(renter=request.user, device_id=device, hours=request.data.get("hours"))
+        return Response(RentalSerializer(rental).data, status=201)
+
+
+class RentalApi(APIView):
+    """``GET /v1/rentals/{id}``; ``DELETE`` ends it early (billed up to now)."""
+
+    def _rental(self, request: Request, rental_id):
+        from .models import Rental
+
+        return get_object_or_404(Rental.objects.select_related("device__machine"), id=rental_id, renter=request.user)
+
+    def get(self, request: Request, rental_id) -> Response:
+        return Response(RentalSerializer(self._rental(request, rental_id)).data)
+
+    def delete(self, request: Request, rental_id) -> Response:
+        from .rentals import rental_end
+
+        rental = rental_end(rental=self._rental(request, rental_id))
+        return Response(RentalSerializer(rental).data)

@@ -99,6 +99,17 @@ class Job(models.Model):
     cost_nano = models.BigIntegerField(default=0)
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.TextField(blank=True)
+    target_device = models.ForeignKey(
+        "hosts.Device",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="spot checks and rentals run on this device only",
+    )
+    rental = models.ForeignKey(
+        "Rental", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
     waiting_channel = models.CharField(
         max_length=200, blank=True, help_text="channel to wake while queued for a slot"
     )
@@ -192,3 +203,92 @@ class Attempt(models.Model):
         if self.first_token_at is None:
             return None
         return round((self.first_token_at - self.offered_at).total_seconds() * 1000)
+
+
+class CanaryPrompt(models.Model):
+    """A spot-check prompt with its known answer, per model (DESIGN.md "Spot checks").
+
+    ``calibrated`` is set only when the reference model at temperature 0 gave the
+    expected answer (``canary_calibrate``), so honest hosts pass.
+    """
+
+    model_id = models.CharField(max_length=100, db_index=True)
+    prompt = models.TextField()
+    expected = models.CharField(max_length=200)
+    calibrated = models.BooleanField(default=False)
+    calibrated_at = models.DateTimeField(null=True, blank=True)
+    reference_output = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["model_id", "prompt"], name="canary_unique_prompt")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_id}: {self.prompt[:40]}"
+
+
+class SpotCheck(models.Model):
+    """One spot check of a device: its canary, why it was sent, and the verdict."""
+
+    class Reason(models.TextChoices):
+        RATE = "rate"
+        FIRST_LOAD = "first_load"
+        RETURN = "return"
+        QUARANTINE = "quarantine"
+        RENTAL = "rental"
+        STAFF = "staff"
+
+    device = models.ForeignKey("hosts.Device", on_delete=models.CASCADE, related_name="spot_checks")
+    canary = models.ForeignKey(CanaryPrompt, on_delete=models.PROTECT, related_name="checks")
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="spot_check")
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    passed = models.BooleanField(null=True)
+    detail = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    judged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["device", "canary"], name="spot_check_canary_once")
+        ]
+
+
+class Rental(models.Model):
+    """A device reserved for one renter for a period, checked before and during.
+
+    Goes ``pending`` → ``live`` after a passed spot check; ``stopped`` by a failed
+    check (billed only up to the last pass); ``ended`` at its end or by the renter.
+    Priced per hour in nano-USD.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        LIVE = "live"
+        STOPPED = "stopped"
+        ENDED = "ended"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    renter = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="rentals"
+    )
+    device = models.ForeignKey("hosts.Device", on_delete=models.PROTECT, related_name="rentals")
+    hours = models.PositiveIntegerField()
+    price_per_hour_nano = models.BigIntegerField()
+    status = models.CharField(
+        max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    starts_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    last_pass_at = models.DateTimeField(null=True, blank=True)
+    last_check_at = models.DateTimeField(null=True, blank=True)
+    billed_until = models.DateTimeField(null=True, blank=True)
+    stop_reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"rental {self.id} ({self.status})"

@@ -191,6 +191,12 @@ class JobRun:
                 yield await self._succeed(segment)
                 return
             await self._end_segment(segment)
+            if self.job.target_device_id:
+                # a spot check or a rental runs on its one device: no other to try
+                yield await self._fail(
+                    502, segment.outcome, f"the device failed the job ({segment.outcome})"
+                )
+                return
             if segment.pieces and not continuation_used:
                 continuation_used = True
                 log.info("job %s: continuation after %s", self.job_id, segment.outcome)

@@ -39,27 +39,42 @@ def placement_filter(placement: dict) -> Q:
     return q
 
 
+def devices_rented() -> Exists:
+    """Exists() of an open (pending or live) rental on the device (rule 5)."""
+    from .models import Rental
+
+    return Exists(
+        Rental.objects.filter(
+            device=OuterRef("pk"), status__in=(Rental.Status.PENDING, Rental.Status.LIVE)
+        )
+    )
+
+
 def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> QuerySet[Device]:
     """Eligible devices for ``job``, in ranking order (best first).
 
     Rules 1–6 of DESIGN.md "Picking a device"; ranking: score, then the device's
     median time to first token for the model over the last hour (unknown last),
-    then random.
+    then random. A spot check runs on its target device whatever its quarantine or
+    rental; a rental's job only on the rented device.
     """
     ttft = DeviceModel.objects.filter(device=OuterRef("pk"), model_id=model.id).values(
         "ttft_ms_recent"
     )[:1]
     already_tried = Attempt.objects.filter(job=job, device=OuterRef("pk"))
+    devices = devices_live(now=now).filter(  # rule 1
+        paused=False, machine__paused=False, machine__host_paused=False  # rule 2
+    )
+    if job.target_device_id:
+        devices = devices.filter(id=job.target_device_id)
+    if not job.is_spot_check:
+        devices = devices.filter(quarantined=False)  # rule 2
+        if not job.rental_id:
+            devices = devices.filter(machine__accepts_serverless=True).exclude(devices_rented())  # rule 5
     return (
-        devices_live(now=now)  # rule 1
-        .filter(
-            paused=False,  # rule 2
-            quarantined=False,
-            machine__paused=False,
-            machine__host_paused=False,
+        devices.filter(
             slots_used__lt=F("slots_total"),  # rule 3: the coordinator's own claims
             vram_free_mb__gte=model.vram_per_request_mb,  # rule 4
-            machine__accepts_serverless=True,  # rule 5
         )
         .filter(_loaded(model.id))  # rule 3
         .filter(Q(temp_c__isnull=True) | Q(temp_c__lt=settings.BALLAST_MAX_GPU_TEMP_C))  # rule 4
@@ -70,13 +85,19 @@ def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> QuerySe
     )
 
 
-def requirement_unmet(*, model: CatalogModel, placement: dict, now: datetime) -> str | None:
+def requirement_unmet(
+    *, model: CatalogModel, placement: dict, now: datetime, target_device_id: int | None = None
+) -> str | None:
     """Name the requirement no live device could ever meet, or None if one could.
 
     Used for the 503 of DESIGN.md "No eligible device": the model loaded nowhere
     live, or a placement requirement nobody live meets (checked in that order).
     """
     live = devices_live(now=now).filter(_loaded(model.id))
+    if target_device_id is not None:
+        if not live.filter(id=target_device_id).exists():
+            return f"the device this job must run on is not live with model '{model.id}'"
+        return None
     if not live.exists():
         return f"model '{model.id}' is not loaded on any live device"
     for field in ("gpu", "min_vram_gb", "region"):

@@ -9,6 +9,7 @@ is a compare-and-set on its state.
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -21,7 +22,7 @@ from django.utils import timezone
 from billing.models import ReceiptCheck
 from billing.services import job_charge, receipt_check
 from hosts.models import Device, DeviceOutcome, token_hash, token_new
-from hosts.services import device_outcome_record
+from hosts.services import device_outcome_record, spot_check_mark_due
 
 from .models import ApiKey, Attempt, CatalogModel, Job
 from .selectors import devices_eligible, requirement_unmet
@@ -158,7 +159,9 @@ def job_dispatch(
     now = now or timezone.now()
     job = Job.objects.get(id=job_id)
     model = CatalogModel.objects.get(id=job.model_id)
-    unmet = requirement_unmet(model=model, placement=job.placement, now=now)
+    unmet = requirement_unmet(
+        model=model, placement=job.placement, now=now, target_device_id=job.target_device_id
+    )
     if unmet:
         return Dispatch(impossible=unmet)
     ahead = 0
@@ -193,6 +196,8 @@ def job_dispatch(
         if continue_from:
             updates["failed_over"] = True
         Job.objects.filter(id=job.id).update(**updates)
+        if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
+            spot_check_mark_due(device_id=device.id, reason="rate", now=now)
         return Dispatch(
             attempt=attempt,
             machine_channel=device.machine.channel_name,
@@ -316,7 +321,8 @@ def attempt_end(
             "receipt_valid",
         ]
     )
-    if outcome != Attempt.Outcome.CANCELLED:
+    if outcome != Attempt.Outcome.CANCELLED and not attempt.job.is_spot_check:
+        # a spot check's outcome is its verdict (jobs.spotchecks.spot_check_judge)
         device_outcome_record(
             device_id=attempt.device_id,
             success=outcome == Attempt.Outcome.SUCCEEDED,
@@ -407,6 +413,17 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
     model = CatalogModel.objects.filter(id=request.model, active=True).first()
     if model is None:
         raise ApiError(404, f"model '{request.model}' is not in the catalog", "model_not_found", "model")
+    rental = None
+    if request.placement.get("rental"):
+        from .models import Rental
+
+        rental = Rental.objects.filter(id=_uuid_or_none(request.placement["rental"]), renter=api_key.user).first()
+        if rental is None:
+            raise ApiError(404, f"rental '{request.placement['rental']}' not found", "rental_not_found", "placement.rental")
+        if rental.status != Rental.Status.LIVE:
+            raise ApiError(
+                409, f"rental '{rental.id}' is {rental.status}, not live", "rental_not_live", "placement.rental"
+            )
     worst_case = request.params["max_tokens"] * model.price_completion_nano
     balance = renter_balance_nano(user=api_key.user)
     if balance < worst_case:
@@ -417,7 +434,7 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
             "USD per token",
             "insufficient_credit",
         )
-    return job_create(
+    job = job_create(
         renter=api_key.user,
         api_key=api_key,
         model=model,
@@ -428,3 +445,16 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
         placement=request.placement,
         stream=request.stream,
     )
+    if rental is not None:
+        Job.objects.filter(id=job.id).update(rental=rental, target_device_id=rental.device_id)
+        job.rental, job.target_device_id = rental, rental.device_id
+    return job
+
+
+def _uuid_or_none(value: str):
+    import uuid
+
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None

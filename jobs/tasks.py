@@ -9,3 +9,31 @@ from . import services
 def attempts_reap() -> int:
     """Close jobs and attempts orphaned by a coordinator process that died."""
     return services.attempts_reap()
+
+
+@shared_task(name="jobs.tasks.spot_checks_schedule")
+def spot_checks_schedule() -> int:
+    """Mark spot checks due for quarantined devices and live rentals."""
+    from .spotchecks import spot_checks_schedule as schedule
+
+    return schedule()
+
+
+@shared_task(name="jobs.tasks.rentals_settle")
+def rentals_settle() -> int:
+    """End and bill rentals whose period is over."""
+    from .rentals import rentals_settle as settle
+
+    return settle()
+
+
+@shared_task(name="jobs.tasks.scores_recompute")
+def scores_recompute() -> int:
+    """Recompute every device's score (its uptime part moves with time)."""
+    from hosts.models import Device
+    from hosts.services import device_score_recompute
+
+    ids = list(Device.objects.values_list("id", flat=True))
+    for device_id in ids:
+        device_score_recompute(device_id=device_id)
+    return len(ids)

@@ -10,4 +10,7 @@ urlpatterns = [
     path("completions", views.completions, name="completions"),
     path("jobs/<uuid:job_id>", apis.JobApi.as_view(), name="job"),
     path("usage", apis.UsageApi.as_view(), name="usage"),
+    path("devices", apis.DevicesApi.as_view(), name="devices"),
+    path("rentals", apis.RentalsApi.as_view(), name="rentals"),
+    path("rentals/<uuid:rental_id>", apis.RentalApi.as_view(), name="rental"),
 ]

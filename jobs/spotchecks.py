@@ -1,0 +1,177 @@
+"""Spot checks (canaries): choosing, sending and judging them (DESIGN.md "Spot checks").
+
+A spot check is a job with a known right answer, run on one device through the
+same path as a renter's job: same offer shape, ids and timing, so the host cannot
+tell them apart. Celery only marks a check *due* on a device (a row change); the
+machine's own connection picks it up (``spot_checks_take_due``) and runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from billing.services import earnings_reverse_held
+from hosts.models import Device, DeviceModel, DeviceOutcome
+from hosts.services import (
+    device_outcome_record,
+    device_quarantine_release_judge,
+    spot_check_mark_due,
+)
+
+from .canaries import answer_appears
+from .models import CanaryPrompt, CatalogModel, Job, Rental, SpotCheck
+from .services import job_create
+from .tokens import token_count, token_count_believable
+
+log = logging.getLogger("ballast.spotchecks")
+
+SPOT_CHECK_MAX_TOKENS = 64
+
+
+def canary_pick(*, device_id: int, model_id: str) -> CanaryPrompt | None:
+    """A calibrated canary of the model this device has never been sent, or None."""
+    used = SpotCheck.objects.filter(device_id=device_id).values("canary_id")
+    return (
+        CanaryPrompt.objects.filter(model_id=model_id, calibrated=True)
+        .exclude(id__in=used)
+        .order_by("?")
+        .first()
+    )
+
+
+@transaction.atomic
+def spot_check_create(*, device: Device, reason: str) -> Job | None:
+    """Create the spot-check job for a device (its canary chosen); None if none is left.
+
+    The job looks like a renter's: one user message, ordinary params at temperature 0.
+    """
+    loaded = list(
+        DeviceModel.objects.filter(device=device, loaded=True).values_list("model_id", flat=True)
+    )
+    for model_id in loaded:
+        canary = canary_pick(device_id=device.id, model_id=model_id)
+        model = CatalogModel.objects.filter(id=model_id).first()
+        if canary is None or model is None:
+            continue
+        job = job_create(
+            renter=None,
+            api_key=None,
+            model=model,
+            endpoint=Job.Endpoint.CHAT,
+            messages=[{"role": "user", "content": canary.prompt}],
+            prompt=None,
+            params={"max_tokens": SPOT_CHECK_MAX_TOKENS, "temperature": 0, "top_p": 1.0, "stop": None, "seed": None},
+            placement={},
+            stream=True,
+            is_spot_check=True,
+        )
+        Job.objects.filter(id=job.id).update(target_device=device)
+        job.target_device = device
+        SpotCheck.objects.create(device=device, canary=canary, job=job, reason=reason or "staff")
+        return job
+    log.warning("device %s: no unused calibrated canary for %s; spot check skipped", device.id, loaded)
+    return None
+
+
+def spot_checks_take_due(*, machine_id: str, now: datetime | None = None) -> list[Job]:
+    """Take the spot checks due on this machine's devices and create their jobs.
+
+    Each due mark is cleared by a compare-and-set, so only one connection (of any
+    coordinator process) sends a given check.
+    """
+    if not settings.BALLAST_SPOT_CHECKS:
+        return []
+    now = now or timezone.now()
+    jobs = []
+    for device in Device.objects.filter(machine_id=machine_id, spot_check_due_at__lte=now):
+        taken = Device.objects.filter(
+            id=device.id, spot_check_due_at=device.spot_check_due_at
+        ).update(spot_check_due_at=None, spot_check_reason="")
+        if taken:
+            job = spot_check_create(device=device, reason=device.spot_check_reason)
+            if job is not None:
+                jobs.append(job)
+    return jobs
+
+
+def spot_check_verdict(*, job: Job, check: SpotCheck) -> tuple[bool, str]:
+    """Judge a finished spot-check job: (passed, detail).
+
+    Pass: the job succeeded, the expected answer appears in the output, and the
+    reported token count is believable (never more than the characters; within the
+    tolerance of ``jobs.tokens.token_count_believable`` of the recount).
+    """
+    attempt = job.attempts.order_by("-offered_at").first()
+    if job.status != Job.Status.SUCCEEDED or attempt is None:
+        outcome = attempt.outcome if attempt else "no attempt"
+        return False, f"no answer ({outcome})"
+    reported = attempt.completion_tokens_reported
+    if reported is None or not token_count_believable(
+        reported=reported, text=job.output_text, recount=token_count(job.model_id, job.output_text)
+    ):
+        return False, f"unbelievable token count {reported} for {len(job.output_text)} characters"
+    if not answer_appears(check.canary.expected, job.output_text):
+        return False, "expected answer missing"
+    return True, "expected answer present"
+
+
+@transaction.atomic
+def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
+    """Record a spot check's verdict and its consequences (DESIGN.md "Spot checks").
+
+    Failure: an outcome against the score, every held earning of the device
+    reversed, quarantine judged, a rental on it stopped. Pass: a quarantined device
+    may be released (3 in a row); a pending rental goes live.
+    """
+    now = now or timezone.now()
+    check = SpotCheck.objects.select_for_update().select_related("canary", "job").get(job_id=job_id)
+    if check.passed is not None:
+        return check
+    passed, detail = spot_check_verdict(job=check.job, check=check)
+    check.passed, check.detail, check.judged_at = passed, detail, now
+    check.save(update_fields=["passed", "detail", "judged_at"])
+    device_outcome_record(
+        device_id=check.device_id,
+        success=passed,
+        source=DeviceOutcome.Source.SPOT_CHECK,
+        reason="spot_check" if passed else "spot_check_failed",
+        model_id=check.job.model_id,
+        now=now,
+    )
+    if passed:
+        device_quarantine_release_judge(device_id=check.device_id)
+    else:
+        reversed_count = earnings_reverse_held(
+            device_id=check.device_id, reason=f"spot check {check.id} failed: {detail}", now=now
+        )
+        log.warning("device %s failed spot check %s (%s); %d held earnings reversed",
+                    check.device_id, check.id, detail, reversed_count)
+    from .rentals import rentals_after_check
+
+    rentals_after_check(device_id=check.device_id, passed=passed, now=now)
+    return check
+
+
+def spot_checks_schedule(*, now: datetime | None = None) -> int:
+    """Mark spot checks due where time calls for one (Celery beat); returns how many.
+
+    Quarantined devices every ``BALLAST_QUARANTINE_CHECK_EVERY_S`` (3 min); live
+    rentals every ``BALLAST_RENTAL_CHECK_EVERY_S`` (30 min).
+    """
+    now = now or timezone.now()
+    marked = 0
+    quarantine_cutoff = now - timedelta(seconds=settings.BALLAST_QUARANTINE_CHECK_EVERY_S)
+    for device_id in Device.objects.filter(quarantined=True, spot_check_due_at__isnull=True).exclude(
+        Q(spot_checks__created_at__gt=quarantine_cutoff)
+    ).values_list("id", flat=True).distinct():
+        marked += spot_check_mark_due(device_id=device_id, reason="quarantine", now=now)
+    rental_cutoff = now - timedelta(seconds=settings.BALLAST_RENTAL_CHECK_EVERY_S)
+    for rental in Rental.objects.filter(status=Rental.Status.LIVE, last_check_at__lt=rental_cutoff):
+        marked += spot_check_mark_due(device_id=rental.device_id, reason="rental", now=now)
+    return marked
