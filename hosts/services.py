@@ -269,8 +269,12 @@ def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
     if total <= 0:
         return Decimal(1)
     online = 0.0
-    for span in OnlineSpan.objects.filter(machine_id=device.machine_id, ended_at__gt=start):
-        online += max(0.0, (min(span.ended_at, now) - max(span.started_at, start)).total_seconds())
+    live = device.machine.is_online(now)
+    spans = OnlineSpan.objects.filter(machine_id=device.machine_id, ended_at__gt=start)
+    for i, span in enumerate(spans):  # newest first
+        # the current span of a machine still online lasts until now
+        end = now if (i == 0 and live) else min(span.ended_at, now)
+        online += max(0.0, (end - max(span.started_at, start)).total_seconds())
     return min(Decimal(1), Decimal(str(round(online / total, 6))))
 
 

@@ -130,3 +130,27 @@ def live_device(owner, catalog):
         return Device.objects.select_related("machine").get(machine=machine, index=0)
 
     return make
+
+
+@pytest.fixture
+def canaries(catalog, settings):
+    """Calibrated canaries for the reference model; spot checks sent without delay."""
+    from jobs.models import CanaryPrompt
+
+    settings.BALLAST_SPOT_CHECKS = True
+    settings.BALLAST_SPOT_CHECK_MAX_DELAY_S = 0
+    return [
+        CanaryPrompt.objects.create(
+            model_id=catalog.id, prompt=prompt, expected=expected, calibrated=True
+        )
+        for prompt, expected in [
+            ("What is 2+2?", "4"),
+            ("What is the capital of Japan?", "Tokyo"),
+            ("What is the opposite of hot?", "cold"),
+            ("What is 7+3?", "10"),
+            ("Who wrote Romeo and Juliet?", "Shakespeare"),
+            ("What is 6 times 7?", "42"),
+            ("What is the capital of Germany?", "Berlin"),
+            ("What is the opposite of up?", "down"),
+        ]
+    ]

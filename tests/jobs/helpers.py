@@ -18,10 +18,26 @@ async def host_online(machine_token, name: str, *, score: int | None = None, slo
     host = HostSim(token)
     await host.connect()
     await host.heartbeat(slots=slots)
+    await heartbeat_applied(machine, slots=slots)
     if score is not None:
         await Device.objects.filter(machine=machine).aupdate(score=score)
     host.machine = machine
     return host
+
+
+async def heartbeat_applied(machine, *, slots: int = 1, timeout: float = 5.0) -> None:
+    """Wait until the coordinator has stored the machine's heartbeat (a state, not a sleep)."""
+    from hosts.models import DeviceModel
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if await DeviceModel.objects.filter(
+            device__machine=machine, loaded=True, device__slots_total=slots
+        ).aexists():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the heartbeat was never applied")
 
 
 def chat_request(api_key: str, *, stream: bool = True, content: str = "Say hello", **extra) -> asyncio.Task:

@@ -59,6 +59,6 @@ def test_it_pauses_and_quarantines_devices_by_action(staff_client, machine):
         response = staff_client.post(url, {"action": action, "_selected_action": [device.id]})
         assert response.status_code == 302
     device = Device.objects.get(id=device.id)
-    assert device.paused and device.quarantined
+    assert device.paused and device.quarantined and device.quarantined_at
     staff_client.post(url, {"action": "release_quarantine", "_selected_action": [device.id]})
     assert not Device.objects.get(id=device.id).quarantined

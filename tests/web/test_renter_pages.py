@@ -64,3 +64,14 @@ def test_it_gives_404_for_another_renters_job(stranger_client, renter, machine):
     attempt = attempt_make(machine.devices.get(), renter=renter)
     assert stranger_client.get(reverse("renter:job", args=[attempt.job_id])).status_code == 404
     assert str(attempt.job_id) not in stranger_client.get(reverse("renter:jobs")).content.decode()
+
+
+def test_it_lists_the_renters_rentals_only(renter_client, renter, stranger, machine):
+    from jobs.models import Rental
+
+    device = machine.devices.get()
+    mine = Rental.objects.create(renter=renter, device=device, hours=2, price_per_hour_nano=10**9)
+    theirs = Rental.objects.create(renter=stranger, device=device, hours=1, price_per_hour_nano=10**9)
+    html = renter_client.get(reverse("renter:overview")).content.decode()
+    assert str(mine.id) in html and "rig-1/gpu0" in html and "$1" in html
+    assert str(theirs.id) not in html

@@ -1,0 +1,119 @@
+"""DESIGN.md "Reliability score": the formula, its worked values, and its inputs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from hosts.models import Device, DeviceOutcome, Machine, OnlineSpan
+from hosts.scoring import score_round, score_unrounded
+from hosts.services import (
+    device_online_fraction,
+    device_outcome_record,
+    device_score_recompute,
+    online_span_extend,
+)
+from tests.vectors import vectors
+
+CASES = vectors("score")["cases"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["note"] for c in CASES])
+def test_it_reproduces_every_worked_score(case):
+    value = score_unrounded(
+        outcomes=case["outcomes"],
+        successes=case["successes"],
+        online_fraction=case["online_fraction"],
+        model_median_ttft_ms=case["model_median_ttft_ms"],
+        device_ttft_ms=case["device_ttft_ms"],
+    )
+    if case["unrounded"] is not None:
+        assert value == Decimal(case["unrounded"])
+    assert score_round(value) == case["expected_score"]
+
+
+def test_it_rounds_half_up():
+    assert score_round(Decimal("48.5")) == 49
+    assert score_round(Decimal("48.4999")) == 48
+
+
+@pytest.mark.django_db
+def test_it_counts_online_time_from_spans_with_gaps_over_30_s(live_device, settings):
+    device = live_device()
+    now = timezone.now()
+    Device.objects.filter(id=device.id).update(first_seen_at=now - timedelta(hours=48))
+    OnlineSpan.objects.filter(machine_id=device.machine_id).delete()
+    # heartbeats every 10 s for 6 h, then silence: a quarter of the last 24 h online
+    start = now - timedelta(hours=6)
+    t = start
+    while t <= now:
+        online_span_extend(machine_id=str(device.machine_id), now=t)
+        t += timedelta(minutes=10) if t < start + timedelta(hours=6) else timedelta(seconds=10)
+    spans = OnlineSpan.objects.filter(machine_id=device.machine_id).count()
+    assert spans > 1, "10-minute gaps (over 30 s) start new spans"
+    OnlineSpan.objects.filter(machine_id=device.machine_id).delete()
+    t = start
+    while t <= now:
+        online_span_extend(machine_id=str(device.machine_id), now=t)
+        t += timedelta(seconds=10)
+    assert OnlineSpan.objects.filter(machine_id=device.machine_id).count() == 1
+    device.refresh_from_db()
+    fraction = device_online_fraction(device=device, now=now)
+    assert abs(fraction - Decimal("0.25")) < Decimal("0.001")
+
+
+@pytest.mark.django_db
+def test_it_uses_the_time_since_first_seen_when_shorter(live_device):
+    device = live_device()
+    now = timezone.now()
+    Device.objects.filter(id=device.id).update(first_seen_at=now - timedelta(hours=2))
+    OnlineSpan.objects.filter(machine_id=device.machine_id).update(
+        started_at=now - timedelta(hours=1), ended_at=now
+    )
+    device.refresh_from_db()
+    assert abs(device_online_fraction(device=device, now=now) - Decimal("0.5")) < Decimal("0.001")
+
+
+@pytest.mark.django_db
+def test_it_starts_a_new_device_at_60_and_moves_it_on_outcomes(live_device):
+    device = live_device()
+    assert device.score == 60
+    score = device_outcome_record(device_id=device.id, success=False, reason="host_error", model_id="m")
+    assert score == 59, "one early failure cannot sink it"
+    for _ in range(10):
+        score = device_outcome_record(device_id=device.id, success=True, model_id="m")
+    device.refresh_from_db()
+    assert device.score == score > 59
+
+
+@pytest.mark.django_db
+def test_it_keeps_only_the_last_50_outcomes(live_device):
+    device = live_device()
+    OnlineSpan.objects.filter(machine_id=device.machine_id).update(started_at=device.first_seen_at)
+    DeviceOutcome.objects.bulk_create(
+        [DeviceOutcome(device=device, source="attempt", success=False) for _ in range(50)]
+    )
+    low = device_score_recompute(device_id=device.id)
+    DeviceOutcome.objects.bulk_create(
+        [DeviceOutcome(device=device, source="attempt", success=True) for _ in range(50)]
+    )
+    assert device_score_recompute(device_id=device.id) == 100
+    assert low == 30  # 0 × 70 + 20 × online + 10 × latency(1)
+
+
+@pytest.mark.django_db
+def test_a_machine_offline_lowers_the_uptime_part(live_device):
+    device = live_device()
+    DeviceOutcome.objects.bulk_create(
+        [DeviceOutcome(device=device, source="attempt", success=True) for _ in range(50)]
+    )
+    now = timezone.now()
+    Device.objects.filter(id=device.id).update(first_seen_at=now - timedelta(hours=24))
+    OnlineSpan.objects.filter(machine_id=device.machine_id).update(
+        started_at=now - timedelta(hours=12), ended_at=now
+    )
+    Machine.objects.filter(id=device.machine_id).update(last_heartbeat_at=now)
+    assert device_score_recompute(device_id=device.id, now=now) == 90  # 70 + 20 × 0.5 + 10
