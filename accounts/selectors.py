@@ -6,7 +6,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import Http404
 
-from jobs.models import ApiKey, Job
+from jobs.models import ApiKey, Job, Rental
 
 
 def api_keys_of(*, user: AbstractBaseUser) -> QuerySet[ApiKey]:
@@ -33,3 +33,8 @@ def job_of(*, user: AbstractBaseUser, job_id) -> Job:
     if job is None:
         raise Http404("no such job")
     return job
+
+
+def rentals_of(*, user: AbstractBaseUser, limit: int = 20) -> QuerySet[Rental]:
+    """The renter's most recent rentals (devices reserved for them), newest first."""
+    return Rental.objects.filter(renter_id=user.pk).select_related("device__machine")[:limit]

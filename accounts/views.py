@@ -39,7 +39,7 @@ def signup(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
-    """The renter's balance and API keys; a new key is shown once."""
+    """The renter's balance, API keys (a new one shown once) and rentals."""
     new_key = request.session.pop(NEW_KEY_SESSION_KEY, None)
     return render(
         request,
@@ -47,6 +47,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         {
             "balance_nano": renter_balance_nano(user=request.user),
             "keys": selectors.api_keys_of(user=request.user),
+            "rentals": selectors.rentals_of(user=request.user),
             "form": ApiKeyCreateForm(),
             "new_key": new_key,
             "api_base": request.build_absolute_uri("/v1/"),

@@ -2,17 +2,19 @@
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from .models import (
-    OnlineSpan,
     Benchmark,
     Device,
     DeviceModel,
     DeviceOutcome,
     FailedCapability,
     Machine,
+    OnlineSpan,
     ScoreSample,
 )
+from .services import spot_check_mark_due
 
 
 class DeviceInline(admin.TabularInline):
@@ -52,7 +54,7 @@ class DeviceAdmin(admin.ModelAdmin):
     list_display = ["label", "name", "score", "quarantined", "paused", "slots_used", "slots_total", "temp_c", "vram_free_mb"]
     list_filter = ["quarantined", "paused", "machine__connected", "machine__region"]
     search_fields = ["name", "machine__name", "machine__owner__username"]
-    readonly_fields = ["machine", "index", "name", "vram_total_mb", "vram_free_mb", "temp_c", "slots_total", "slots_used", "score", "first_seen_at"]
+    readonly_fields = ["machine", "index", "name", "vram_total_mb", "vram_free_mb", "temp_c", "slots_total", "slots_used", "score", "first_seen_at", "quarantined_at"]
     list_select_related = ["machine"]
     actions = ["pause_devices", "unpause_devices", "quarantine_devices", "release_quarantine"]
 
@@ -68,12 +70,20 @@ class DeviceAdmin(admin.ModelAdmin):
 
     @admin.action(description="Quarantine the selected devices (spot checks only)")
     def quarantine_devices(self, request, queryset: QuerySet[Device]):
-        count = queryset.update(quarantined=True)
+        """Quarantine like a failed judgement would: stamped, with a spot check due,
+        so the device leaves after 3 passes in a row."""
+        now = timezone.now()
+        ids = list(queryset.filter(quarantined=False).values_list("id", flat=True))
+        count = Device.objects.filter(id__in=ids, quarantined=False).update(
+            quarantined=True, quarantined_at=now
+        )
+        for device_id in ids:
+            spot_check_mark_due(device_id=device_id, reason="quarantine", now=now)
         self.message_user(request, f"{count} device(s) quarantined.", messages.SUCCESS)
 
     @admin.action(description="Release the selected devices from quarantine")
     def release_quarantine(self, request, queryset: QuerySet[Device]):
-        count = queryset.update(quarantined=False)
+        count = queryset.filter(quarantined=True).update(quarantined=False, quarantined_at=None)
         self.message_user(request, f"{count} device(s) released from quarantine.", messages.SUCCESS)
 
 
