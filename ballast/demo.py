@@ -22,6 +22,10 @@ from ballast.stack import ROOT, Stack, last_line, manage
 
 MODEL = "smollm2-135m-instruct"
 QUESTION = "What is 2+2?"
+CANARIES_CALIBRATED = (
+    "from jobs.models import CanaryPrompt; "
+    "print('calibrated' if CanaryPrompt.objects.filter(calibrated=True).exists() else 'none')"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     with Stack(env=env, log_dir=var / "logs", port=args.port) as stack:
         print("migrating the database and loading the catalog ...", flush=True)
         stack.migrate()
+        if "calibrated" not in manage("shell", "-c", CANARIES_CALIBRATED, env=env):
+            print("calibrating spot-check canaries on the reference model ...", flush=True)
+            print(last_line(manage("canary_calibrate", MODEL, "--limit", "16", env=env)), flush=True)
         api_key = last_line(manage("renter_create", "demo@example.com", "--credit", "5", env=env))
         token = last_line(manage("machine_create", "host@example.com", f"demo-rig-{int(time.time())}", env=env))
         print(f"starting the coordinator on {stack.url} ...", flush=True)
