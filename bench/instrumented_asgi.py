@@ -1,0 +1,119 @@
+"""The coordinator's ASGI application with counters, for benchmarks only.
+
+``uvicorn bench.instrumented_asgi:application`` serves ``ballast.asgi.application``
+unchanged, but wraps the hot path's database functions (the services and
+selectors the views and consumers call, wherever they look them up) to count
+calls, wall time and SQL statements, and counts every INSERT/UPDATE/DELETE by
+table. ``GET /bench/stats`` returns the counters as JSON; ``POST /bench/reset``
+zeroes them. No product file is changed: the wrappers replace module attributes
+at import time in this process only.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import threading
+import time
+from collections import defaultdict
+
+from ballast.asgi import application as ballast_application  # noqa: E402 (sets up Django)
+from django.db import connections
+from django.db.backends.signals import connection_created
+
+_lock = threading.Lock()
+_local = threading.local()
+stats: dict = {"calls": defaultdict(lambda: [0, 0.0, 0]), "writes": defaultdict(int), "statements": 0,
+               "heartbeats": 0, "last_heartbeat": 0.0}
+WRITE = re.compile(r'^\s*(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?(\w+)"?', re.I)
+
+
+def _count_sql(execute, sql, params, many, context):
+    with _lock:
+        stats["statements"] += 1
+        m = WRITE.match(sql)
+        if m:
+            stats["writes"][m.group(2)] += 1
+    depth = getattr(_local, "queries", None)
+    if depth is not None:
+        _local.queries += 1
+    return execute(sql, params, many, context)
+
+
+def _on_connection(sender, connection, **kwargs):
+    if _count_sql not in connection.execute_wrappers:
+        connection.execute_wrappers.append(_count_sql)
+
+
+connection_created.connect(_on_connection)
+
+
+def _wrap(module, name: str, label: str) -> None:
+    original = getattr(module, name)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        outer = getattr(_local, "queries", None)
+        _local.queries = 0
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - start
+            with _lock:
+                row = stats["calls"][label]
+                row[0] += 1
+                row[1] += elapsed
+                row[2] += _local.queries
+            _local.queries = (outer + _local.queries) if outer is not None else None
+
+    setattr(module, name, wrapper)
+
+
+def _install() -> None:
+    import hosts.consumers
+    import hosts.services
+    import jobs.consumers
+    import jobs.orchestration
+    import jobs.services
+    import jobs.views
+
+    for name in ("job_dispatch", "attempt_claim", "attempt_first_token", "attempt_end", "job_finish",
+                 "job_lease_renew", "jobs_waiting_channels"):
+        _wrap(jobs.services, name, name)
+    _wrap(jobs.views, "job_submit", "job_submit")
+    _wrap(jobs.views, "api_key_from_request_header", "api_key (http)")
+    _wrap(jobs.consumers, "job_submit", "job_submit (ws)")
+    _wrap(jobs.consumers, "api_key_from_request_header", "api_key (ws)")
+    for name in ("machine_heartbeat", "machine_hello", "machine_authenticate", "machine_disconnect"):
+        _wrap(hosts.services, name, name)
+
+    original = hosts.consumers.HostConsumer.frame_heartbeat
+
+    async def frame_heartbeat(self, frame):
+        await original(self, frame)
+        stats["heartbeats"] += 1
+        stats["last_heartbeat"] = time.time()
+
+    hosts.consumers.HostConsumer.frame_heartbeat = frame_heartbeat
+
+
+_install()
+
+
+async def application(scope, receive, send):
+    if scope["type"] == "http" and scope["path"].startswith("/bench/"):
+        if scope["path"] == "/bench/reset":
+            with _lock:
+                stats["calls"].clear()
+                stats["writes"].clear()
+                stats["statements"] = 0
+                stats["heartbeats"] = 0
+        body = json.dumps({**stats, "calls": dict(stats["calls"]), "writes": dict(stats["writes"]),
+                           "connections": len(connections.all(initialized_only=True))}).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+        return
+    await ballast_application(scope, receive, send)

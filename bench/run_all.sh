@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Rerun every benchmark of docs/performance.md, one after the other (they share 2 cores).
+# Usage: bench/run_all.sh [OUT_DIR]   (default var/bench-<date>); needs PostgreSQL on
+# 127.0.0.1:5432 (user postgres) and Redis on 127.0.0.1:6379 (db 7 is flushed).
+# Every program prints the machine, its settings and its figures; each is bounded in time.
+set -u
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=${1:-var/bench-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench' ':!docs' || echo ' (+ uncommitted changes)')" | tee "$OUT/commit.txt"
+run() {  # name, timeout s, command...
+  local name=$1 limit=$2; shift 2
+  echo "== $name: $*"
+  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
+}
+run ttft 900 $PY bench/ttft.py
+run relay 1800 $PY bench/relay.py --scale 0.5
+run heartbeats 600 $PY bench/heartbeats.py
+run claim 1800 $PY bench/claim.py
+run claim_profile 300 $PY bench/claim_profile.py --devices 1000
+run failover 900 $PY bench/failover.py --kills 10
+# Profiles (py-spy: .venv/bin/pip install py-spy; not in requirements.txt):
+if [ -x .venv/bin/py-spy ] && [ "${PROFILE:-1}" = 1 ]; then
+  run ttft-profiled 900 $PY bench/ttft.py --profile "$OUT/profiles" --sequential 100 --rounds 2 --layers pubsub
+  run relay-profiled 1200 $PY bench/relay.py --profile "$OUT/profiles" --servers inmem --scale 0.5
+  for f in "$OUT"/profiles/*.txt; do
+    $PY bench/profile_top.py "$f" --drop-idle --top 40 > "${f%.txt}.top"
+  done
+fi
+echo "figures in $OUT"

@@ -1,0 +1,228 @@
+"""Time to first token through the coordinator versus straight to the same scripted engine.
+
+Usage: ``.venv/bin/python bench/ttft.py [--layers inmem,pubsub] [--sequential 200]
+[--concurrency 50] [--rounds 4] [--agents 5] [--slots 10]``
+
+Ballast side: a real coordinator process (uvicorn, as ``ballast.stack`` starts it) on
+a scratch PostgreSQL database, real agent processes (``python -m agent run --engine
+scripted``), the renter over HTTP server-sent events with httpx. Direct side, in the
+same run: the same ``ScriptedEngine`` and script behind a bare ASGI app on the same
+server (uvicorn, ``bench.ttft:direct_app``) that streams the same chunk shape. Time to
+first token = from sending the POST to reading the first content chunk. Prints the
+machine, the settings and p50/p99 of both sides and of the difference (added ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import machine_line, percentile, scratch_postgres  # noqa: E402
+from bench.harness import (  # noqa: E402
+    MODEL, bench_stats, coordinator_start, profile_start, profile_stop, stats_table, chat_body, coordinator_env, cpu_seconds, machines_bulk, redis_flush, renter_key, sse_stream,
+)
+
+SCRIPT = {"text": "The answer is four, and here are a few more words to stream.", "delay_s": 0.0}
+
+
+# --- the direct side: the same engine behind a bare ASGI app ------------------------------
+_engine = None
+
+
+async def direct_app(scope, receive, send):
+    """``POST /v1/chat/completions`` straight to a ScriptedEngine (no coordinator)."""
+    global _engine
+    if scope["type"] != "http":
+        return
+    if scope["path"] != "/v1/chat/completions":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        return
+    from agent.engines.base import GenerationRequest, GenerationResult
+    from agent.engines.scripted import ScriptedEngine
+
+    if _engine is None:
+        _engine = ScriptedEngine(json.loads(os.environ.get("BENCH_SCRIPT", json.dumps(SCRIPT))))
+        await _engine.load()
+    body = b""
+    while True:
+        event = await receive()
+        body += event.get("body", b"")
+        if not event.get("more_body"):
+            break
+    req = json.loads(body)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")]})
+    request = GenerationRequest(model=req["model"], messages=req["messages"],
+                                params={"max_tokens": req.get("max_tokens")})
+    async for piece in _engine.stream(request, GenerationResult()):
+        chunk = {"id": "x", "object": "chat.completion.chunk", "model": req["model"],
+                 "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        data = f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+
+def uvicorn_start(app: str, port: int, env: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+         "--no-access-log", "--ws", "websockets", "--lifespan", "off"],
+        cwd=ROOT, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def wait_http(url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise TimeoutError(url)
+
+
+# --- measuring ----------------------------------------------------------------------------
+async def measure(url: str, key: str, sequential: int, concurrency: int, rounds: int, warmup: int = 5,
+                  counters: bool = False):
+    """Return (sequential ttfts, concurrent ttfts, errors, counters), times in seconds.
+
+    ``counters``: the instrumented coordinator's stats of each phase (sequential,
+    concurrent).
+    """
+    phases: list[dict] = []
+
+    async def snapshot(reset: bool) -> None:
+        if counters:
+            got = await asyncio.to_thread(bench_stats, url, reset)
+            if not reset:
+                phases.append(got)
+                await asyncio.to_thread(bench_stats, url, True)
+
+    limits = httpx.Limits(max_connections=concurrency + 10, max_keepalive_connections=concurrency + 10)
+    errors: list[str] = []
+    endpoint = url + "/v1/chat/completions"
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+
+        async def one(i: int) -> float | None:
+            result = await sse_stream(client, endpoint, key, chat_body(64, f"question {i}"))
+            if result.error or not result.first:
+                errors.append(result.error or "no token")
+                return None
+            return result.first - result.start
+
+        for i in range(warmup):
+            await one(i)
+        await asyncio.sleep(0.5)
+        await snapshot(True)
+        seq = [t for i in range(sequential) if (t := await one(i)) is not None]
+        await asyncio.sleep(0.5)  # let the last job's finish land in this phase
+        await snapshot(False)
+        conc: list[float] = []
+        for r in range(rounds):
+            got = await asyncio.wait_for(
+                asyncio.gather(*(one(r * concurrency + i) for i in range(concurrency))), 120)
+            conc += [t for t in got if t is not None]
+        await asyncio.sleep(0.5)
+        await snapshot(False)
+    return seq, conc, errors, phases
+
+
+def line(label: str, values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return f"{label:<34} n={len(ms):4d}  p50 {percentile(ms, 50):8.2f} ms  p99 {percentile(ms, 99):8.2f} ms"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default="inmem,pubsub")
+    parser.add_argument("--sequential", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--agents", type=int, default=5)
+    parser.add_argument("--slots", type=int, default=10)
+    parser.add_argument("--plain", action="store_true", help="serve ballast.asgi without counters")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy the coordinator; collapsed stacks to DIR")
+    args = parser.parse_args()
+    script = json.dumps(SCRIPT)
+
+    print(f"machine: {machine_line()}")
+    print(f"settings: renter httpx SSE, max_tokens 64; script {script}; {args.sequential} sequential "
+          f"requests; {args.rounds} rounds of {args.concurrency} concurrent; ballast: uvicorn "
+          f"(uvloop, httptools, --ws websockets), DJANGO_DEBUG=0, PostgreSQL scratch db, "
+          f"{args.agents} scripted agent processes x {args.slots} slots", flush=True)
+    from ballast.stack import Stack, port_free
+
+    results: dict[str, tuple] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        # direct side
+        port = port_free()
+        env = dict(os.environ, BENCH_SCRIPT=script)
+        direct = uvicorn_start("bench.ttft:direct_app", port, env, Path(tmp) / "direct.log")
+        try:
+            wait_http(f"http://127.0.0.1:{port}/")
+            pid = direct.pid
+            cpu0 = cpu_seconds(pid)
+            results["direct"] = (*asyncio.run(measure(f"http://127.0.0.1:{port}", "x", args.sequential,
+                                                      args.concurrency, args.rounds)), cpu_seconds(pid) - cpu0)
+        finally:
+            direct.terminate()
+            direct.wait(10)
+        for layer in args.layers.split(","):
+            with scratch_postgres() as db:
+                if layer != "inmem":
+                    redis_flush()
+                env = coordinator_env(db, layer, tmp)
+                with Stack(env=env, log_dir=Path(tmp) / f"logs-{layer}") as stack:
+                    stack.migrate()
+                    coordinator_start(stack, instrumented=not args.plain)
+                    key = renter_key(env)
+                    tokens = machines_bulk(db, args.agents, prefix=f"agent{layer}")
+                    for i, token in enumerate(tokens):
+                        stack.start_agent(f"agent-{i}", token, "--engine", "scripted", "--script", script,
+                                          "--slots", str(args.slots), "--name", "Bench GPU")
+                    stack.wait_for_capacity(key, MODEL, devices=args.agents)
+                    pid = stack.processes["coordinator"].pid
+                    spy = profile_start(pid, args.profile, f"ttft-{layer}")
+                    cpu0 = cpu_seconds(pid)
+                    results[layer] = (*asyncio.run(measure(stack.url, key, args.sequential,
+                                                           args.concurrency, args.rounds,
+                                                           counters=not args.plain)),
+                                      cpu_seconds(pid) - cpu0)
+                    profile_stop(spy)
+
+    d_seq, d_conc, d_err, _, d_cpu = results["direct"]
+    print(line("direct  sequential", d_seq))
+    print(line(f"direct  {args.concurrency} concurrent", d_conc))
+    for layer in args.layers.split(","):
+        seq, conc, err, phases, cpu = results[layer]
+        n = len(seq) + len(conc) + 5
+        print(line(f"ballast[{layer}] sequential", seq))
+        print(line(f"ballast[{layer}] {args.concurrency} concurrent", conc))
+        for label, b, a in (("sequential", seq, d_seq), (f"{args.concurrency} concurrent", conc, d_conc)):
+            if b and a:
+                print(f"  added, {label:<14} p50 {percentile(b, 50) * 1000 - percentile(a, 50) * 1000:8.2f} ms"
+                      f"  p99 {percentile(b, 99) * 1000 - percentile(a, 99) * 1000:8.2f} ms")
+        print(f"  coordinator CPU {cpu / n * 1000:.1f} ms per request; errors {len(err)} {err[:2]}")
+        for label, phase, count in zip(("sequential", f"{args.concurrency} concurrent"), phases,
+                                       (len(seq), len(conc))):
+            print(f"  database calls per request, {label} (instrumented coordinator):")
+            print("\n".join(stats_table(phase, max(count, 1), "req")))
+    print(f"  direct server CPU {d_cpu / (len(d_seq) + len(d_conc) + 5) * 1000:.2f} ms per request")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
