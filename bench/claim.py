@@ -65,9 +65,10 @@ def fleet_fill(url: str, devices: int) -> None:
         conn.execute(
             """
             INSERT INTO hosts_device (machine_id, index, name, vram_total_mb, vram_free_mb, temp_c,
-                slots_total, slots_used, score, quarantined, paused, first_seen_at)
+                slots_total, slots_used, score, quarantined, paused, first_seen_at,
+                spot_check_reason)
             SELECT id, 0, 'Bench GPU', 24576, 20000, 50, 1, 0,
-                50 + (abs(hashtext(name)) % 50), false, false, now()
+                50 + (abs(hashtext(name)) % 50), false, false, now(), ''
             FROM hosts_machine
             """
         )
