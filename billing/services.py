@@ -297,6 +297,33 @@ def rental_charge(*, rental, amount_nano: int, upto: datetime, now: datetime | N
 
 
 # --- holds -----------------------------------------------------------------------------
+def _earning_settle(
+    earning: Earning, *, status: str, kind: str, key: str, to_account: Account, memo: str, now: datetime
+) -> bool:
+    """Move a held earning out of the hold (released or reversed), once.
+
+    A compare-and-set on its status inside its own transaction, then one balanced
+    ledger transaction from the host's held account to ``to_account``. Returns
+    False when another worker settled it first.
+    """
+    with transaction.atomic():
+        if not Earning.objects.filter(id=earning.id, status=Earning.Status.HELD).update(
+            status=status, settled_at=now
+        ):
+            return False
+        ledger_post(
+            kind=kind,
+            key=key,
+            legs=[
+                (account_for(kind=Account.Kind.HOST_HELD, user=earning.host), -earning.amount_nano),
+                (to_account, earning.amount_nano),
+            ],
+            job=earning.attempt.job if earning.attempt_id else None,
+            memo=memo[:300],
+        )
+    return True
+
+
 def holds_release(*, now: datetime | None = None) -> int:
     """Move every earning whose hold has ended from held to available; return the count.
 
@@ -308,32 +335,19 @@ def holds_release(*, now: datetime | None = None) -> int:
     released = 0
     due = Earning.objects.filter(status=Earning.Status.HELD, release_at__lte=now)
     for earning in due.select_related("host", "attempt__job"):
-        with transaction.atomic():
-            if not Earning.objects.filter(id=earning.id, status=Earning.Status.HELD).update(
-                status=Earning.Status.RELEASED, settled_at=now
-            ):
-                continue
-            ledger_post(
-                kind=LedgerTransaction.Kind.HOLD_RELEASE,
-                key=f"release:{earning.id}",
-                legs=[
-                    (
-                        account_for(kind=Account.Kind.HOST_HELD, user=earning.host),
-                        -earning.amount_nano,
-                    ),
-                    (
-                        account_for(kind=Account.Kind.HOST_AVAILABLE, user=earning.host),
-                        earning.amount_nano,
-                    ),
-                ],
-                job=earning.attempt.job if earning.attempt_id else None,
-                memo=(
-                    f"hold ended for attempt {earning.attempt_id}"
-                    if earning.attempt_id
-                    else f"hold ended for rental {earning.rental_id}"
-                ),
-            )
-            released += 1
+        released += _earning_settle(
+            earning,
+            status=Earning.Status.RELEASED,
+            kind=LedgerTransaction.Kind.HOLD_RELEASE,
+            key=f"release:{earning.id}",
+            to_account=account_for(kind=Account.Kind.HOST_AVAILABLE, user=earning.host),
+            memo=(
+                f"hold ended for attempt {earning.attempt_id}"
+                if earning.attempt_id
+                else f"hold ended for rental {earning.rental_id}"
+            ),
+            now=now,
+        )
     return released
 
 
@@ -348,25 +362,15 @@ def earnings_reverse_held(*, device_id: int, reason: str, now: datetime | None =
     reversed_count = 0
     held = Earning.objects.filter(device_id=device_id, status=Earning.Status.HELD)
     for earning in held.select_related("host", "attempt__job"):
-        with transaction.atomic():
-            if not Earning.objects.filter(id=earning.id, status=Earning.Status.HELD).update(
-                status=Earning.Status.REVERSED, settled_at=now
-            ):
-                continue
-            ledger_post(
-                kind=LedgerTransaction.Kind.EARNING_REVERSAL,
-                key=f"reversal:{earning.id}",
-                legs=[
-                    (
-                        account_for(kind=Account.Kind.HOST_HELD, user=earning.host),
-                        -earning.amount_nano,
-                    ),
-                    (account_for(kind=Account.Kind.PLATFORM), earning.amount_nano),
-                ],
-                job=earning.attempt.job if earning.attempt_id else None,
-                memo=reason[:300],
-            )
-            reversed_count += 1
+        reversed_count += _earning_settle(
+            earning,
+            status=Earning.Status.REVERSED,
+            kind=LedgerTransaction.Kind.EARNING_REVERSAL,
+            key=f"reversal:{earning.id}",
+            to_account=account_for(kind=Account.Kind.PLATFORM),
+            memo=reason,
+            now=now,
+        )
     return reversed_count
 
 
