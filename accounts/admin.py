@@ -18,14 +18,22 @@ def generic_admin(model: type[models.Model]) -> type[admin.ModelAdmin]:
     fields = [f for f in model._meta.concrete_fields]
     display = [f.name for f in fields if not isinstance(f, models.TextField)][:8]
     filters = [
-        f.name for f in fields if isinstance(f, FILTER_TYPES) or (f.choices and not f.primary_key)
+        f.name
+        for f in fields
+        if isinstance(f, FILTER_TYPES) or (f.choices and not f.primary_key)
     ][:6]
-    search = [f.name for f in fields if isinstance(f, SEARCH_TYPES) and not f.choices][:6]
+    search = [f.name for f in fields if isinstance(f, SEARCH_TYPES) and not f.choices][
+        :6
+    ]
     search += [f"{f.name}__id" for f in fields if isinstance(f, models.ForeignKey)][:2]
     return type(
         f"{model.__name__}GenericAdmin",
         (admin.ModelAdmin,),
-        {"list_display": display, "list_filter": filters or ["pk"], "search_fields": search or ["pk"]},
+        {
+            "list_display": display,
+            "list_filter": filters or ["pk"],
+            "search_fields": search or ["pk"],
+        },
     )
 
 

@@ -10,7 +10,9 @@ from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 class SignUpForm(UserCreationForm):
     """Sign up with an email address (it is also the username) and a password."""
 
-    email = forms.EmailField(help_text="you log in with it; alerts and replies go there")
+    email = forms.EmailField(
+        help_text="you log in with it; alerts and replies go there"
+    )
 
     class Meta:
         model = get_user_model()
@@ -19,10 +21,13 @@ class SignUpForm(UserCreationForm):
     def clean_email(self) -> str:
         email = self.cleaned_data["email"].strip().lower()
         User = get_user_model()
-        if User.objects.filter(username__iexact=email).exists() or User.objects.filter(
-            email__iexact=email
-        ).exists():
-            raise forms.ValidationError("An account with this email exists: log in instead.")
+        if (
+            User.objects.filter(username__iexact=email).exists()
+            or User.objects.filter(email__iexact=email).exists()
+        ):
+            raise forms.ValidationError(
+                "An account with this email exists: log in instead."
+            )
         return email
 
     def save(self, commit: bool = True):
@@ -37,7 +42,11 @@ class SignUpForm(UserCreationForm):
 class EmailAuthenticationForm(AuthenticationForm):
     """Log in with the email address (the username) and password."""
 
-    username = forms.CharField(label="Email", max_length=254, widget=forms.EmailInput(attrs={"autofocus": True}))
+    username = forms.CharField(
+        label="Email",
+        max_length=254,
+        widget=forms.EmailInput(attrs={"autofocus": True}),
+    )
 
     def clean_username(self) -> str:
         return self.cleaned_data["username"].strip().lower()

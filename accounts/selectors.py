@@ -37,4 +37,6 @@ def job_of(*, user: AbstractBaseUser, job_id) -> Job:
 
 def rentals_of(*, user: AbstractBaseUser, limit: int = 20) -> QuerySet[Rental]:
     """The renter's most recent rentals (devices reserved for them), newest first."""
-    return Rental.objects.filter(renter_id=user.pk).select_related("device__machine")[:limit]
+    return Rental.objects.filter(renter_id=user.pk).select_related("device__machine")[
+        :limit
+    ]

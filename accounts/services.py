@@ -10,14 +10,16 @@ from django.utils import timezone
 from jobs.models import ApiKey
 
 
-def api_key_revoke(*, user: AbstractBaseUser, key_id: int, now: datetime | None = None) -> bool:
+def api_key_revoke(
+    *, user: AbstractBaseUser, key_id: int, now: datetime | None = None
+) -> bool:
     """Revoke one of the user's live keys (a compare-and-set); True when this call did.
 
     Another user's key, or one already revoked, is left alone (returns False).
     """
     now = now or timezone.now()
     return bool(
-        ApiKey.objects.filter(id=key_id, user_id=user.pk, revoked_at__isnull=True).update(
-            revoked_at=now
-        )
+        ApiKey.objects.filter(
+            id=key_id, user_id=user.pk, revoked_at__isnull=True
+        ).update(revoked_at=now)
     )

@@ -30,7 +30,8 @@ def signup(request: HttpRequest) -> HttpResponse:
         user = form.save()
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(
-            request, "Welcome to Ballast. Register a machine to host, or create an API key to rent."
+            request,
+            "Welcome to Ballast. Register a machine to host, or create an API key to rent.",
         )
         return redirect("hosts:dashboard")
     return render(request, "registration/signup.html", {"form": form})
@@ -85,7 +86,9 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
 @require_GET
 def jobs(request: HttpRequest) -> HttpResponse:
     """The renter's job log: status, failed_over, attempts, tokens and cost."""
-    return render(request, "accounts/jobs.html", {"jobs": selectors.jobs_of(user=request.user)})
+    return render(
+        request, "accounts/jobs.html", {"jobs": selectors.jobs_of(user=request.user)}
+    )
 
 
 @login_required

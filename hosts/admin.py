@@ -20,8 +20,24 @@ from .services import spot_check_mark_due
 class DeviceInline(admin.TabularInline):
     model = Device
     extra = 0
-    fields = ["index", "name", "vram_total_mb", "slots_total", "slots_used", "score", "quarantined", "paused"]
-    readonly_fields = ["index", "name", "vram_total_mb", "slots_total", "slots_used", "score"]
+    fields = [
+        "index",
+        "name",
+        "vram_total_mb",
+        "slots_total",
+        "slots_used",
+        "score",
+        "quarantined",
+        "paused",
+    ]
+    readonly_fields = [
+        "index",
+        "name",
+        "vram_total_mb",
+        "slots_total",
+        "slots_used",
+        "score",
+    ]
     show_change_link = True
 
     def has_add_permission(self, request, obj=None):
@@ -30,10 +46,44 @@ class DeviceInline(admin.TabularInline):
 
 @admin.register(Machine)
 class MachineAdmin(admin.ModelAdmin):
-    list_display = ["name", "owner", "region", "connected", "last_heartbeat_at", "paused", "host_paused", "accepts_serverless", "agent_version", "engine_name", "offline_alert_sent_at"]
-    list_filter = ["connected", "paused", "host_paused", "accepts_serverless", "region", "engine_name", "agent_version"]
+    list_display = [
+        "name",
+        "owner",
+        "region",
+        "connected",
+        "last_heartbeat_at",
+        "paused",
+        "host_paused",
+        "accepts_serverless",
+        "agent_version",
+        "engine_name",
+        "offline_alert_sent_at",
+    ]
+    list_filter = [
+        "connected",
+        "paused",
+        "host_paused",
+        "accepts_serverless",
+        "region",
+        "engine_name",
+        "agent_version",
+    ]
     search_fields = ["id", "name", "owner__username", "owner__email", "token_prefix"]
-    readonly_fields = ["id", "token_hash", "token_prefix", "public_key", "channel_name", "connected", "connected_at", "last_heartbeat_at", "offline_alert_sent_at", "agent_version", "engine_name", "engine_version", "created_at"]
+    readonly_fields = [
+        "id",
+        "token_hash",
+        "token_prefix",
+        "public_key",
+        "channel_name",
+        "connected",
+        "connected_at",
+        "last_heartbeat_at",
+        "offline_alert_sent_at",
+        "agent_version",
+        "engine_name",
+        "engine_version",
+        "created_at",
+    ]
     list_select_related = ["owner"]
     inlines = [DeviceInline]
     actions = ["pause_machines", "resume_machines"]
@@ -51,17 +101,46 @@ class MachineAdmin(admin.ModelAdmin):
 
 @admin.register(Device)
 class DeviceAdmin(admin.ModelAdmin):
-    list_display = ["label", "name", "score", "quarantined", "paused", "slots_used", "slots_total", "temp_c", "vram_free_mb"]
+    list_display = [
+        "label",
+        "name",
+        "score",
+        "quarantined",
+        "paused",
+        "slots_used",
+        "slots_total",
+        "temp_c",
+        "vram_free_mb",
+    ]
     list_filter = ["quarantined", "paused", "machine__connected", "machine__region"]
     search_fields = ["name", "machine__name", "machine__owner__username"]
-    readonly_fields = ["machine", "index", "name", "vram_total_mb", "vram_free_mb", "temp_c", "slots_total", "slots_used", "score", "first_seen_at", "quarantined_at"]
+    readonly_fields = [
+        "machine",
+        "index",
+        "name",
+        "vram_total_mb",
+        "vram_free_mb",
+        "temp_c",
+        "slots_total",
+        "slots_used",
+        "score",
+        "first_seen_at",
+        "quarantined_at",
+    ]
     list_select_related = ["machine"]
-    actions = ["pause_devices", "unpause_devices", "quarantine_devices", "release_quarantine"]
+    actions = [
+        "pause_devices",
+        "unpause_devices",
+        "quarantine_devices",
+        "release_quarantine",
+    ]
 
     @admin.action(description="Pause the selected devices (staff: no jobs at all)")
     def pause_devices(self, request, queryset: QuerySet[Device]):
         count = queryset.update(paused=True)
-        self.message_user(request, f"{count} device(s) paused by staff.", messages.SUCCESS)
+        self.message_user(
+            request, f"{count} device(s) paused by staff.", messages.SUCCESS
+        )
 
     @admin.action(description="Unpause the selected devices")
     def unpause_devices(self, request, queryset: QuerySet[Device]):
@@ -83,8 +162,12 @@ class DeviceAdmin(admin.ModelAdmin):
 
     @admin.action(description="Release the selected devices from quarantine")
     def release_quarantine(self, request, queryset: QuerySet[Device]):
-        count = queryset.filter(quarantined=True).update(quarantined=False, quarantined_at=None)
-        self.message_user(request, f"{count} device(s) released from quarantine.", messages.SUCCESS)
+        count = queryset.filter(quarantined=True).update(
+            quarantined=False, quarantined_at=None
+        )
+        self.message_user(
+            request, f"{count} device(s) released from quarantine.", messages.SUCCESS
+        )
 
 
 class ReadOnlyMixin:
@@ -106,7 +189,15 @@ class DeviceModelAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 @admin.register(DeviceOutcome)
 class DeviceOutcomeAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["created_at", "device", "source", "success", "reason", "model_id", "ttft_ms"]
+    list_display = [
+        "created_at",
+        "device",
+        "source",
+        "success",
+        "reason",
+        "model_id",
+        "ttft_ms",
+    ]
     list_filter = ["source", "success", "reason", "model_id"]
     search_fields = ["device__name", "device__machine__name", "model_id"]
     date_hierarchy = "created_at"
@@ -121,7 +212,14 @@ class FailedCapabilityAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 @admin.register(Benchmark)
 class BenchmarkAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["measured_at", "device", "model_id", "tokens_per_s", "ttft_ms", "vram_used_mb"]
+    list_display = [
+        "measured_at",
+        "device",
+        "model_id",
+        "tokens_per_s",
+        "ttft_ms",
+        "vram_used_mb",
+    ]
     list_filter = ["model_id"]
     search_fields = ["device__name", "device__machine__name", "model_id"]
 

@@ -30,4 +30,6 @@ def machine_offline(*, machine: Machine) -> None:
 
 def machine_back(*, machine: Machine) -> None:
     """Tell the owner their machine is back online after an outage we emailed about."""
-    send_templated(name="machine-back", to=[machine.owner.email], context={"machine": machine})
+    send_templated(
+        name="machine-back", to=[machine.owner.email], context={"machine": machine}
+    )

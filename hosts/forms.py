@@ -2,7 +2,9 @@
 
 from django import forms
 
-REGION_HELP = "a short code renters can ask for in placement, e.g. eu, us-east (optional)"
+REGION_HELP = (
+    "a short code renters can ask for in placement, e.g. eu, us-east (optional)"
+)
 
 
 class MachineRegisterForm(forms.Form):
@@ -23,7 +25,9 @@ class MachineSettingsForm(forms.Form):
 
     region = forms.CharField(max_length=32, required=False, help_text=REGION_HELP)
     accepts_serverless = forms.BooleanField(
-        required=False, label="Accept serverless jobs", help_text="jobs from any renter's API calls"
+        required=False,
+        label="Accept serverless jobs",
+        help_text="jobs from any renter's API calls",
     )
 
 

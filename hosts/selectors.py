@@ -100,7 +100,9 @@ def host_earnings(*, user: AbstractBaseUser) -> Earnings:
 def machine_rows(*, user: AbstractBaseUser, now: datetime) -> list[MachineRow]:
     """The dashboard's rows: each of the user's machines with its live state."""
     machines = list(
-        Machine.objects.filter(owner_id=user.pk).prefetch_related("devices").order_by("name")
+        Machine.objects.filter(owner_id=user.pk)
+        .prefetch_related("devices")
+        .order_by("name")
     )
     earnings = earnings_by_machine(machines=machines)
     rows = []
@@ -143,19 +145,25 @@ class ScoreParts:
 def device_score_parts(*, device: Device, now: datetime) -> ScoreParts:
     """Compute the score's parts for the device now, from its last 50 outcomes."""
     last = list(
-        DeviceOutcome.objects.filter(device=device).values_list("success", "model_id")[:WINDOW]
+        DeviceOutcome.objects.filter(device=device).values_list("success", "model_id")[
+            :WINDOW
+        ]
     )
     n = len(last)
     successes = sum(1 for ok, _ in last if ok)
     model_id = next((mid for _, mid in last if mid), "")
     model_median = device_median = None
     if model_id:
-        model_median, device_median = device_ttft_medians(device=device, model_id=model_id, now=now)
+        model_median, device_median = device_ttft_medians(
+            device=device, model_id=model_id, now=now
+        )
     online = Decimal(str(device_online_fraction(device=device, now=now)))
     if device_median is None or not model_median or device_median <= 0:
         latency = Decimal(1)
     else:
-        latency = min(Decimal(1), Decimal(str(model_median)) / Decimal(str(device_median)))
+        latency = min(
+            Decimal(1), Decimal(str(model_median)) / Decimal(str(device_median))
+        )
     success = 70 * Decimal(successes) / Decimal(n) if n else None
     computed = (success or Decimal(0)) + 20 * online + 10 * latency
     exact = score_unrounded(
@@ -189,19 +197,23 @@ class DeviceView:
     spot_checks_failed: int
 
 
-def device_views(*, machine: Machine, now: datetime, spot_checks: int = 20) -> list[DeviceView]:
+def device_views(
+    *, machine: Machine, now: datetime, spot_checks: int = 20
+) -> list[DeviceView]:
     """The machine's devices with loaded models, score parts and spot-check history."""
     views = []
     for device in machine.devices.prefetch_related("models").order_by("index"):
         checks = list(
-            DeviceOutcome.objects.filter(device=device, source=DeviceOutcome.Source.SPOT_CHECK)[
-                :spot_checks
-            ]
+            DeviceOutcome.objects.filter(
+                device=device, source=DeviceOutcome.Source.SPOT_CHECK
+            )[:spot_checks]
         )
         views.append(
             DeviceView(
                 device=device,
-                loaded_models=sorted(dm.model_id for dm in device.models.all() if dm.loaded),
+                loaded_models=sorted(
+                    dm.model_id for dm in device.models.all() if dm.loaded
+                ),
                 parts=device_score_parts(device=device, now=now),
                 spot_checks=checks,
                 spot_checks_failed=sum(1 for c in checks if not c.success),
@@ -230,17 +242,21 @@ class BenchmarkRow:
 def machine_benchmarks(*, machine: Machine, limit: int = 20) -> list[BenchmarkRow]:
     """Recent benchmarks of the machine's devices, each with the catalog's estimate."""
     benchmarks = list(
-        Benchmark.objects.filter(device__machine=machine).select_related("device")[:limit]
+        Benchmark.objects.filter(device__machine=machine).select_related("device")[
+            :limit
+        ]
     )
     estimates = dict(
-        CatalogModel.objects.filter(id__in={b.model_id for b in benchmarks}).values_list(
-            "id", "vram_per_request_mb"
-        )
+        CatalogModel.objects.filter(
+            id__in={b.model_id for b in benchmarks}
+        ).values_list("id", "vram_per_request_mb")
     )
     return [BenchmarkRow(b, estimates.get(b.model_id)) for b in benchmarks]
 
 
-def machine_earnings_daily(*, machine: Machine, now: datetime, days: int = 14) -> list[tuple]:
+def machine_earnings_daily(
+    *, machine: Machine, now: datetime, days: int = 14
+) -> list[tuple]:
     """Per day of the last ``days`` (oldest first): (date, nano-USD earned, not reversed)."""
     start = (now - timedelta(days=days - 1)).date()
     rows = (
@@ -251,7 +267,10 @@ def machine_earnings_daily(*, machine: Machine, now: datetime, days: int = 14) -
         .annotate(total=Sum("amount_nano"))
     )
     totals = {row["day"]: row["total"] or 0 for row in rows}
-    return [(start + timedelta(days=i), totals.get(start + timedelta(days=i), 0)) for i in range(days)]
+    return [
+        (start + timedelta(days=i), totals.get(start + timedelta(days=i), 0))
+        for i in range(days)
+    ]
 
 
 def machine_score_history(*, machine: Machine, now: datetime, days: int = 7) -> dict:
@@ -261,5 +280,7 @@ def machine_score_history(*, machine: Machine, now: datetime, days: int = 7) -> 
     ).select_related("device", "device__machine")
     history: dict[str, list] = {}
     for sample in samples:
-        history.setdefault(sample.device.label, []).append((sample.taken_at, sample.score))
+        history.setdefault(sample.device.label, []).append(
+            (sample.taken_at, sample.score)
+        )
     return history

@@ -13,7 +13,17 @@ urlpatterns = [
     path("machines/new/", views.machine_register, name="machine_register"),
     path("machines/<uuid:machine_id>/", views.machine_page, name="machine"),
     path("machines/<uuid:machine_id>/devices/", views.device_rows, name="device_rows"),
-    path("machines/<uuid:machine_id>/pause/", views.machine_pause, name="machine_pause"),
-    path("machines/<uuid:machine_id>/settings/", views.machine_settings, name="machine_settings"),
-    path("machines/<uuid:machine_id>/reset-key/", views.machine_key_reset, name="machine_key_reset"),
+    path(
+        "machines/<uuid:machine_id>/pause/", views.machine_pause, name="machine_pause"
+    ),
+    path(
+        "machines/<uuid:machine_id>/settings/",
+        views.machine_settings,
+        name="machine_settings",
+    ),
+    path(
+        "machines/<uuid:machine_id>/reset-key/",
+        views.machine_key_reset,
+        name="machine_key_reset",
+    ),
 ]

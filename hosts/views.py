@@ -13,11 +13,10 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-
 from . import selectors, web_services
 from .charts import bar_chart, line_chart
-from .templatetags.ballast_web import usd
 from .forms import MachineRegisterForm, MachineSettingsForm, PauseForm
+from .templatetags.ballast_web import usd
 
 NEW_TOKEN_SESSION_KEY = "ballast_new_machine_token"
 
@@ -65,9 +64,14 @@ def machine_register(request: HttpRequest) -> HttpResponse:
     form = MachineRegisterForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         machine, token = web_services.machine_register(
-            owner=request.user, name=form.cleaned_data["name"], region=form.cleaned_data["region"]
+            owner=request.user,
+            name=form.cleaned_data["name"],
+            region=form.cleaned_data["region"],
         )
-        request.session[NEW_TOKEN_SESSION_KEY] = {"machine": str(machine.id), "token": token}
+        request.session[NEW_TOKEN_SESSION_KEY] = {
+            "machine": str(machine.id),
+            "token": token,
+        }
         return redirect("hosts:machine", machine_id=machine.id)
     return render(request, "hosts/machine_register.html", {"form": form})
 
@@ -88,7 +92,8 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     daily = selectors.machine_earnings_daily(machine=machine, now=now)
     history = selectors.machine_score_history(machine=machine, now=now)
     score_charts = [
-        (label, line_chart([s for _, s in samples], ymax=100)) for label, samples in history.items()
+        (label, line_chart([s for _, s in samples], ymax=100))
+        for label, samples in history.items()
     ]
     earnings_chart = bar_chart(
         [(day.strftime("%d %b"), total, usd(total)) for day, total in daily]
@@ -105,7 +110,10 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
         "earnings_chart": earnings_chart,
         "earnings_days": len(daily),
         "settings_form": MachineSettingsForm(
-            initial={"region": machine.region, "accepts_serverless": machine.accepts_serverless}
+            initial={
+                "region": machine.region,
+                "accepts_serverless": machine.accepts_serverless,
+            }
         ),
         "new_token": new_token,
         "agent_command": agent_command(request, new_token or "<this machine's token>"),
@@ -141,7 +149,9 @@ def machine_pause(request: HttpRequest, machine_id) -> HttpResponse:
     if form.is_valid():
         paused = form.cleaned_data["paused"]
         web_services.machine_pause_set(machine=machine, paused=paused)
-        messages.success(request, f"{machine.name} {'paused' if paused else 'resumed'}.")
+        messages.success(
+            request, f"{machine.name} {'paused' if paused else 'resumed'}."
+        )
     if request.POST.get("next") == "dashboard":
         return redirect("hosts:dashboard")
     return redirect("hosts:machine", machine_id=machine.id)
@@ -173,7 +183,8 @@ def machine_key_reset(request: HttpRequest, machine_id) -> HttpResponse:
     machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
     if web_services.machine_key_reset(machine=machine):
         messages.success(
-            request, "Pinned key cleared: the next agent that connects with this token pins its key."
+            request,
+            "Pinned key cleared: the next agent that connects with this token pins its key.",
         )
     else:
         messages.info(request, "No key was pinned.")

@@ -26,7 +26,9 @@ SCORE_SAMPLE_KEEP_DAYS = 30
 
 
 @transaction.atomic
-def machine_register(*, owner: AbstractBaseUser, name: str, region: str = "") -> tuple[Machine, str]:
+def machine_register(
+    *, owner: AbstractBaseUser, name: str, region: str = ""
+) -> tuple[Machine, str]:
     """Register a machine for ``owner`` (a user row); return it and its plain token.
 
     The token is stored hashed and shown once. Like ``hosts.services.machine_create``
@@ -51,7 +53,9 @@ def machine_pause_set(*, machine: Machine, paused: bool) -> None:
     Machine.objects.filter(id=machine.id).update(paused=paused)
 
 
-def machine_settings_update(*, machine: Machine, region: str, accepts_serverless: bool) -> None:
+def machine_settings_update(
+    *, machine: Machine, region: str, accepts_serverless: bool
+) -> None:
     """Store the owner's region (lower-cased, e.g. ``eu``) and serverless choice.
 
     Note: the agent's next ``hello`` also announces ``accepts_serverless``.
@@ -66,7 +70,11 @@ def machine_key_reset(*, machine: Machine) -> bool:
 
     Returns True when a key was pinned (and is now cleared).
     """
-    return bool(Machine.objects.filter(id=machine.id).exclude(public_key="").update(public_key=""))
+    return bool(
+        Machine.objects.filter(id=machine.id)
+        .exclude(public_key="")
+        .update(public_key="")
+    )
 
 
 # --- offline alerts (DESIGN.md "What hosts and staff see") -------------------------
@@ -81,7 +89,9 @@ def machine_offline_alert_try(*, machine_id, now: datetime) -> bool:
     cutoff = now - timedelta(seconds=settings.BALLAST_OFFLINE_ALERT_AFTER_S)
     with transaction.atomic():
         won = Machine.objects.filter(
-            id=machine_id, offline_alert_sent_at__isnull=True, last_heartbeat_at__lt=cutoff
+            id=machine_id,
+            offline_alert_sent_at__isnull=True,
+            last_heartbeat_at__lt=cutoff,
         ).update(offline_alert_sent_at=now)
         if not won:
             return False
@@ -127,7 +137,9 @@ def machines_offline_alert(*, now: datetime | None = None) -> tuple[int, int]:
     silent = Machine.objects.filter(
         offline_alert_sent_at__isnull=True, last_heartbeat_at__lt=cutoff
     ).values_list("id", flat=True)
-    offline = sum(machine_offline_alert_try(machine_id=mid, now=now) for mid in list(silent))
+    offline = sum(
+        machine_offline_alert_try(machine_id=mid, now=now) for mid in list(silent)
+    )
     fresh = now - timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
     returned = Machine.objects.filter(
         offline_alert_sent_at__isnull=False,
@@ -135,7 +147,9 @@ def machines_offline_alert(*, now: datetime | None = None) -> tuple[int, int]:
         last_heartbeat_at__gte=fresh,
         last_heartbeat_at__gt=F("offline_alert_sent_at"),
     ).values_list("id", flat=True)
-    back = sum(machine_back_alert_try(machine_id=mid, now=now) for mid in list(returned))
+    back = sum(
+        machine_back_alert_try(machine_id=mid, now=now) for mid in list(returned)
+    )
     if offline or back:
         log.info("offline alerts: %d offline, %d back", offline, back)
     return offline, back
@@ -154,5 +168,7 @@ def score_samples_take(*, now: datetime | None = None) -> int:
         for device_id, score in Device.objects.values_list("id", "score")
     ]
     ScoreSample.objects.bulk_create(samples)
-    ScoreSample.objects.filter(taken_at__lt=now - timedelta(days=SCORE_SAMPLE_KEEP_DAYS)).delete()
+    ScoreSample.objects.filter(
+        taken_at__lt=now - timedelta(days=SCORE_SAMPLE_KEEP_DAYS)
+    ).delete()
     return len(samples)

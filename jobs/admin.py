@@ -8,14 +8,29 @@ from .models import ApiKey, Attempt, CanaryPrompt, CatalogModel, Job, Rental, Sp
 
 @admin.register(CatalogModel)
 class CatalogModelAdmin(admin.ModelAdmin):
-    list_display = ["id", "family", "context_length", "vram_per_request_mb", "price_prompt_nano", "price_completion_nano", "active"]
+    list_display = [
+        "id",
+        "family",
+        "context_length",
+        "vram_per_request_mb",
+        "price_prompt_nano",
+        "price_completion_nano",
+        "active",
+    ]
     list_filter = ["family", "active"]
     search_fields = ["id", "family"]
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["prefix", "name", "user", "created_at", "last_used_at", "revoked_at"]
+    list_display = [
+        "prefix",
+        "name",
+        "user",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), "created_at"]
     search_fields = ["prefix", "name", "user__username", "user__email"]
     readonly_fields = ["key_hash", "prefix", "user", "created_at", "last_used_at"]
@@ -26,14 +41,26 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected keys")
     def revoke_keys(self, request, queryset):
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = queryset.filter(revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
         self.message_user(request, f"{count} key(s) revoked.", messages.SUCCESS)
 
 
 ATTEMPT_FIELDS = [
-    "device", "kind", "state", "outcome", "offered_at", "claimed_at", "first_token_at",
-    "ended_at", "output_chars", "tokens_billed", "completion_tokens_reported",
-    "receipt_valid", "token_count_flagged",
+    "device",
+    "kind",
+    "state",
+    "outcome",
+    "offered_at",
+    "claimed_at",
+    "first_token_at",
+    "ended_at",
+    "output_chars",
+    "tokens_billed",
+    "completion_tokens_reported",
+    "receipt_valid",
+    "token_count_flagged",
 ]
 
 
@@ -51,9 +78,32 @@ class AttemptInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "renter", "model_id", "status", "failed_over", "is_spot_check", "tokens_billed", "cost_nano", "created_at"]
-    list_filter = ["status", "failed_over", "is_spot_check", "model_id", "endpoint", "created_at"]
-    search_fields = ["id", "renter__username", "renter__email", "model_id", "error_code"]
+    list_display = [
+        "id",
+        "renter",
+        "model_id",
+        "status",
+        "failed_over",
+        "is_spot_check",
+        "tokens_billed",
+        "cost_nano",
+        "created_at",
+    ]
+    list_filter = [
+        "status",
+        "failed_over",
+        "is_spot_check",
+        "model_id",
+        "endpoint",
+        "created_at",
+    ]
+    search_fields = [
+        "id",
+        "renter__username",
+        "renter__email",
+        "model_id",
+        "error_code",
+    ]
     date_hierarchy = "created_at"
     list_select_related = ["renter"]
     inlines = [AttemptInline]
@@ -69,7 +119,17 @@ class JobAdmin(admin.ModelAdmin):
 class AttemptAdmin(admin.ModelAdmin):
     """Attempts and their receipts are read-only: they are what was billed and paid."""
 
-    list_display = ["id", "job", "device", "kind", "state", "outcome", "tokens_billed", "receipt_valid", "token_count_flagged"]
+    list_display = [
+        "id",
+        "job",
+        "device",
+        "kind",
+        "state",
+        "outcome",
+        "tokens_billed",
+        "receipt_valid",
+        "token_count_flagged",
+    ]
     list_filter = ["state", "outcome", "kind", "receipt_valid", "token_count_flagged"]
     search_fields = ["id", "job__id", "device__name", "device__machine__name"]
     list_select_related = ["job", "device", "device__machine"]
@@ -96,11 +156,28 @@ class SpotCheckAdmin(admin.ModelAdmin):
     list_display = ["created_at", "device", "reason", "passed", "detail"]
     list_filter = ["reason", "passed"]
     search_fields = ["device__name", "device__machine__name", "detail"]
-    readonly_fields = ["device", "canary", "job", "reason", "passed", "detail", "judged_at"]
+    readonly_fields = [
+        "device",
+        "canary",
+        "job",
+        "reason",
+        "passed",
+        "detail",
+        "judged_at",
+    ]
 
 
 @admin.register(Rental)
 class RentalAdmin(admin.ModelAdmin):
-    list_display = ["id", "renter", "device", "status", "hours", "starts_at", "ends_at", "last_pass_at"]
+    list_display = [
+        "id",
+        "renter",
+        "device",
+        "status",
+        "hours",
+        "starts_at",
+        "ends_at",
+        "last_pass_at",
+    ]
     list_filter = ["status"]
     search_fields = ["id", "renter__username", "device__machine__name"]

@@ -12,7 +12,9 @@ def ticket_answered(*, message: TicketMessage) -> None:
     ticket = message.ticket
     if ticket.author.email:
         send_templated(
-            name="ticket-answered", to=[ticket.author.email], context={"ticket": ticket, "message": message}
+            name="ticket-answered",
+            to=[ticket.author.email],
+            context={"ticket": ticket, "message": message},
         )
 
 
@@ -20,5 +22,7 @@ def ticket_to_staff(*, message: TicketMessage, to: list[str]) -> None:
     """Tell staff that a ticket was opened or its author replied."""
     if to:
         send_templated(
-            name="ticket-to-staff", to=to, context={"ticket": message.ticket, "message": message}
+            name="ticket-to-staff",
+            to=to,
+            context={"ticket": message.ticket, "message": message},
         )

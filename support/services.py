@@ -26,12 +26,16 @@ def ticket_open(*, author: AbstractBaseUser, subject: str, body: str) -> Ticket:
     """Open a ticket with its first message; staff are emailed after commit."""
     ticket = Ticket.objects.create(author=author, subject=subject.strip())
     message = TicketMessage.objects.create(ticket=ticket, author=author, body=body)
-    transaction.on_commit(lambda: emails.ticket_to_staff(message=message, to=staff_emails()))
+    transaction.on_commit(
+        lambda: emails.ticket_to_staff(message=message, to=staff_emails())
+    )
     return ticket
 
 
 @transaction.atomic
-def ticket_reply(*, ticket: Ticket, author: AbstractBaseUser, body: str) -> TicketMessage:
+def ticket_reply(
+    *, ticket: Ticket, author: AbstractBaseUser, body: str
+) -> TicketMessage:
     """Add a message to a ticket and email the other side after commit.
 
     A staff member's reply (not the ticket's own author) marks the ticket answered
@@ -51,7 +55,9 @@ def ticket_after_message(*, message: TicketMessage) -> None:
     if by_staff:
         transaction.on_commit(lambda: emails.ticket_answered(message=message))
     else:
-        transaction.on_commit(lambda: emails.ticket_to_staff(message=message, to=staff_emails()))
+        transaction.on_commit(
+            lambda: emails.ticket_to_staff(message=message, to=staff_emails())
+        )
 
 
 def ticket_close(*, ticket: Ticket) -> None:

@@ -17,12 +17,19 @@ def tickets(request: HttpRequest) -> HttpResponse:
     form = TicketOpenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         ticket = services.ticket_open(
-            author=request.user, subject=form.cleaned_data["subject"], body=form.cleaned_data["body"]
+            author=request.user,
+            subject=form.cleaned_data["subject"],
+            body=form.cleaned_data["body"],
         )
-        messages.success(request, "Ticket opened: staff are notified and you will get an email when they reply.")
+        messages.success(
+            request,
+            "Ticket opened: staff are notified and you will get an email when they reply.",
+        )
         return redirect("support:ticket", ticket_id=ticket.id)
     return render(
-        request, "support/tickets.html", {"tickets": selectors.tickets_of(user=request.user), "form": form}
+        request,
+        "support/tickets.html",
+        {"tickets": selectors.tickets_of(user=request.user), "form": form},
     )
 
 
@@ -32,7 +39,13 @@ def ticket(request: HttpRequest, ticket_id: int) -> HttpResponse:
     ticket = selectors.ticket_of(user=request.user, ticket_id=ticket_id)
     form = TicketReplyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        services.ticket_reply(ticket=ticket, author=request.user, body=form.cleaned_data["body"])
+        services.ticket_reply(
+            ticket=ticket, author=request.user, body=form.cleaned_data["body"]
+        )
         return redirect("support:ticket", ticket_id=ticket.id)
     conversation = ticket.messages.select_related("author").order_by("created_at", "id")
-    return render(request, "support/ticket.html", {"ticket": ticket, "conversation": conversation, "form": form})
+    return render(
+        request,
+        "support/ticket.html",
+        {"ticket": ticket, "conversation": conversation, "form": form},
+    )

@@ -65,7 +65,16 @@ def stranger_client(client, stranger):
     return client
 
 
-def connect(machine, *, gpu: str = "NVIDIA GeForce RTX 4090", now=None, models=(MODEL,), temp_c=61.0, vram_free_mb=20480, slots=2):
+def connect(
+    machine,
+    *,
+    gpu: str = "NVIDIA GeForce RTX 4090",
+    now=None,
+    models=(MODEL,),
+    temp_c=61.0,
+    vram_free_mb=20480,
+    slots=2,
+):
     """Say hello and send one heartbeat for ``machine``'s device 0 (as its agent would)."""
     machine_hello(
         machine_id=str(machine.id),
@@ -85,7 +94,13 @@ def connect(machine, *, gpu: str = "NVIDIA GeForce RTX 4090", now=None, models=(
         heartbeat={
             "paused": False,
             "devices": [
-                {"index": 0, "temp_c": temp_c, "vram_free_mb": vram_free_mb, "loaded_models": list(models), "slots": slots}
+                {
+                    "index": 0,
+                    "temp_c": temp_c,
+                    "vram_free_mb": vram_free_mb,
+                    "loaded_models": list(models),
+                    "slots": slots,
+                }
             ],
         },
         now=now,
@@ -103,7 +118,16 @@ def machine(owner, catalog):
     return machine
 
 
-def attempt_make(device, *, renter=None, outcome="succeeded", tokens=12, earn_nano=None, failed_over=False, now=None):
+def attempt_make(
+    device,
+    *,
+    renter=None,
+    outcome="succeeded",
+    tokens=12,
+    earn_nano=None,
+    failed_over=False,
+    now=None,
+):
     """A finished job with one attempt on ``device`` (and its earning when ``earn_nano``)."""
     now = now or timezone.now()
     job = Job.objects.create(
@@ -124,12 +148,16 @@ def attempt_make(device, *, renter=None, outcome="succeeded", tokens=12, earn_na
         outcome=outcome,
         claim_deadline=now + timedelta(seconds=5),
         claimed_at=now,
-        first_token_at=now + timedelta(milliseconds=160) if outcome == "succeeded" else None,
+        first_token_at=now + timedelta(milliseconds=160)
+        if outcome == "succeeded"
+        else None,
         ended_at=now,
         output_chars=tokens * 4,
         tokens_billed=tokens if outcome == "succeeded" else 0,
     )
-    Attempt.objects.filter(id=attempt.id).update(offered_at=now - timedelta(milliseconds=20))
+    Attempt.objects.filter(id=attempt.id).update(
+        offered_at=now - timedelta(milliseconds=20)
+    )
     attempt.refresh_from_db()
     if earn_nano:
         Earning.objects.create(
@@ -150,15 +178,35 @@ def busy_machine(machine, renter):
     released = attempt_make(device, renter=renter, earn_nano=3_200)
     Earning.objects.filter(attempt=released).update(status=Earning.Status.RELEASED)
     attempt_make(device, renter=renter, outcome="first_token_timeout", tokens=0)
-    device_outcome_record(device_id=device.id, success=True, source="spot_check", model_id=MODEL)
-    device_outcome_record(device_id=device.id, success=False, source="spot_check", reason="wrong_answer", model_id=MODEL)
-    device_outcome_record(device_id=device.id, success=True, model_id=MODEL, ttft_ms=180)
+    device_outcome_record(
+        device_id=device.id, success=True, source="spot_check", model_id=MODEL
+    )
+    device_outcome_record(
+        device_id=device.id,
+        success=False,
+        source="spot_check",
+        reason="wrong_answer",
+        model_id=MODEL,
+    )
+    device_outcome_record(
+        device_id=device.id, success=True, model_id=MODEL, ttft_ms=180
+    )
     capability_failed_record(
         machine_id=str(machine.id),
-        report={"device": 0, "model": "llama-3.1-70b", "error": "CUDA error: out of memory (needed 40960 MiB)"},
+        report={
+            "device": 0,
+            "model": "llama-3.1-70b",
+            "error": "CUDA error: out of memory (needed 40960 MiB)",
+        },
     )
     benchmark_record(
         machine_id=str(machine.id),
-        report={"device": 0, "model": MODEL, "tokens_per_s": 142.5, "ttft_ms": 95.0, "vram_used_mb": 310},
+        report={
+            "device": 0,
+            "model": MODEL,
+            "tokens_per_s": 142.5,
+            "ttft_ms": 95.0,
+            "vram_used_mb": 310,
+        },
     )
     return machine

@@ -24,14 +24,17 @@ def test_it_signs_up_with_an_email_and_logs_in(client, db):
 
 def test_it_refuses_a_second_account_for_one_email(client, owner):
     response = client.post(
-        reverse("signup"), {"email": owner.email, "password1": PASSWORD, "password2": PASSWORD}
+        reverse("signup"),
+        {"email": owner.email, "password1": PASSWORD, "password2": PASSWORD},
     )
     assert response.status_code == 200
     assert b"exists" in response.content
 
 
 def test_it_logs_in_with_the_email_and_out_by_post(client, owner):
-    response = client.post(reverse("login"), {"username": "Owner@example.com", "password": PASSWORD})
+    response = client.post(
+        reverse("login"), {"username": "Owner@example.com", "password": PASSWORD}
+    )
     assert response.status_code == 302 and response["Location"] == "/machines/"
     assert client.post(reverse("logout")).status_code == 302
     assert client.get(reverse("hosts:dashboard")).status_code == 302
@@ -40,9 +43,17 @@ def test_it_logs_in_with_the_email_and_out_by_post(client, owner):
 def test_it_resets_a_password_by_email(client, owner):
     client.post(reverse("password_reset"), {"email": owner.email})
     assert len(mail.outbox) == 1
-    link = re.search(r"http://testserver(/accounts/reset/\S+/)", mail.outbox[0].body).group(1)
+    link = re.search(
+        r"http://testserver(/accounts/reset/\S+/)", mail.outbox[0].body
+    ).group(1)
     form_url = client.get(link)["Location"]
-    client.post(form_url, {"new_password1": "another long passphrase", "new_password2": "another long passphrase"})
+    client.post(
+        form_url,
+        {
+            "new_password1": "another long passphrase",
+            "new_password2": "another long passphrase",
+        },
+    )
     assert client.login(username=owner.username, password="another long passphrase")
 
 

@@ -16,7 +16,9 @@ OUR_APPS = {"hosts", "jobs", "billing", "support"}
 
 @pytest.fixture
 def staff_client(client, db):
-    staff = get_user_model().objects.create_superuser(username="staff@example.com", email="staff@example.com", password="x")
+    staff = get_user_model().objects.create_superuser(
+        username="staff@example.com", email="staff@example.com", password="x"
+    )
     client.force_login(staff)
     return client
 
@@ -46,7 +48,11 @@ def test_it_keeps_the_ledger_read_only(staff_client, db):
 
     for model in (LedgerTransaction, Entry):
         if model in admin.site._registry:
-            request = type("R", (), {"user": get_user_model().objects.get(username="staff@example.com")})()
+            request = type(
+                "R",
+                (),
+                {"user": get_user_model().objects.get(username="staff@example.com")},
+            )()
             model_admin = admin.site._registry[model]
             assert not model_admin.has_add_permission(request)
             assert not model_admin.has_delete_permission(request)
@@ -56,9 +62,13 @@ def test_it_pauses_and_quarantines_devices_by_action(staff_client, machine):
     device = machine.devices.get()
     url = reverse("admin:hosts_device_changelist")
     for action in ("pause_devices", "quarantine_devices"):
-        response = staff_client.post(url, {"action": action, "_selected_action": [device.id]})
+        response = staff_client.post(
+            url, {"action": action, "_selected_action": [device.id]}
+        )
         assert response.status_code == 302
     device = Device.objects.get(id=device.id)
     assert device.paused and device.quarantined and device.quarantined_at
-    staff_client.post(url, {"action": "release_quarantine", "_selected_action": [device.id]})
+    staff_client.post(
+        url, {"action": "release_quarantine", "_selected_action": [device.id]}
+    )
     assert not Device.objects.get(id=device.id).quarantined

@@ -73,7 +73,9 @@ def browser():
         "--window-size=1280,900",
     ):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver = webdriver.Chrome(
+        service=Service(executable_path=CHROMEDRIVER), options=options
+    )
     driver.implicitly_wait(0)
     try:
         yield driver
@@ -110,20 +112,62 @@ def history_make(machine) -> None:
 
     device = machine.devices.get()
     now = timezone.now()
-    scores = [60, 61, 63, 62, 66, 70, 72, 71, 58, 49, 52, 57, 63, 68, 74, 77, 79, 80, 81, 81]
+    scores = [
+        60,
+        61,
+        63,
+        62,
+        66,
+        70,
+        72,
+        71,
+        58,
+        49,
+        52,
+        57,
+        63,
+        68,
+        74,
+        77,
+        79,
+        80,
+        81,
+        81,
+    ]
     ScoreSample.objects.bulk_create(
-        ScoreSample(device=device, score=s, taken_at=now - timedelta(hours=8 * (len(scores) - i)))
+        ScoreSample(
+            device=device,
+            score=s,
+            taken_at=now - timedelta(hours=8 * (len(scores) - i)),
+        )
         for i, s in enumerate(scores)
     )
-    for days, nano in [(1, 41_000), (2, 29_500), (3, 52_300), (5, 18_000), (6, 36_400), (9, 12_000)]:
-        attempt = attempt_make(device, renter=machine.owner, earn_nano=nano, tokens=nano // 160)
+    for days, nano in [
+        (1, 41_000),
+        (2, 29_500),
+        (3, 52_300),
+        (5, 18_000),
+        (6, 36_400),
+        (9, 12_000),
+    ]:
+        attempt = attempt_make(
+            device, renter=machine.owner, earn_nano=nano, tokens=nano // 160
+        )
         Earning.objects.filter(attempt=attempt).update(
             created_at=now - timedelta(days=days), status=Earning.Status.RELEASED
         )
-    first = attempt_make(device, renter=machine.owner, outcome="died_midstream", failed_over=True)
+    first = attempt_make(
+        device, renter=machine.owner, outcome="died_midstream", failed_over=True
+    )
     Attempt.objects.create(
-        job=first.job, device=device, kind=Attempt.Kind.CONTINUATION, state=Attempt.State.ENDED,
-        outcome="succeeded", claim_deadline=now, output_chars=90, tokens_billed=22,
+        job=first.job,
+        device=device,
+        kind=Attempt.Kind.CONTINUATION,
+        state=Attempt.State.ENDED,
+        outcome="succeeded",
+        claim_deadline=now,
+        output_chars=90,
+        tokens_billed=22,
     )
 
 
@@ -147,10 +191,14 @@ def log_in(driver, live_server, email: str) -> None:
 def row_status(driver, machine) -> str:
     from selenium.webdriver.common.by import By
 
-    return driver.find_element(By.ID, f"machine-{machine.id}").get_attribute("data-status")
+    return driver.find_element(By.ID, f"machine-{machine.id}").get_attribute(
+        "data-status"
+    )
 
 
-def test_it_shows_a_machine_go_offline_and_back_without_reload(browser, live_server, owner, busy_machine):
+def test_it_shows_a_machine_go_offline_and_back_without_reload(
+    browser, live_server, owner, busy_machine
+):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -162,15 +210,21 @@ def test_it_shows_a_machine_go_offline_and_back_without_reload(browser, live_ser
     shoot(browser, "dashboard")
 
     retry_locked(
-        lambda: machine_disconnect(machine_id=busy_machine.id, channel_name=busy_machine.channel_name)
+        lambda: machine_disconnect(
+            machine_id=busy_machine.id, channel_name=busy_machine.channel_name
+        )
     )
-    WebDriverWait(browser, WAIT_S).until(lambda d: row_status(d, busy_machine) == "offline")
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: row_status(d, busy_machine) == "offline"
+    )
     assert browser.execute_script("return window.__notReloaded === true")
     badge = browser.find_element(By.CSS_SELECTOR, f"#machine-{busy_machine.id} .badge")
     assert badge.text == "offline"
 
     retry_locked(lambda: connect(Machine.objects.get(id=busy_machine.id)))
-    WebDriverWait(browser, WAIT_S).until(lambda d: row_status(d, busy_machine) == "online")
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: row_status(d, busy_machine) == "online"
+    )
     assert browser.execute_script("return window.__notReloaded === true")
 
     browser.find_element(By.LINK_TEXT, "rig-1").click()
@@ -182,13 +236,14 @@ def test_it_shows_a_machine_go_offline_and_back_without_reload(browser, live_ser
     shoot(browser, "machine")
 
 
-def test_it_takes_screenshots_of_the_other_pages(browser, live_server, owner, busy_machine, renter):
+def test_it_takes_screenshots_of_the_other_pages(
+    browser, live_server, owner, busy_machine, renter
+):
     """Renter overview, job log, support ticket, registration with the token shown once."""
     if not os.environ.get("BALLAST_SCREENSHOTS_DIR"):
         pytest.skip("set BALLAST_SCREENSHOTS_DIR to take screenshots")
-    from selenium.webdriver.common.by import By
-
     from django.contrib.auth import get_user_model
+    from selenium.webdriver.common.by import By
 
     from jobs.models import Job
     from support.services import ticket_open, ticket_reply
@@ -214,7 +269,9 @@ def test_it_takes_screenshots_of_the_other_pages(browser, live_server, owner, bu
     log_in(browser, live_server, owner.email)
     browser.find_element(By.NAME, "name").send_keys("gaming-pc")
     browser.find_element(By.NAME, "region").send_keys("eu")
-    browser.find_element(By.CSS_SELECTOR, "form[action='/machines/new/'] button").click()
+    browser.find_element(
+        By.CSS_SELECTOR, "form[action='/machines/new/'] button"
+    ).click()
     wait_for(browser, By.ID, "agent-command")
     shoot(browser, "machine-registered", height=900)
     browser.get(f"{live_server.url}/renter/")

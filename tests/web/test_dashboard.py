@@ -39,7 +39,9 @@ def test_it_shows_status_score_slots_and_earnings(owner_client, busy_machine):
 
 
 def test_it_shows_offline_and_paused(owner_client, owner, machine, catalog):
-    Machine.objects.filter(id=machine.id).update(last_heartbeat_at=timezone.now() - timedelta(minutes=5))
+    Machine.objects.filter(id=machine.id).update(
+        last_heartbeat_at=timezone.now() - timedelta(minutes=5)
+    )
     paused, _ = machine_register(owner=owner, name="rig-2")
     connect(paused)
     Machine.objects.filter(id=paused.id).update(paused=True)
@@ -64,5 +66,7 @@ def test_it_redirects_the_fragment_to_the_page_without_htmx(owner_client, machin
 def test_it_gives_every_hx_get_an_ordinary_href(owner_client, machine):
     html = owner_client.get(reverse("hosts:dashboard")).content.decode()
     assert 'hx-get="/machines/rows/"' in html
-    poll = html[html.index('id="rows-poll"') - 40 : html.index('hx-get="/machines/rows/"')]
+    poll = html[
+        html.index('id="rows-poll"') - 40 : html.index('hx-get="/machines/rows/"')
+    ]
     assert 'href="/machines/"' in poll

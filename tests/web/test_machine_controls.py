@@ -12,14 +12,18 @@ from hosts.services import machine_authenticate
 
 
 def test_it_registers_a_machine_and_shows_its_token_once(owner_client, owner):
-    response = owner_client.post(reverse("hosts:machine_register"), {"name": "desk", "region": "EU"})
+    response = owner_client.post(
+        reverse("hosts:machine_register"), {"name": "desk", "region": "EU"}
+    )
     machine = Machine.objects.get(owner=owner, name="desk")
     assert machine.region == "eu"
     assert response["Location"] == reverse("hosts:machine", args=[machine.id])
     html = owner_client.get(response["Location"]).content.decode()
     start = html.index('id="agent-command">') + len('id="agent-command">')
     command = html[start : html.index("</pre>", start)]
-    assert command.startswith("python -m agent run --server http://testserver --token bm_")
+    assert command.startswith(
+        "python -m agent run --server http://testserver --token bm_"
+    )
     token = command.rsplit(" ", 1)[1]
     assert machine_authenticate(token=token) == machine
     again = owner_client.get(response["Location"]).content.decode()
@@ -43,7 +47,9 @@ def test_it_pauses_and_resumes_a_machine(owner_client, machine):
 
 
 def test_it_saves_region_and_serverless(owner_client, machine):
-    owner_client.post(reverse("hosts:machine_settings", args=[machine.id]), {"region": " US-East "})
+    owner_client.post(
+        reverse("hosts:machine_settings", args=[machine.id]), {"region": " US-East "}
+    )
     machine.refresh_from_db()
     assert machine.region == "us-east"
     assert machine.accepts_serverless is False
@@ -64,7 +70,9 @@ def test_it_resets_the_pinned_key(owner_client, machine):
         ("hosts:machine_key_reset", {}),
     ],
 )
-def test_it_gives_a_stranger_404_and_changes_nothing(stranger_client, machine, name, data):
+def test_it_gives_a_stranger_404_and_changes_nothing(
+    stranger_client, machine, name, data
+):
     before = Machine.objects.filter(id=machine.id).values().get()
     response = stranger_client.post(reverse(name, args=[machine.id]), data)
     assert response.status_code == 404
@@ -72,15 +80,27 @@ def test_it_gives_a_stranger_404_and_changes_nothing(stranger_client, machine, n
 
 
 def test_it_refuses_changes_by_get(owner_client, machine):
-    assert owner_client.get(reverse("hosts:machine_pause", args=[machine.id])).status_code == 405
+    assert (
+        owner_client.get(reverse("hosts:machine_pause", args=[machine.id])).status_code
+        == 405
+    )
 
 
 def test_it_requires_csrf_on_every_form(owner, machine):
     client = Client(enforce_csrf_checks=True)
     client.force_login(owner)
-    for name in ("hosts:machine_pause", "hosts:machine_settings", "hosts:machine_key_reset"):
-        assert client.post(reverse(name, args=[machine.id]), {"paused": "1"}).status_code == 403
-    assert client.post(reverse("hosts:machine_register"), {"name": "x"}).status_code == 403
+    for name in (
+        "hosts:machine_pause",
+        "hosts:machine_settings",
+        "hosts:machine_key_reset",
+    ):
+        assert (
+            client.post(reverse(name, args=[machine.id]), {"paused": "1"}).status_code
+            == 403
+        )
+    assert (
+        client.post(reverse("hosts:machine_register"), {"name": "x"}).status_code == 403
+    )
     machine.refresh_from_db()
     assert not machine.paused and machine.public_key
     html = client.get(reverse("hosts:machine", args=[machine.id])).content.decode()

@@ -34,8 +34,16 @@ def test_it_shows_the_score_and_its_three_parts(owner_client, busy_machine):
     after = 20 * device_online_fraction(device=device, now=timezone.now())
     assert "Success over the last 3 outcomes" in html
     assert "46.7 / 70" in html  # 2 of 3 succeeded
-    uptime = Decimal(re.search(r"Online in the last 24 h</td><td class=\"num\">([\d.]+) / 20", html).group(1))
-    assert min(before, after) - Decimal("0.05") <= uptime <= max(before, after) + Decimal("0.05")
+    uptime = Decimal(
+        re.search(
+            r"Online in the last 24 h</td><td class=\"num\">([\d.]+) / 20", html
+        ).group(1)
+    )
+    assert (
+        min(before, after) - Decimal("0.05")
+        <= uptime
+        <= max(before, after) + Decimal("0.05")
+    )
     assert "10.0 / 10" in html  # the only device: as fast as the median
     assert "weight 0.06" in html
 
@@ -59,7 +67,9 @@ def test_it_lists_recent_jobs_with_outcomes_and_earnings(owner_client, busy_mach
     assert "$0.0000032" in jobs and "released" in jobs
 
 
-def test_it_shows_failed_capabilities_with_the_engines_error(owner_client, busy_machine):
+def test_it_shows_failed_capabilities_with_the_engines_error(
+    owner_client, busy_machine
+):
     html = page(owner_client, busy_machine)
     failed = html[html.index('id="failed-capabilities"') :]
     assert "llama-3.1-70b" in failed
@@ -90,6 +100,9 @@ def test_it_serves_the_device_rows_fragment_to_htmx(owner_client, machine):
 
 
 def test_it_hides_another_owners_machine(stranger_client, machine):
-    assert stranger_client.get(reverse("hosts:machine", args=[machine.id])).status_code == 404
+    assert (
+        stranger_client.get(reverse("hosts:machine", args=[machine.id])).status_code
+        == 404
+    )
     fragment = reverse("hosts:device_rows", args=[machine.id])
     assert stranger_client.get(fragment, HTTP_HX_REQUEST="true").status_code == 404

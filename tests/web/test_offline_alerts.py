@@ -52,7 +52,11 @@ def test_it_alerts_again_for_a_second_outage(machine):
     connect(machine, now=t0 + timedelta(seconds=500))
     machines_offline_alert(now=t0 + timedelta(seconds=501))
     machines_offline_alert(now=t0 + timedelta(seconds=900))
-    assert [m.subject.rsplit(" ", 1)[1] for m in mail.outbox] == ["offline", "online", "offline"]
+    assert [m.subject.rsplit(" ", 1)[1] for m in mail.outbox] == [
+        "offline",
+        "online",
+        "offline",
+    ]
 
 
 def test_it_says_nothing_for_a_short_blip(machine):
@@ -73,7 +77,10 @@ def test_it_sends_one_email_when_two_runs_race_for_one_machine(machine):
     """The compare-and-set: a second run that saw the same stale row sends nothing."""
     now = machine.last_heartbeat_at + timedelta(seconds=600)
     assert machine_offline_alert_try(machine_id=machine.id, now=now) is True
-    assert machine_offline_alert_try(machine_id=machine.id, now=now + timedelta(seconds=1)) is False
+    assert (
+        machine_offline_alert_try(machine_id=machine.id, now=now + timedelta(seconds=1))
+        is False
+    )
     assert len(mail.outbox) == 1
 
 
@@ -102,7 +109,9 @@ def test_it_sends_one_email_when_two_workers_run_at_once(owner, catalog):
     answers "table is locked" instead of waiting (the product's SQLite file waits).
     """
     if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL: in-memory SQLite test databases cannot wait for locks")
+        pytest.skip(
+            "needs PostgreSQL: in-memory SQLite test databases cannot wait for locks"
+        )
     from hosts.web_services import machine_register
 
     machine, _ = machine_register(owner=owner, name="rig-race")

@@ -18,10 +18,13 @@ def staff(db):
     )
 
 
-def test_it_opens_a_ticket_and_emails_staff(owner_client, owner, staff, django_capture_on_commit_callbacks):
+def test_it_opens_a_ticket_and_emails_staff(
+    owner_client, owner, staff, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         response = owner_client.post(
-            reverse("support:tickets"), {"subject": "Payout?", "body": "When do I get paid?"}
+            reverse("support:tickets"),
+            {"subject": "Payout?", "body": "When do I get paid?"},
         )
     ticket = Ticket.objects.get(author=owner)
     assert response["Location"] == reverse("support:ticket", args=[ticket.id])
@@ -29,7 +32,9 @@ def test_it_opens_a_ticket_and_emails_staff(owner_client, owner, staff, django_c
     assert "When do I get paid?" in mail.outbox[-1].body
 
 
-def test_it_emails_the_author_when_staff_answer_in_admin(client, owner, staff, django_capture_on_commit_callbacks):
+def test_it_emails_the_author_when_staff_answer_in_admin(
+    client, owner, staff, django_capture_on_commit_callbacks
+):
     from support.services import ticket_open
 
     ticket = ticket_open(author=owner, subject="GPU <b>hot</b>", body="it is hot")
@@ -59,16 +64,25 @@ def test_it_emails_the_author_when_staff_answer_in_admin(client, owner, staff, d
     assert "GPU <b>hot</b>" in mail.outbox[-1].subject  # plain text: not HTML-escaped
 
 
-def test_it_lets_the_author_reply_and_reopens(owner_client, owner, staff, django_capture_on_commit_callbacks):
+def test_it_lets_the_author_reply_and_reopens(
+    owner_client, owner, staff, django_capture_on_commit_callbacks
+):
     from support.services import ticket_open
 
     ticket = ticket_open(author=owner, subject="s", body="b")
     Ticket.objects.filter(id=ticket.id).update(status=Ticket.Status.ANSWERED)
     with django_capture_on_commit_callbacks(execute=True):
-        owner_client.post(reverse("support:ticket", args=[ticket.id]), {"body": "still broken"})
+        owner_client.post(
+            reverse("support:ticket", args=[ticket.id]), {"body": "still broken"}
+        )
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.OPEN
-    assert "still broken" in owner_client.get(reverse("support:ticket", args=[ticket.id])).content.decode()
+    assert (
+        "still broken"
+        in owner_client.get(
+            reverse("support:ticket", args=[ticket.id])
+        ).content.decode()
+    )
     assert mail.outbox[-1].to == ["staff@example.com"]
 
 
@@ -76,6 +90,14 @@ def test_it_hides_another_users_ticket(stranger_client, owner):
     from support.services import ticket_open
 
     ticket = ticket_open(author=owner, subject="private", body="b")
-    assert stranger_client.get(reverse("support:ticket", args=[ticket.id])).status_code == 404
-    assert stranger_client.post(reverse("support:ticket", args=[ticket.id]), {"body": "x"}).status_code == 404
+    assert (
+        stranger_client.get(reverse("support:ticket", args=[ticket.id])).status_code
+        == 404
+    )
+    assert (
+        stranger_client.post(
+            reverse("support:ticket", args=[ticket.id]), {"body": "x"}
+        ).status_code
+        == 404
+    )
     assert b"private" not in stranger_client.get(reverse("support:tickets")).content
