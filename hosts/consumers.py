@@ -17,6 +17,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils import timezone
 
 from jobs import services as job_services
 from jobs import spotchecks
@@ -113,6 +114,8 @@ class HostConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_KEY_MISMATCH)
             return
         self.greeted = True
+        self.heartbeat_memo = services.HeartbeatMemo()
+        self.vram_needs_mb = await database_sync_to_async(services.catalog_vram_needs_mb)()
         await self.send_json(
             {
                 "type": "welcome",
@@ -122,12 +125,34 @@ class HostConsumer(AsyncWebsocketConsumer):
         )
 
     async def frame_heartbeat(self, frame: dict) -> None:
+        """Check a heartbeat; write to the database only what changed (coalesced).
+
+        Steady heartbeats cost no database write: liveness is rewritten once the
+        recorded one ages past ``liveness_refresh_after``, telemetry on a change
+        that matters to eligibility (``hosts.services.heartbeat_changes``).
+        """
         heartbeat = protocol.parse_heartbeat(frame)
+        now = timezone.now()
+        liveness, reports = services.heartbeat_changes(
+            memo=self.heartbeat_memo, heartbeat=heartbeat, now=now, vram_needs_mb=self.vram_needs_mb
+        )
+        if not (liveness or reports):
+            return
         result = await database_sync_to_async(services.machine_heartbeat)(
-            machine_id=self.machine_id, heartbeat=heartbeat
+            machine_id=self.machine_id,
+            heartbeat={"paused": heartbeat["paused"], "devices": reports},
+            now=now,
+            liveness=liveness,
+        )
+        services.heartbeat_memo_update(
+            self.heartbeat_memo, liveness=liveness, paused=heartbeat["paused"], reports=reports, now=now
         )
         if result.models_with_capacity:
             await slots_announce(result.models_with_capacity, slots=result.slots_gained)
+        await self._spot_checks_start()
+
+    async def _spot_checks_start(self) -> None:
+        """Run the spot checks due on this machine's devices (a compare-and-set takes each)."""
         for job in await database_sync_to_async(spotchecks.spot_checks_take_due)(
             machine_id=self.machine_id
         ):

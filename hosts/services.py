@@ -7,7 +7,7 @@ Every function is a transaction; consumers call them through
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -143,22 +143,117 @@ def spot_check_mark_due(*, device_id: int, reason: str, now: datetime | None = N
     )
 
 
+TEMP_STEP_C = 2.0
+VRAM_STEP_MB = 256
+TELEMETRY_REFRESH = timedelta(seconds=60)
+
+
+@dataclass
+class HeartbeatMemo:
+    """What a connection last wrote of its machine's heartbeats (in memory).
+
+    ``recorded_at`` is the last liveness write; ``devices`` maps a device index to
+    the last written (temp °C, free VRAM MiB, slots, loaded models) and when.
+    """
+
+    recorded_at: datetime | None = None
+    paused: bool | None = None
+    devices: dict[int, tuple] = field(default_factory=dict)
+    written_at: dict[int, datetime] = field(default_factory=dict)
+
+
+def liveness_refresh_after() -> timedelta:
+    """How stale the recorded heartbeat may get before a heartbeat rewrites it.
+
+    ``max_age − 2 × interval`` (at least 0): a machine that keeps heartbeating is
+    always recorded fresher than the max age, and the recorded time is never later
+    than the real one, so a heartbeat 30 s old is never eligible.
+    """
+    return timedelta(
+        seconds=max(
+            0.0,
+            settings.BALLAST_HEARTBEAT_MAX_AGE_S - 2 * settings.BALLAST_HEARTBEAT_INTERVAL_S,
+        )
+    )
+
+
+def _crosses(old: float | None, new: float | None, thresholds) -> bool:
+    if old is None or new is None:
+        return old != new
+    return any((old < t) != (new < t) for t in thresholds)
+
+
+def heartbeat_changes(
+    *, memo: HeartbeatMemo, heartbeat: dict, now: datetime, vram_needs_mb=()
+) -> tuple[bool, list[dict]]:
+    """Decide what of a heartbeat must reach the database: (liveness, device reports).
+
+    Liveness is written when the recorded heartbeat is older than
+    ``liveness_refresh_after`` or the pause flag changed. A device's report is
+    written when its slots or models change, its temperature moves ≥ 2 °C or crosses
+    ``BALLAST_MAX_GPU_TEMP_C``, its free VRAM moves ≥ 256 MiB or crosses a catalog
+    model's need, or it was last written over 60 s ago. Pure: touches nothing.
+    """
+    liveness = (
+        memo.recorded_at is None
+        or now - memo.recorded_at >= liveness_refresh_after()
+        or memo.paused != heartbeat["paused"]
+    )
+    changed = []
+    for report in heartbeat["devices"]:
+        last = memo.devices.get(report["index"])
+        written = memo.written_at.get(report["index"])
+        temp, vram, slots, models_ = (
+            report["temp_c"], report["vram_free_mb"], report["slots"], tuple(report["loaded_models"])
+        )
+        if (
+            last is None
+            or written is None
+            or now - written >= TELEMETRY_REFRESH
+            or (slots, models_) != (last[2], last[3])
+            or _crosses(last[0], temp, (settings.BALLAST_MAX_GPU_TEMP_C,))
+            or (temp is not None and last[0] is not None and abs(temp - last[0]) >= TEMP_STEP_C)
+            or _crosses(last[1], vram, vram_needs_mb)
+            or abs(vram - last[1]) >= VRAM_STEP_MB
+        ):
+            changed.append(report)
+    return liveness, changed
+
+
+def heartbeat_memo_update(
+    memo: HeartbeatMemo, *, liveness: bool, paused: bool, reports: list[dict], now: datetime
+) -> None:
+    """Record in ``memo`` what was just written."""
+    if liveness:
+        memo.recorded_at = now
+        memo.paused = paused
+    for report in reports:
+        memo.devices[report["index"]] = (
+            report["temp_c"], report["vram_free_mb"], report["slots"], tuple(report["loaded_models"])
+        )
+        memo.written_at[report["index"]] = now
+
+
 @transaction.atomic
 def machine_heartbeat(
-    *, machine_id: str, heartbeat: dict, now: datetime | None = None
+    *, machine_id: str, heartbeat: dict, now: datetime | None = None, liveness: bool = True
 ) -> HeartbeatResult:
-    """Store a heartbeat's telemetry and loaded models; refresh liveness.
+    """Store a heartbeat: liveness (last heartbeat, online span) and device reports.
 
-    Returns the models that gained capacity (newly loaded or more slots), so the
-    caller can wake requests waiting for them.
+    ``heartbeat["devices"]`` holds the reports to write (all of them, or those
+    ``heartbeat_changes`` picked). Returns the models that gained capacity (newly
+    loaded or more slots), so the caller can wake requests waiting for them.
     """
     now = now or timezone.now()
-    Machine.objects.filter(id=machine_id).update(
-        last_heartbeat_at=now, host_paused=heartbeat["paused"]
-    )
-    online_span_extend(machine_id=machine_id, now=now)
+    if liveness:
+        Machine.objects.filter(id=machine_id).update(
+            last_heartbeat_at=now, host_paused=heartbeat["paused"]
+        )
+        online_span_extend(machine_id=machine_id, now=now)
     gained: set[str] = set()
     slots_gained = 0
+    if not heartbeat["devices"]:
+        return HeartbeatResult(models_with_capacity=frozenset())
     devices = {d.index: d for d in Device.objects.filter(machine_id=machine_id)}
     for report in heartbeat["devices"]:
         device = devices.get(report["index"])
@@ -396,6 +491,13 @@ def device_score_recompute(*, device_id: int, now: datetime | None = None, model
     )
     Device.objects.filter(id=device_id).update(score=score)
     return score
+
+
+def catalog_vram_needs_mb() -> tuple[int, ...]:
+    """The catalog models' per-request VRAM needs (MiB), for telemetry coalescing."""
+    from jobs.models import CatalogModel
+
+    return tuple(sorted(set(CatalogModel.objects.values_list("vram_per_request_mb", flat=True))))
 
 
 def heartbeat_interval_s() -> float:

@@ -139,6 +139,8 @@ def canaries(catalog, settings):
 
     settings.BALLAST_SPOT_CHECKS = True
     settings.BALLAST_SPOT_CHECK_MAX_DELAY_S = 0
+    # every heartbeat records liveness, so each one also takes due spot checks
+    settings.BALLAST_HEARTBEAT_INTERVAL_S = settings.BALLAST_HEARTBEAT_MAX_AGE_S / 2
     return [
         CanaryPrompt.objects.create(
             model_id=catalog.id, prompt=prompt, expected=expected, calibrated=True
