@@ -45,7 +45,12 @@ class Machine(models.Model):
     agent_version = models.CharField(max_length=32, blank=True)
     engine_name = models.CharField(max_length=64, blank=True)
     engine_version = models.CharField(max_length=64, blank=True)
-    accepts_serverless = models.BooleanField(default=True)
+    accepts_serverless = models.BooleanField(
+        default=True, help_text="the owner's choice (dashboard)"
+    )
+    agent_accepts_serverless = models.BooleanField(
+        default=True, help_text="the agent's hello: both must accept serverless jobs"
+    )
     paused = models.BooleanField(default=False, help_text="paused by its owner")
     host_paused = models.BooleanField(default=False, help_text="paused by the agent")
     connected = models.BooleanField(default=False)

@@ -60,14 +60,13 @@ def user_get_or_create(*, email: str) -> AbstractBaseUser:
 
 
 @transaction.atomic
-def machine_create(*, owner_email: str, name: str, region: str = "") -> tuple[Machine, str]:
-    """Register a machine for the owner; return it and its plain token (shown once).
+def machine_register(*, owner: AbstractBaseUser, name: str, region: str = "") -> tuple[Machine, str]:
+    """Register a machine for ``owner``; return it and its plain token (shown once).
 
-    Raises ValueError on an empty name.
+    The token is stored hashed (sha256). Raises ValueError on an empty name.
     """
     if not name.strip():
         raise ValueError("machine name must not be empty")
-    owner = user_get_or_create(email=owner_email)
     token = token_new("bm")
     machine = Machine.objects.create(
         owner=owner,
@@ -77,6 +76,15 @@ def machine_create(*, owner_email: str, name: str, region: str = "") -> tuple[Ma
         token_prefix=token[:10],
     )
     return machine, token
+
+
+@transaction.atomic
+def machine_create(*, owner_email: str, name: str, region: str = "") -> tuple[Machine, str]:
+    """Register a machine for the owner with this email (created if new).
+
+    Returns the machine and its plain token. Raises ValueError on an empty name.
+    """
+    return machine_register(owner=user_get_or_create(email=owner_email), name=name, region=region)
 
 
 def machine_authenticate(*, token: str) -> Machine | None:
@@ -108,7 +116,7 @@ def machine_hello(
     machine.agent_version = hello["agent_version"]
     machine.engine_name = hello["engine_name"]
     machine.engine_version = hello["engine_version"]
-    machine.accepts_serverless = hello["accepts_serverless"]
+    machine.agent_accepts_serverless = hello["accepts_serverless"]
     machine.connected = True
     machine.channel_name = channel_name
     machine.connected_at = now

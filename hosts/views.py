@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from . import selectors, web_services
+from . import selectors, services, web_services
 from .charts import bar_chart, line_chart
 from .forms import MachineRegisterForm, MachineSettingsForm, PauseForm
 from .templatetags.ballast_web import usd
@@ -63,7 +63,7 @@ def machine_register(request: HttpRequest) -> HttpResponse:
     """Register a machine; its token is shown once, on the machine page that follows."""
     form = MachineRegisterForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        machine, token = web_services.machine_register(
+        machine, token = services.machine_register(
             owner=request.user,
             name=form.cleaned_data["name"],
             region=form.cleaned_data["region"],

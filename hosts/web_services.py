@@ -18,34 +18,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import emails
-from .models import Device, Machine, ScoreSample, token_hash, token_new
+from .models import Device, Machine, ScoreSample
 
 log = logging.getLogger("ballast.hosts")
 
 SCORE_SAMPLE_KEEP_DAYS = 30
-
-
-@transaction.atomic
-def machine_register(
-    *, owner: AbstractBaseUser, name: str, region: str = ""
-) -> tuple[Machine, str]:
-    """Register a machine for ``owner`` (a user row); return it and its plain token.
-
-    The token is stored hashed and shown once. Like ``hosts.services.machine_create``
-    but for a signed-in user, whatever their username. Raises ValueError on an
-    empty name.
-    """
-    if not name.strip():
-        raise ValueError("machine name must not be empty")
-    token = token_new("bm")
-    machine = Machine.objects.create(
-        owner=owner,
-        name=name.strip(),
-        region=region.strip().lower(),
-        token_hash=token_hash(token),
-        token_prefix=token[:10],
-    )
-    return machine, token
 
 
 def machine_pause_set(*, machine: Machine, paused: bool) -> None:

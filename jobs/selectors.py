@@ -70,7 +70,9 @@ def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> QuerySe
     if not job.is_spot_check:
         devices = devices.filter(quarantined=False)  # rule 2
         if not job.rental_id:
-            devices = devices.filter(machine__accepts_serverless=True).exclude(devices_rented())  # rule 5
+            devices = devices.filter(  # rule 5: the owner and the agent both accept
+                machine__accepts_serverless=True, machine__agent_accepts_serverless=True
+            ).exclude(devices_rented())
     return (
         devices.filter(
             slots_used__lt=F("slots_total"),  # rule 3: the coordinator's own claims

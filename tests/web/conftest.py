@@ -19,7 +19,7 @@ from hosts.services import (
     machine_heartbeat,
     machine_hello,
 )
-from hosts.web_services import machine_register
+from hosts.services import machine_register
 from jobs.models import Attempt, Job
 
 MODEL = "smollm2-135m-instruct"

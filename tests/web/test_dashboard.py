@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from hosts.models import Machine
-from hosts.web_services import machine_register
+from hosts.services import machine_register
 
 from .conftest import connect
 

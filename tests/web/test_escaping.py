@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import reverse
 
 from hosts.services import capability_failed_record
-from hosts.web_services import machine_register
+from hosts.services import machine_register
 
 from .conftest import connect
 

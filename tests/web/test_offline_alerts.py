@@ -67,7 +67,7 @@ def test_it_says_nothing_for_a_short_blip(machine):
 
 
 def test_it_never_alerts_a_machine_that_never_connected(owner, db):
-    from hosts.web_services import machine_register
+    from hosts.services import machine_register
 
     machine_register(owner=owner, name="new")
     assert machines_offline_alert(now=timezone.now() + timedelta(days=1)) == (0, 0)
@@ -112,7 +112,7 @@ def test_it_sends_one_email_when_two_workers_run_at_once(owner, catalog):
         pytest.skip(
             "needs PostgreSQL: in-memory SQLite test databases cannot wait for locks"
         )
-    from hosts.web_services import machine_register
+    from hosts.services import machine_register
 
     machine, _ = machine_register(owner=owner, name="rig-race")
     connect(machine)
