@@ -15,7 +15,9 @@ run() {  # name, timeout s, command...
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
 }
 run ttft 900 $PY bench/ttft.py
-run relay 1800 $PY bench/relay.py --scale 0.5
+run relay 1800 $PY bench/relay.py --scale 0.5 --servers bare,inmem,pubsub
+# channels_redis core failed with ChannelFull (docs/performance.md §2): a short check only
+run relay-core 600 $PY bench/relay.py --scale 0.5 --servers core --streams 1,50 --per-frame 1
 run heartbeats 600 $PY bench/heartbeats.py
 run claim 1800 $PY bench/claim.py
 run claim_profile 300 $PY bench/claim_profile.py --devices 1000
