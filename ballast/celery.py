@@ -38,9 +38,15 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
         900.0, sender.signature("hosts.tasks.score_samples_take"), name="score samples"
     )
     sender.add_periodic_task(
-        600.0, sender.signature("jobs.tasks.scores_recompute"), name="scores (uptime part)"
+        600.0,
+        sender.signature("jobs.tasks.scores_recompute"),
+        name="scores (uptime part)",
     )
     sender.add_periodic_task(
-        60.0, sender.signature("jobs.tasks.spot_checks_schedule"), name="spot checks due"
+        60.0,
+        sender.signature("jobs.tasks.spot_checks_schedule"),
+        name="spot checks due",
     )
-    sender.add_periodic_task(60.0, sender.signature("jobs.tasks.rentals_settle"), name="rentals")
+    sender.add_periodic_task(
+        60.0, sender.signature("jobs.tasks.rentals_settle"), name="rentals"
+    )

@@ -31,9 +31,13 @@ CANARIES_CALIBRATED = (
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="python -m ballast.demo")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("BALLAST_DEMO_PORT", "8000")))
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("BALLAST_DEMO_PORT", "8000"))
+    )
     parser.add_argument("--question", default=QUESTION)
-    parser.add_argument("--exit", action="store_true", help="stop after the demo request")
+    parser.add_argument(
+        "--exit", action="store_true", help="stop after the demo request"
+    )
     args = parser.parse_args(argv)
 
     env = dict(os.environ)
@@ -43,14 +47,30 @@ def main(argv: list[str] | None = None) -> int:
         print("migrating the database and loading the catalog ...", flush=True)
         stack.migrate()
         if "calibrated" not in manage("shell", "-c", CANARIES_CALIBRATED, env=env):
-            print("calibrating spot-check canaries on the reference model ...", flush=True)
-            print(last_line(manage("canary_calibrate", MODEL, "--limit", "16", env=env)), flush=True)
-        api_key = last_line(manage("renter_create", "demo@example.com", "--credit", "5", env=env))
-        token = last_line(manage("machine_create", "host@example.com", f"demo-rig-{int(time.time())}", env=env))
+            print(
+                "calibrating spot-check canaries on the reference model ...", flush=True
+            )
+            print(
+                last_line(manage("canary_calibrate", MODEL, "--limit", "16", env=env)),
+                flush=True,
+            )
+        api_key = last_line(
+            manage("renter_create", "demo@example.com", "--credit", "5", env=env)
+        )
+        token = last_line(
+            manage(
+                "machine_create",
+                "host@example.com",
+                f"demo-rig-{int(time.time())}",
+                env=env,
+            )
+        )
         print(f"starting the coordinator on {stack.url} ...", flush=True)
         stack.start_coordinator()
         stack.start_celery()
-        print("starting an agent with SmolLM2-135M-Instruct (llama.cpp) ...", flush=True)
+        print(
+            "starting an agent with SmolLM2-135M-Instruct (llama.cpp) ...", flush=True
+        )
         stack.start_agent("agent", token)
         stack.wait_for_capacity(api_key, MODEL)
 
@@ -81,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             "Try:\n"
             f"  curl -N {stack.url}/v1/chat/completions -H 'Authorization: Bearer {api_key}' "
             "-H 'Content-Type: application/json' "
-            f"-d '{{\"model\": \"{MODEL}\", \"stream\": true, "
-            "\"messages\": [{\"role\": \"user\", \"content\": \"Say hello\"}]}'\n"
+            f'-d \'{{"model": "{MODEL}", "stream": true, '
+            '"messages": [{"role": "user", "content": "Say hello"}]}\'\n'
             "Press Ctrl-C to stop.",
             flush=True,
         )

@@ -142,7 +142,9 @@ if DATABASE_URL:
     try:
         _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
     except Exception as exc:  # dj_database_url raises several types
-        raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from exc
+        raise ImproperlyConfigured(
+            f"DATABASE_URL is not a database URL: {exc}"
+        ) from exc
     if _db["ENGINE"] == "django.db.backends.postgresql":
         # A bounded psycopg pool per process: every request's thread borrows a
         # connection instead of opening one (and many processes stay under
@@ -236,10 +238,15 @@ SPECTACULAR_SETTINGS = {"TITLE": "Ballast renter API", "VERSION": "1"}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "ballast": {"handlers": ["console"], "level": os.environ.get("BALLAST_LOG_LEVEL", "INFO")},
+        "ballast": {
+            "handlers": ["console"],
+            "level": os.environ.get("BALLAST_LOG_LEVEL", "INFO"),
+        },
     },
 }
 
@@ -250,7 +257,9 @@ BALLAST_STALL_TIMEOUT_S = env_float("BALLAST_STALL_TIMEOUT_S", 10.0)
 BALLAST_QUEUE_TIMEOUT_S = env_float("BALLAST_QUEUE_TIMEOUT_S", 120.0)
 BALLAST_MAX_ATTEMPTS = env_int("BALLAST_MAX_ATTEMPTS", 3, minimum=1)
 BALLAST_HEARTBEAT_MAX_AGE_S = env_float("BALLAST_HEARTBEAT_MAX_AGE_S", 30.0)
-BALLAST_HEARTBEAT_INTERVAL_S = env_float("BALLAST_HEARTBEAT_INTERVAL_S", 10.0, minimum=0.05)
+BALLAST_HEARTBEAT_INTERVAL_S = env_float(
+    "BALLAST_HEARTBEAT_INTERVAL_S", 10.0, minimum=0.05
+)
 BALLAST_MAX_GPU_TEMP_C = env_float("BALLAST_MAX_GPU_TEMP_C", 88.0)
 BALLAST_SPOT_CHECKS = env_bool("BALLAST_SPOT_CHECKS", True)
 BALLAST_CANARY_RATE = env_float("BALLAST_CANARY_RATE", 0.02)

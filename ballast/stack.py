@@ -39,7 +39,9 @@ def manage(*args: str, env: dict[str, str]) -> str:
         check=False,
     )
     if done.returncode != 0:
-        raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+        raise subprocess.CalledProcessError(
+            done.returncode, done.args, done.stdout, done.stderr
+        )
     return done.stdout
 
 
@@ -65,7 +67,7 @@ class Stack:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "Stack":
+    def __enter__(self) -> Stack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         return self
 
@@ -76,7 +78,12 @@ class Stack:
         """Start a child process ``name`` (its own process group), logging to a file."""
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the child
         process = subprocess.Popen(
-            args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            args,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.processes[name] = process
         return process
@@ -97,26 +104,67 @@ class Stack:
         url = f"http://127.0.0.1:{port}"
         self.spawn(
             name,
-            [sys.executable, "-m", "uvicorn", "ballast.asgi:application",
-             "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
-             "--ws", "websockets", "--lifespan", "off"],
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "ballast.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-access-log",
+                "--ws",
+                "websockets",
+                "--lifespan",
+                "off",
+            ],
         )
-        self.wait_for(lambda: httpx.get(url + "/", timeout=1).status_code == 200, name, 60)
+        self.wait_for(
+            lambda: httpx.get(url + "/", timeout=1).status_code == 200, name, 60
+        )
         return url
 
     def start_celery(self) -> None:
         """Start one Celery worker with beat embedded (``worker -B``)."""
         self.spawn(
             "celery",
-            [sys.executable, "-m", "celery", "-A", "ballast", "worker", "-B",
-             "--loglevel", "INFO", "--concurrency", "1", "--pool", "solo"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "ballast",
+                "worker",
+                "-B",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "1",
+                "--pool",
+                "solo",
+            ],
         )
 
-    def start_agent(self, name: str, token: str, *extra: str, server: str = "") -> subprocess.Popen:
+    def start_agent(
+        self, name: str, token: str, *extra: str, server: str = ""
+    ) -> subprocess.Popen:
         """Start ``python -m agent run`` for a machine token (real llama.cpp by default)."""
         return self.spawn(
-            name, [sys.executable, "-m", "agent", "run", "--server", server or self.url, "--token", token,
-                   "--key-file", str(self.log_dir / f"{name}-key.pem"), *extra],
+            name,
+            [
+                sys.executable,
+                "-m",
+                "agent",
+                "run",
+                "--server",
+                server or self.url,
+                "--token",
+                token,
+                "--key-file",
+                str(self.log_dir / f"{name}-key.pem"),
+                *extra,
+            ],
         )
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
@@ -155,7 +203,9 @@ class Stack:
         while time.monotonic() < deadline:
             for name, process in self.processes.items():
                 if process.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {process.returncode}:\n{self.log_tail(name)}")
+                    raise RuntimeError(
+                        f"{name} exited with {process.returncode}:\n{self.log_tail(name)}"
+                    )
             try:
                 if check():
                     return
@@ -165,15 +215,20 @@ class Stack:
         logs = "\n".join(f"--- {n}\n{self.log_tail(n)}" for n in self.processes)
         raise TimeoutError(f"{what} not ready within {timeout_s} s\n{logs}")
 
-    def wait_for_capacity(self, api_key: str, model: str, devices: int = 1, timeout_s: float = 120) -> None:
+    def wait_for_capacity(
+        self, api_key: str, model: str, devices: int = 1, timeout_s: float = 120
+    ) -> None:
         """Wait until ``/v1/models`` shows ``devices`` live devices with the model loaded."""
 
         def ready() -> bool:
             answer = httpx.get(
-                self.url + "/v1/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=2
+                self.url + "/v1/models",
+                headers={"Authorization": f"Bearer {api_key}"},
+                timeout=2,
             ).json()
             return any(
-                m["id"] == model and m["capacity"]["devices_online"] >= devices for m in answer["data"]
+                m["id"] == model and m["capacity"]["devices_online"] >= devices
+                for m in answer["data"]
             )
 
         self.wait_for(ready, f"{devices} device(s) with {model}", timeout_s)

@@ -9,7 +9,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from . import services
-from .models import Account, Earning, Entry, LedgerTransaction, PayoutRequest, ReceiptCheck
+from .models import (
+    Account,
+    Earning,
+    Entry,
+    LedgerTransaction,
+    PayoutRequest,
+    ReceiptCheck,
+)
 from .money import nano_to_usd_str
 
 
@@ -69,7 +76,13 @@ class AccountAdmin(ReadOnlyAdmin):
 @admin.register(Earning)
 class EarningAdmin(ReadOnlyAdmin):
     list_display = [
-        "attempt", "host", "device", "amount_nano", "status", "release_at", "settled_at"
+        "attempt",
+        "host",
+        "device",
+        "amount_nano",
+        "status",
+        "release_at",
+        "settled_at",
     ]
     list_filter = ["status", "release_at"]
     search_fields = ["host__username", "attempt__id", "attempt__job__id"]
@@ -86,12 +99,26 @@ class ReceiptCheckAdmin(ReadOnlyAdmin):
 @admin.register(PayoutRequest)
 class PayoutRequestAdmin(admin.ModelAdmin):
     list_display = [
-        "id", "host", "amount_usd", "status", "created_at", "decided_by", "decided_at", "paid_at"
+        "id",
+        "host",
+        "amount_usd",
+        "status",
+        "created_at",
+        "decided_by",
+        "decided_at",
+        "paid_at",
     ]
     list_filter = ["status", "created_at"]
     search_fields = ["host__username", "host__email"]
     readonly_fields = [
-        "host", "amount_nano", "status", "note", "created_at", "decided_at", "decided_by", "paid_at"
+        "host",
+        "amount_nano",
+        "status",
+        "note",
+        "created_at",
+        "decided_at",
+        "decided_by",
+        "paid_at",
     ]
     actions = ["approve", "reject", "mark_paid"]
 
@@ -105,7 +132,9 @@ class PayoutRequestAdmin(admin.ModelAdmin):
     def amount_usd(self, obj: PayoutRequest) -> str:
         return nano_to_usd_str(obj.amount_nano)
 
-    def _decide(self, request: HttpRequest, queryset: QuerySet, verb: str, call) -> None:
+    def _decide(
+        self, request: HttpRequest, queryset: QuerySet, verb: str, call
+    ) -> None:
         done = 0
         for payout_id in queryset.values_list("id", flat=True):
             try:
@@ -115,7 +144,9 @@ class PayoutRequestAdmin(admin.ModelAdmin):
             else:
                 done += 1
         if done:
-            self.message_user(request, f"{done} payout request(s) {verb}.", level=messages.SUCCESS)
+            self.message_user(
+                request, f"{done} payout request(s) {verb}.", level=messages.SUCCESS
+            )
 
     @admin.action(description="Approve (moves available → paid out in the ledger)")
     def approve(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -138,5 +169,8 @@ class PayoutRequestAdmin(admin.ModelAdmin):
     @admin.action(description="Mark paid (the money was sent)")
     def mark_paid(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._decide(
-            request, queryset, "marked paid", lambda pk: services.payout_mark_paid(payout_id=pk)
+            request,
+            queryset,
+            "marked paid",
+            lambda pk: services.payout_mark_paid(payout_id=pk),
         )

@@ -43,7 +43,9 @@ class AppendOnlyModel(models.Model):
 
     def save(self, *args, **kwargs):
         if not self._state.adding:
-            raise AppendOnlyError(f"{type(self).__name__} rows are append-only: no update")
+            raise AppendOnlyError(
+                f"{type(self).__name__} rows are append-only: no update"
+            )
         super().save(*args, **kwargs)
 
     def delete(self, *args, **kwargs):
@@ -76,7 +78,9 @@ class Account(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["kind", "user"], name="account_unique_kind_user"),
+            models.UniqueConstraint(
+                fields=["kind", "user"], name="account_unique_kind_user"
+            ),
             models.UniqueConstraint(
                 fields=["kind"],
                 condition=models.Q(user__isnull=True),
@@ -108,7 +112,11 @@ class LedgerTransaction(AppendOnlyModel):
     kind = models.CharField(max_length=20, choices=Kind.choices)
     key = models.CharField(max_length=200, unique=True)
     job = models.ForeignKey(
-        "jobs.Job", null=True, blank=True, on_delete=models.PROTECT, related_name="ledger"
+        "jobs.Job",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="ledger",
     )
     memo = models.CharField(max_length=300, blank=True)
     leg_count = models.PositiveSmallIntegerField(default=0)
@@ -127,12 +135,16 @@ class Entry(AppendOnlyModel):
     transaction = models.ForeignKey(
         LedgerTransaction, on_delete=models.PROTECT, related_name="entries"
     )
-    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
+    account = models.ForeignKey(
+        Account, on_delete=models.PROTECT, related_name="entries"
+    )
     amount_nano = models.BigIntegerField()
 
     class Meta:
         constraints = [
-            models.CheckConstraint(condition=~models.Q(amount_nano=0), name="entry_nonzero")
+            models.CheckConstraint(
+                condition=~models.Q(amount_nano=0), name="entry_nonzero"
+            )
         ]
 
 
@@ -145,12 +157,22 @@ class Earning(models.Model):
         REVERSED = "reversed"
 
     attempt = models.OneToOneField(
-        "jobs.Attempt", null=True, blank=True, on_delete=models.PROTECT, related_name="earning"
+        "jobs.Attempt",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="earning",
     )
     rental = models.ForeignKey(
-        "jobs.Rental", null=True, blank=True, on_delete=models.PROTECT, related_name="earnings"
+        "jobs.Rental",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="earnings",
     )
-    device = models.ForeignKey("hosts.Device", on_delete=models.PROTECT, related_name="earnings")
+    device = models.ForeignKey(
+        "hosts.Device", on_delete=models.PROTECT, related_name="earnings"
+    )
     host = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="earnings"
     )
@@ -211,7 +233,9 @@ class PayoutRequest(models.Model):
         PAID = "paid"
 
     host = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="payout_requests"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="payout_requests",
     )
     amount_nano = models.BigIntegerField()
     status = models.CharField(

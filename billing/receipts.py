@@ -21,14 +21,21 @@ def receipt_message(job: str, completion_tokens: int, text: str) -> bytes:
 
 
 def receipt_verify(
-    *, public_key_b64: str, signature_b64: str, job: str, completion_tokens: int, text: str
+    *,
+    public_key_b64: str,
+    signature_b64: str,
+    job: str,
+    completion_tokens: int,
+    text: str,
 ) -> bool:
     """True when ``signature_b64`` is the host's valid signature over this segment.
 
     Any malformed key or signature gives False (never raises).
     """
     try:
-        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(public_key_b64, validate=True))
+        key = Ed25519PublicKey.from_public_bytes(
+            base64.b64decode(public_key_b64, validate=True)
+        )
         signature = base64.b64decode(signature_b64, validate=True)
         key.verify(signature, receipt_message(job, completion_tokens, text))
     except (InvalidSignature, ValueError, binascii.Error):

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Count, F, Q, QuerySet, Sum
 
-from .models import Account, Earning, Entry, LedgerTransaction, PayoutRequest, ReceiptCheck
+from .models import (
+    Account,
+    Earning,
+    Entry,
+    LedgerTransaction,
+    PayoutRequest,
+    ReceiptCheck,
+)
 
 
 def account_balance_nano(account: Account) -> int:
@@ -41,12 +48,18 @@ def host_balances_nano(*, user: AbstractBaseUser) -> dict[str, int]:
     held = _user_balance(user, Account.Kind.HOST_HELD)
     available = _user_balance(user, Account.Kind.HOST_AVAILABLE)
     paid_out = _user_balance(user, Account.Kind.HOST_PAID_OUT)
-    reversed_total = Earning.objects.filter(host=user, status=Earning.Status.REVERSED).aggregate(
-        total=Sum("amount_nano")
-    )["total"] or 0
-    requested = PayoutRequest.objects.filter(
-        host=user, status=PayoutRequest.Status.REQUESTED
-    ).aggregate(total=Sum("amount_nano"))["total"] or 0
+    reversed_total = (
+        Earning.objects.filter(host=user, status=Earning.Status.REVERSED).aggregate(
+            total=Sum("amount_nano")
+        )["total"]
+        or 0
+    )
+    requested = (
+        PayoutRequest.objects.filter(
+            host=user, status=PayoutRequest.Status.REQUESTED
+        ).aggregate(total=Sum("amount_nano"))["total"]
+        or 0
+    )
     return {
         "held": held,
         "available": available,
@@ -60,7 +73,9 @@ def host_balances_nano(*, user: AbstractBaseUser) -> dict[str, int]:
 def renter_statement(*, user: AbstractBaseUser, limit: int = 200) -> QuerySet[Entry]:
     """The renter's credit account entries, newest first, with their transaction and job."""
     return (
-        Entry.objects.filter(account__kind=Account.Kind.RENTER_CREDIT, account__user=user)
+        Entry.objects.filter(
+            account__kind=Account.Kind.RENTER_CREDIT, account__user=user
+        )
         .select_related("transaction", "transaction__job")
         .order_by("-transaction__created_at", "-id")[:limit]
     )
@@ -73,7 +88,9 @@ def renter_usage_by_model(*, user: AbstractBaseUser) -> list[dict]:
     rows = (
         Job.objects.filter(renter=user, is_spot_check=False, cost_nano__gt=0)
         .values("model_id")
-        .annotate(jobs=Count("id"), tokens=Sum("tokens_billed"), cost_nano=Sum("cost_nano"))
+        .annotate(
+            jobs=Count("id"), tokens=Sum("tokens_billed"), cost_nano=Sum("cost_nano")
+        )
         .order_by("model_id")
     )
     return [
@@ -122,7 +139,9 @@ def device_flags(*, device_id: int) -> DeviceFlags:
         replayed=Count("id", filter=Q(verdict=ReceiptCheck.Verdict.REPLAYED)),
     )
     return DeviceFlags(
-        token_count=Attempt.objects.filter(device_id=device_id, token_count_flagged=True).count(),
+        token_count=Attempt.objects.filter(
+            device_id=device_id, token_count_flagged=True
+        ).count(),
         receipt_missing=receipts["missing"],
         receipt_invalid=receipts["invalid"],
         receipt_replayed=receipts["replayed"],
@@ -137,6 +156,9 @@ def transactions_unbalanced() -> list[int]:
     """
     rows = LedgerTransaction.objects.annotate(
         total=Sum("entries__amount_nano"), legs=Count("entries")
-    ).filter(Q(total__isnull=True) | ~Q(total=0) | (Q(leg_count__gt=0) & ~Q(legs=F("leg_count"))))
+    ).filter(
+        Q(total__isnull=True)
+        | ~Q(total=0)
+        | (Q(leg_count__gt=0) & ~Q(legs=F("leg_count")))
+    )
     return list(rows.values_list("id", flat=True))
-

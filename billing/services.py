@@ -15,7 +15,14 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .models import Account, Earning, Entry, LedgerTransaction, PayoutRequest, ReceiptCheck
+from .models import (
+    Account,
+    Earning,
+    Entry,
+    LedgerTransaction,
+    PayoutRequest,
+    ReceiptCheck,
+)
 from .money import nano_to_usd_str, share_of
 from .receipts import receipt_verify
 from .selectors import account_balance_nano, host_balances_nano, renter_balance_nano
@@ -116,7 +123,12 @@ def renter_top_up(
 # --- receipts ------------------------------------------------------------------------
 @transaction.atomic
 def receipt_check(
-    *, attempt, public_key_b64: str, signature_b64: str, completion_tokens: int, text: str
+    *,
+    attempt,
+    public_key_b64: str,
+    signature_b64: str,
+    completion_tokens: int,
+    text: str,
 ) -> str:
     """Judge and record the receipt of an attempt's ``done``; return the verdict.
 
@@ -160,7 +172,10 @@ def receipt_check(
             return existing.verdict
         verdict = ReceiptCheck.Verdict.REPLAYED  # the same signature, concurrently
         ReceiptCheck.objects.create(
-            attempt_id=attempt.id, device_id=attempt.device_id, signature=None, verdict=verdict
+            attempt_id=attempt.id,
+            device_id=attempt.device_id,
+            signature=None,
+            verdict=verdict,
         )
     return verdict
 
@@ -196,7 +211,9 @@ def job_charge(*, job, now: datetime | None = None) -> LedgerTransaction | None:
     from jobs.models import Attempt, CatalogModel, Job
 
     if job.status in Job.OPEN_STATUSES:
-        raise ValueError(f"job {job.id} is still open; it is charged once, when it ends")
+        raise ValueError(
+            f"job {job.id} is still open; it is charged once, when it ends"
+        )
     now = now or timezone.now()
     if job.is_spot_check or job.renter_id is None:
         if job.cost_nano:
@@ -262,7 +279,9 @@ def job_charge(*, job, now: datetime | None = None) -> LedgerTransaction | None:
 
 
 @transaction.atomic
-def rental_charge(*, rental, amount_nano: int, upto: datetime, now: datetime | None = None):
+def rental_charge(
+    *, rental, amount_nano: int, upto: datetime, now: datetime | None = None
+):
     """Charge a renter ``amount_nano`` for rental time up to ``upto``; credit the host.
 
     One balanced transaction (key ``rental:<id>:<upto>``): renter −amount, the
@@ -279,7 +298,10 @@ def rental_charge(*, rental, amount_nano: int, upto: datetime, now: datetime | N
         kind=LedgerTransaction.Kind.RENTAL,
         key=f"rental:{rental.id}:{upto.isoformat()}",
         legs=[
-            (account_for(kind=Account.Kind.RENTER_CREDIT, user=rental.renter), -amount_nano),
+            (
+                account_for(kind=Account.Kind.RENTER_CREDIT, user=rental.renter),
+                -amount_nano,
+            ),
             (account_for(kind=Account.Kind.HOST_HELD, user=host), share),
             (account_for(kind=Account.Kind.PLATFORM), amount_nano - share),
         ],
@@ -298,7 +320,14 @@ def rental_charge(*, rental, amount_nano: int, upto: datetime, now: datetime | N
 
 # --- holds -----------------------------------------------------------------------------
 def _earning_settle(
-    earning: Earning, *, status: str, kind: str, key: str, to_account: Account, memo: str, now: datetime
+    earning: Earning,
+    *,
+    status: str,
+    kind: str,
+    key: str,
+    to_account: Account,
+    memo: str,
+    now: datetime,
 ) -> bool:
     """Move a held earning out of the hold (released or reversed), once.
 
@@ -315,7 +344,10 @@ def _earning_settle(
             kind=kind,
             key=key,
             legs=[
-                (account_for(kind=Account.Kind.HOST_HELD, user=earning.host), -earning.amount_nano),
+                (
+                    account_for(kind=Account.Kind.HOST_HELD, user=earning.host),
+                    -earning.amount_nano,
+                ),
                 (to_account, earning.amount_nano),
             ],
             job=earning.attempt.job if earning.attempt_id else None,
@@ -351,7 +383,9 @@ def holds_release(*, now: datetime | None = None) -> int:
     return released
 
 
-def earnings_reverse_held(*, device_id: int, reason: str, now: datetime | None = None) -> int:
+def earnings_reverse_held(
+    *, device_id: int, reason: str, now: datetime | None = None
+) -> int:
     """Reverse every earning of the device still in its hold (a failed spot check).
 
     Each amount moves from the host's held account to the platform (key
@@ -383,7 +417,9 @@ def _host_available_locked(host: AbstractBaseUser) -> int:
 
 
 @transaction.atomic
-def payout_request(*, host: AbstractBaseUser, amount_nano: int, note: str = "") -> PayoutRequest:
+def payout_request(
+    *, host: AbstractBaseUser, amount_nano: int, note: str = ""
+) -> PayoutRequest:
     """Ask for ``amount_nano`` of the host's available earnings to be paid out.
 
     Allowed up to the available balance minus requests still waiting for staff.
@@ -397,7 +433,9 @@ def payout_request(*, host: AbstractBaseUser, amount_nano: int, note: str = "") 
         raise PayoutError(
             f"at most {nano_to_usd_str(max(0, available - pending))} USD can be requested now"
         )
-    return PayoutRequest.objects.create(host=host, amount_nano=amount_nano, note=note[:300])
+    return PayoutRequest.objects.create(
+        host=host, amount_nano=amount_nano, note=note[:300]
+    )
 
 
 @transaction.atomic
@@ -410,7 +448,11 @@ def payout_approve(
     balance no longer covers it.
     """
     now = now or timezone.now()
-    payout = PayoutRequest.objects.select_for_update().select_related("host").get(id=payout_id)
+    payout = (
+        PayoutRequest.objects.select_for_update()
+        .select_related("host")
+        .get(id=payout_id)
+    )
     if payout.status != PayoutRequest.Status.REQUESTED:
         raise PayoutError(f"payout {payout.id} is {payout.status}, not requested")
     available = _host_available_locked(payout.host)
@@ -423,8 +465,14 @@ def payout_approve(
         kind=LedgerTransaction.Kind.PAYOUT,
         key=f"payout:{payout.id}",
         legs=[
-            (account_for(kind=Account.Kind.HOST_AVAILABLE, user=payout.host), -payout.amount_nano),
-            (account_for(kind=Account.Kind.HOST_PAID_OUT, user=payout.host), payout.amount_nano),
+            (
+                account_for(kind=Account.Kind.HOST_AVAILABLE, user=payout.host),
+                -payout.amount_nano,
+            ),
+            (
+                account_for(kind=Account.Kind.HOST_PAID_OUT, user=payout.host),
+                payout.amount_nano,
+            ),
         ],
         memo=f"payout {payout.id} approved by {staff.get_username()}",
     )

@@ -44,7 +44,9 @@ def _earnings_page(
             "earnings": selectors.host_earnings(user=request.user),
             "payouts": PayoutRequest.objects.filter(host=request.user)[:50],
             "form": form,
-            "share_percent": format((settings.BALLAST_HOST_SHARE * 100).normalize(), "f"),
+            "share_percent": format(
+                (settings.BALLAST_HOST_SHARE * 100).normalize(), "f"
+            ),
         },
         status=status,
     )
@@ -65,7 +67,9 @@ def payout_create(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         try:
             services.payout_request(
-                host=request.user, amount_nano=form.amount_nano(), note=form.cleaned_data["note"]
+                host=request.user,
+                amount_nano=form.amount_nano(),
+                note=form.cleaned_data["note"],
             )
         except services.PayoutError as exc:
             form.add_error("amount_usd", str(exc))

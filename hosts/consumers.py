@@ -61,7 +61,9 @@ class HostConsumer(AsyncWebsocketConsumer):
         self.open_attempts: dict[str, dict[str, Any]] = {}
         subprotocols = self.scope.get("subprotocols") or []
         await self.accept(
-            subprotocol=protocol.PROTOCOL_NAME if protocol.PROTOCOL_NAME in subprotocols else None
+            subprotocol=protocol.PROTOCOL_NAME
+            if protocol.PROTOCOL_NAME in subprotocols
+            else None
         )
 
     async def disconnect(self, code: int) -> None:
@@ -73,12 +75,18 @@ class HostConsumer(AsyncWebsocketConsumer):
         for attempt_id, info in list(self.open_attempts.items()):
             await self.channel_layer.send(
                 info["reply"],
-                {"type": "host.gone", "attempt": attempt_id, "message": "host connection closed"},
+                {
+                    "type": "host.gone",
+                    "attempt": attempt_id,
+                    "message": "host connection closed",
+                },
             )
         self.open_attempts.clear()
 
     # --- frames from the host ---------------------------------------------------------
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None
+    ) -> None:
         if text_data is None or len(text_data) > MAX_FRAME_BYTES:
             await self.send_error("frames must be JSON text of at most 256 KiB")
             return
@@ -115,7 +123,9 @@ class HostConsumer(AsyncWebsocketConsumer):
             return
         self.greeted = True
         self.heartbeat_memo = services.HeartbeatMemo()
-        self.vram_needs_mb = await database_sync_to_async(services.catalog_vram_needs_mb)()
+        self.vram_needs_mb = await database_sync_to_async(
+            services.catalog_vram_needs_mb
+        )()
         await self.send_json(
             {
                 "type": "welcome",
@@ -134,7 +144,10 @@ class HostConsumer(AsyncWebsocketConsumer):
         heartbeat = protocol.parse_heartbeat(frame)
         now = timezone.now()
         liveness, reports = services.heartbeat_changes(
-            memo=self.heartbeat_memo, heartbeat=heartbeat, now=now, vram_needs_mb=self.vram_needs_mb
+            memo=self.heartbeat_memo,
+            heartbeat=heartbeat,
+            now=now,
+            vram_needs_mb=self.vram_needs_mb,
         )
         if not (liveness or reports):
             return
@@ -145,7 +158,11 @@ class HostConsumer(AsyncWebsocketConsumer):
             liveness=liveness,
         )
         services.heartbeat_memo_update(
-            self.heartbeat_memo, liveness=liveness, paused=heartbeat["paused"], reports=reports, now=now
+            self.heartbeat_memo,
+            liveness=liveness,
+            paused=heartbeat["paused"],
+            reports=reports,
+            now=now,
         )
         if result.models_with_capacity:
             await slots_announce(result.models_with_capacity, slots=result.slots_gained)
@@ -166,9 +183,13 @@ class HostConsumer(AsyncWebsocketConsumer):
             async with aclosing(JobRun(job).events()) as events:
                 async for _ in events:
                     pass
-            await database_sync_to_async(spotchecks.spot_check_judge)(job_id=str(job.id))
+            await database_sync_to_async(spotchecks.spot_check_judge)(
+                job_id=str(job.id)
+            )
         except Exception:
-            log.exception("spot check %s on machine %s failed to run", job.id, self.machine_name)
+            log.exception(
+                "spot check %s on machine %s failed to run", job.id, self.machine_name
+            )
 
     async def frame_model_load_failed(self, frame: dict) -> None:
         report = protocol.parse_model_load_failed(frame)
@@ -191,7 +212,9 @@ class HostConsumer(AsyncWebsocketConsumer):
     async def frame_claim(self, frame: dict) -> None:
         attempt_id, info = self._open(frame)
         if info is None or info["claimed"]:
-            await self.send_error(f"claim: job {attempt_id[:40]} is not offered to this machine")
+            await self.send_error(
+                f"claim: job {attempt_id[:40]} is not offered to this machine"
+            )
             return
         claimed = await database_sync_to_async(job_services.attempt_claim)(
             attempt_id=attempt_id, machine_id=self.machine_id
@@ -201,13 +224,17 @@ class HostConsumer(AsyncWebsocketConsumer):
             await self.send_json({"type": "cancel", "job": attempt_id})
             return
         info["claimed"] = True
-        await self.channel_layer.send(info["reply"], {"type": "host.claim", "attempt": attempt_id})
+        await self.channel_layer.send(
+            info["reply"], {"type": "host.claim", "attempt": attempt_id}
+        )
 
     async def frame_token(self, frame: dict) -> None:
         attempt_id, info = self._open(frame)
         text = protocol.parse_token(frame)
         if info is None or not info["claimed"]:
-            await self.send_error(f"token: job {attempt_id[:40]} is not claimed on this machine")
+            await self.send_error(
+                f"token: job {attempt_id[:40]} is not claimed on this machine"
+            )
             return
         await self.channel_layer.send(
             info["reply"], {"type": "host.token", "attempt": attempt_id, "text": text}
@@ -217,7 +244,9 @@ class HostConsumer(AsyncWebsocketConsumer):
         attempt_id, info = self._open(frame)
         done = protocol.parse_done(frame)
         if info is None or not info["claimed"]:
-            await self.send_error(f"done: job {attempt_id[:40]} is not claimed on this machine")
+            await self.send_error(
+                f"done: job {attempt_id[:40]} is not claimed on this machine"
+            )
             return
         self.open_attempts.pop(attempt_id, None)
         await self.channel_layer.send(
@@ -241,7 +270,10 @@ class HostConsumer(AsyncWebsocketConsumer):
     # --- messages from the job coroutines (channel layer) -----------------------------
     async def attempt_offer(self, message: dict) -> None:
         """Send an ``offer`` to the host and open the attempt on this connection."""
-        self.open_attempts[message["attempt"]] = {"reply": message["reply"], "claimed": False}
+        self.open_attempts[message["attempt"]] = {
+            "reply": message["reply"],
+            "claimed": False,
+        }
         await self.send_json(message["frame"])
 
     async def attempt_cancel(self, message: dict) -> None:

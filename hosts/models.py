@@ -91,7 +91,9 @@ class Device(models.Model):
     temperatures °C.
     """
 
-    machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="devices")
+    machine = models.ForeignKey(
+        Machine, on_delete=models.CASCADE, related_name="devices"
+    )
     index = models.PositiveIntegerField()
     name = models.CharField(max_length=200)
     vram_total_mb = models.PositiveIntegerField(default=0)
@@ -105,14 +107,19 @@ class Device(models.Model):
     paused = models.BooleanField(default=False, help_text="paused by staff")
     first_seen_at = models.DateTimeField(auto_now_add=True)
     spot_check_due_at = models.DateTimeField(
-        null=True, blank=True, db_index=True, help_text="a spot check is to be sent after this"
+        null=True,
+        blank=True,
+        db_index=True,
+        help_text="a spot check is to be sent after this",
     )
     spot_check_reason = models.CharField(max_length=16, blank=True)
 
     class Meta:
         ordering = ["machine__name", "index"]
         constraints = [
-            models.UniqueConstraint(fields=["machine", "index"], name="device_unique_index"),
+            models.UniqueConstraint(
+                fields=["machine", "index"], name="device_unique_index"
+            ),
             models.CheckConstraint(
                 condition=models.Q(slots_used__gte=0), name="device_slots_used_nonneg"
             ),
@@ -142,7 +149,9 @@ class DeviceModel(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["device", "model_id"], name="device_model_unique")
+            models.UniqueConstraint(
+                fields=["device", "model_id"], name="device_model_unique"
+            )
         ]
         indexes = [models.Index(fields=["model_id", "loaded"])]
 
@@ -176,7 +185,9 @@ class FailedCapability(models.Model):
 class Benchmark(models.Model):
     """A benchmark measured on the host's own hardware (real figures, not estimates)."""
 
-    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="benchmarks")
+    device = models.ForeignKey(
+        Device, on_delete=models.CASCADE, related_name="benchmarks"
+    )
     model_id = models.CharField(max_length=100)
     tokens_per_s = models.FloatField()
     ttft_ms = models.FloatField()
@@ -198,7 +209,9 @@ class DeviceOutcome(models.Model):
         ATTEMPT = "attempt"
         SPOT_CHECK = "spot_check"
 
-    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="outcomes")
+    device = models.ForeignKey(
+        Device, on_delete=models.CASCADE, related_name="outcomes"
+    )
     source = models.CharField(max_length=12, choices=Source.choices)
     success = models.BooleanField()
     reason = models.CharField(max_length=32, blank=True)
@@ -218,7 +231,9 @@ class ScoreSample(models.Model):
     samples older than 30 days are pruned by the same task.
     """
 
-    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="score_samples")
+    device = models.ForeignKey(
+        Device, on_delete=models.CASCADE, related_name="score_samples"
+    )
     score = models.PositiveSmallIntegerField()
     taken_at = models.DateTimeField(db_index=True)
 
@@ -234,7 +249,9 @@ class OnlineSpan(models.Model):
     a longer gap starts a new span (DESIGN.md "Reliability score": gaps ≤ 30 s).
     """
 
-    machine = models.ForeignKey(Machine, on_delete=models.CASCADE, related_name="online_spans")
+    machine = models.ForeignKey(
+        Machine, on_delete=models.CASCADE, related_name="online_spans"
+    )
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(db_index=True)
 

@@ -31,12 +31,16 @@ def _require(frame: dict[str, Any], field: str, kind: type | tuple[type, ...]) -
     return value
 
 
-def _str(frame: dict[str, Any], field: str, *, max_len: int = 200, empty: bool = False) -> str:
+def _str(
+    frame: dict[str, Any], field: str, *, max_len: int = 200, empty: bool = False
+) -> str:
     value = _require(frame, field, str)
     if not empty and not value:
         raise FrameError(f"{frame.get('type')}: field {field!r} must not be empty")
     if len(value) > max_len:
-        raise FrameError(f"{frame.get('type')}: field {field!r} is over {max_len} characters")
+        raise FrameError(
+            f"{frame.get('type')}: field {field!r} is over {max_len} characters"
+        )
     return value
 
 
@@ -75,7 +79,9 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
         name = dev.get("name")
         if not isinstance(name, str) or not name or len(name) > 200:
             raise FrameError(f"hello: devices[{i}].name must be 1-200 characters")
-        vram = _nonneg_int(dev.get("vram_total_mb"), f"hello: devices[{i}].vram_total_mb")
+        vram = _nonneg_int(
+            dev.get("vram_total_mb"), f"hello: devices[{i}].vram_total_mb"
+        )
         cleaned.append({"index": index, "name": name, "vram_total_mb": vram})
     accepts = frame.get("accepts_serverless", True)
     if not isinstance(accepts, bool):
@@ -85,7 +91,9 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(engine_name, str) or not engine_name or len(engine_name) > 64:
         raise FrameError("hello: engine.name must be 1-64 characters")
     if not isinstance(engine_version, str) or len(engine_version) > 64:
-        raise FrameError("hello: engine.version must be a string of at most 64 characters")
+        raise FrameError(
+            "hello: engine.version must be a string of at most 64 characters"
+        )
     return {
         "agent_version": _str(frame, "agent_version", max_len=32),
         "engine_name": engine_name,
@@ -115,16 +123,24 @@ def parse_heartbeat(frame: dict[str, Any]) -> dict[str, Any]:
         index = _nonneg_int(dev.get("index"), f"heartbeat: devices[{i}].index")
         temp = dev.get("temp_c")
         if temp is not None and (
-            isinstance(temp, bool) or not isinstance(temp, (int, float)) or not -50 <= temp <= 200
+            isinstance(temp, bool)
+            or not isinstance(temp, (int, float))
+            or not -50 <= temp <= 200
         ):
-            raise FrameError(f"heartbeat: devices[{i}].temp_c must be °C (-50..200) or null")
-        vram_free = _nonneg_int(dev.get("vram_free_mb"), f"heartbeat: devices[{i}].vram_free_mb")
+            raise FrameError(
+                f"heartbeat: devices[{i}].temp_c must be °C (-50..200) or null"
+            )
+        vram_free = _nonneg_int(
+            dev.get("vram_free_mb"), f"heartbeat: devices[{i}].vram_free_mb"
+        )
         slots = _nonneg_int(dev.get("slots"), f"heartbeat: devices[{i}].slots")
         models_ = dev.get("loaded_models", [])
         if not isinstance(models_, list) or not all(
             isinstance(m, str) and 0 < len(m) <= 100 for m in models_
         ):
-            raise FrameError(f"heartbeat: devices[{i}].loaded_models must be a list of model ids")
+            raise FrameError(
+                f"heartbeat: devices[{i}].loaded_models must be a list of model ids"
+            )
         cleaned.append(
             {
                 "index": index,
@@ -157,7 +173,9 @@ def parse_done(frame: dict[str, Any]) -> dict[str, Any]:
         raise FrameError("done: finish_reason must be 'stop' or 'length'")
     usage = _require(frame, "usage", dict)
     prompt = _nonneg_int(usage.get("prompt_tokens", 0), "done: usage.prompt_tokens")
-    completion = _nonneg_int(usage.get("completion_tokens"), "done: usage.completion_tokens")
+    completion = _nonneg_int(
+        usage.get("completion_tokens"), "done: usage.completion_tokens"
+    )
     receipt = frame.get("receipt", "")
     if not isinstance(receipt, str) or len(receipt) > 200:
         raise FrameError("done: receipt must be a base64 string")
@@ -190,5 +208,7 @@ def parse_benchmark(frame: dict[str, Any]) -> dict[str, Any]:
             raise FrameError(f"benchmark: {field} must be a non-negative number")
         out[field] = float(value)
     vram = frame.get("vram_used_mb")
-    out["vram_used_mb"] = None if vram is None else _nonneg_int(vram, "benchmark: vram_used_mb")
+    out["vram_used_mb"] = (
+        None if vram is None else _nonneg_int(vram, "benchmark: vram_used_mb")
+    )
     return out

@@ -36,7 +36,10 @@ def score_unrounded(
     if device_ttft_ms is None or not model_median_ttft_ms or device_ttft_ms <= 0:
         latency = Decimal(1)
     else:
-        latency = min(Decimal(1), Decimal(str(model_median_ttft_ms)) / Decimal(str(device_ttft_ms)))
+        latency = min(
+            Decimal(1),
+            Decimal(str(model_median_ttft_ms)) / Decimal(str(device_ttft_ms)),
+        )
     computed = 70 * success_rate + 20 * online + 10 * latency
     if n >= WINDOW:
         return computed

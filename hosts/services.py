@@ -60,7 +60,9 @@ def user_get_or_create(*, email: str) -> AbstractBaseUser:
 
 
 @transaction.atomic
-def machine_register(*, owner: AbstractBaseUser, name: str, region: str = "") -> tuple[Machine, str]:
+def machine_register(
+    *, owner: AbstractBaseUser, name: str, region: str = ""
+) -> tuple[Machine, str]:
     """Register a machine for ``owner``; return it and its plain token (shown once).
 
     The token is stored hashed (sha256). Raises ValueError on an empty name.
@@ -79,12 +81,16 @@ def machine_register(*, owner: AbstractBaseUser, name: str, region: str = "") ->
 
 
 @transaction.atomic
-def machine_create(*, owner_email: str, name: str, region: str = "") -> tuple[Machine, str]:
+def machine_create(
+    *, owner_email: str, name: str, region: str = ""
+) -> tuple[Machine, str]:
     """Register a machine for the owner with this email (created if new).
 
     Returns the machine and its plain token. Raises ValueError on an empty name.
     """
-    return machine_register(owner=user_get_or_create(email=owner_email), name=name, region=region)
+    return machine_register(
+        owner=user_get_or_create(email=owner_email), name=name, region=region
+    )
 
 
 def machine_authenticate(*, token: str) -> Machine | None:
@@ -110,7 +116,8 @@ def machine_hello(
             "this machine's key differs from the pinned one; the owner must reset it"
         )
     came_back = (
-        machine.last_heartbeat_at is not None and now - machine.last_heartbeat_at > RETURN_AFTER
+        machine.last_heartbeat_at is not None
+        and now - machine.last_heartbeat_at > RETURN_AFTER
     )
     machine.public_key = hello["public_key"]
     machine.agent_version = hello["agent_version"]
@@ -132,7 +139,9 @@ def machine_hello(
     return machine
 
 
-def spot_check_mark_due(*, device_id: int, reason: str, now: datetime | None = None) -> bool:
+def spot_check_mark_due(
+    *, device_id: int, reason: str, now: datetime | None = None
+) -> bool:
     """Mark a spot check due on the device after a random delay (0–60 s).
 
     The delay keeps its timing from telling the host anything. A check already due
@@ -143,7 +152,9 @@ def spot_check_mark_due(*, device_id: int, reason: str, now: datetime | None = N
     import random
 
     now = now or timezone.now()
-    due = now + timedelta(seconds=random.uniform(0, settings.BALLAST_SPOT_CHECK_MAX_DELAY_S))
+    due = now + timedelta(
+        seconds=random.uniform(0, settings.BALLAST_SPOT_CHECK_MAX_DELAY_S)
+    )
     return bool(
         Device.objects.filter(id=device_id, spot_check_due_at__isnull=True).update(
             spot_check_due_at=due, spot_check_reason=reason
@@ -180,7 +191,8 @@ def liveness_refresh_after() -> timedelta:
     return timedelta(
         seconds=max(
             0.0,
-            settings.BALLAST_HEARTBEAT_MAX_AGE_S - 2 * settings.BALLAST_HEARTBEAT_INTERVAL_S,
+            settings.BALLAST_HEARTBEAT_MAX_AGE_S
+            - 2 * settings.BALLAST_HEARTBEAT_INTERVAL_S,
         )
     )
 
@@ -212,7 +224,10 @@ def heartbeat_changes(
         last = memo.devices.get(report["index"])
         written = memo.written_at.get(report["index"])
         temp, vram, slots, models_ = (
-            report["temp_c"], report["vram_free_mb"], report["slots"], tuple(report["loaded_models"])
+            report["temp_c"],
+            report["vram_free_mb"],
+            report["slots"],
+            tuple(report["loaded_models"]),
         )
         if (
             last is None
@@ -220,7 +235,11 @@ def heartbeat_changes(
             or now - written >= TELEMETRY_REFRESH
             or (slots, models_) != (last[2], last[3])
             or _crosses(last[0], temp, (settings.BALLAST_MAX_GPU_TEMP_C,))
-            or (temp is not None and last[0] is not None and abs(temp - last[0]) >= TEMP_STEP_C)
+            or (
+                temp is not None
+                and last[0] is not None
+                and abs(temp - last[0]) >= TEMP_STEP_C
+            )
             or _crosses(last[1], vram, vram_needs_mb)
             or abs(vram - last[1]) >= VRAM_STEP_MB
         ):
@@ -229,7 +248,12 @@ def heartbeat_changes(
 
 
 def heartbeat_memo_update(
-    memo: HeartbeatMemo, *, liveness: bool, paused: bool, reports: list[dict], now: datetime
+    memo: HeartbeatMemo,
+    *,
+    liveness: bool,
+    paused: bool,
+    reports: list[dict],
+    now: datetime,
 ) -> None:
     """Record in ``memo`` what was just written."""
     if liveness:
@@ -237,14 +261,21 @@ def heartbeat_memo_update(
         memo.paused = paused
     for report in reports:
         memo.devices[report["index"]] = (
-            report["temp_c"], report["vram_free_mb"], report["slots"], tuple(report["loaded_models"])
+            report["temp_c"],
+            report["vram_free_mb"],
+            report["slots"],
+            tuple(report["loaded_models"]),
         )
         memo.written_at[report["index"]] = now
 
 
 @transaction.atomic
 def machine_heartbeat(
-    *, machine_id: str, heartbeat: dict, now: datetime | None = None, liveness: bool = True
+    *,
+    machine_id: str,
+    heartbeat: dict,
+    now: datetime | None = None,
+    liveness: bool = True,
 ) -> HeartbeatResult:
     """Store a heartbeat: liveness (last heartbeat, online span) and device reports.
 
@@ -290,10 +321,14 @@ def machine_heartbeat(
                 continue
             gained.add(model_id)
             slots_gained += report["slots"]
-        stale = [dm.id for mid, dm in existing.items() if dm.loaded and mid not in loaded_now]
+        stale = [
+            dm.id for mid, dm in existing.items() if dm.loaded and mid not in loaded_now
+        ]
         if stale:
             DeviceModel.objects.filter(id__in=stale).update(loaded=False)
-    return HeartbeatResult(models_with_capacity=frozenset(gained), slots_gained=slots_gained)
+    return HeartbeatResult(
+        models_with_capacity=frozenset(gained), slots_gained=slots_gained
+    )
 
 
 def machine_disconnect(*, machine_id: str, channel_name: str) -> bool:
@@ -329,14 +364,18 @@ def capability_failed_record(*, machine_id: str, report: dict) -> FailedCapabili
             count=F("count") + 1, error=report["error"], last_at=timezone.now()
         )
     DeviceModel.objects.filter(
-        device__machine=machine, device__index=report["device"], model_id=report["model"]
+        device__machine=machine,
+        device__index=report["device"],
+        model_id=report["model"],
     ).update(loaded=False)
     return capability
 
 
 def benchmark_record(*, machine_id: str, report: dict) -> Benchmark | None:
     """Store a benchmark measured on the machine's own hardware; None for an unknown device."""
-    device = Device.objects.filter(machine_id=machine_id, index=report["device"]).first()
+    device = Device.objects.filter(
+        machine_id=machine_id, index=report["device"]
+    ).first()
     if device is None:
         return None
     return Benchmark.objects.create(
@@ -381,7 +420,9 @@ def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
     return min(Decimal(1), Decimal(str(round(online / total, 6))))
 
 
-def device_ttft_medians(*, device: Device, model_id: str, now: datetime) -> tuple[float | None, float | None]:
+def device_ttft_medians(
+    *, device: Device, model_id: str, now: datetime
+) -> tuple[float | None, float | None]:
     """Return (model median ttft ms over all devices, this device's median), last hour."""
     since = now - timedelta(hours=1)
     rows = DeviceOutcome.objects.filter(
@@ -420,7 +461,9 @@ def device_outcome_record(
     )
     if model_id and ttft_ms is not None:
         device = Device.objects.get(id=device_id)
-        _, device_median = device_ttft_medians(device=device, model_id=model_id, now=now)
+        _, device_median = device_ttft_medians(
+            device=device, model_id=model_id, now=now
+        )
         DeviceModel.objects.filter(device_id=device_id, model_id=model_id).update(
             ttft_ms_recent=round(device_median) if device_median is not None else None
         )
@@ -433,19 +476,24 @@ def device_outcome_record(
 def spot_checks_recent(*, device_id: int) -> list[bool]:
     """The device's last 20 judged spot checks, newest first (True = passed)."""
     return list(
-        DeviceOutcome.objects.filter(device_id=device_id, source=DeviceOutcome.Source.SPOT_CHECK)
-        .values_list("success", flat=True)[:20]
+        DeviceOutcome.objects.filter(
+            device_id=device_id, source=DeviceOutcome.Source.SPOT_CHECK
+        ).values_list("success", flat=True)[:20]
     )
 
 
-def device_quarantine_judge(*, device_id: int, score: int, now: datetime | None = None) -> bool:
+def device_quarantine_judge(
+    *, device_id: int, score: int, now: datetime | None = None
+) -> bool:
     """Quarantine the device if a just-recorded failure calls for it; True if it did.
 
     DESIGN.md "Spot checks": score under 50 or 3 failed spot checks among the last
     20. A quarantined device gets only spot checks, one marked due now.
     """
     now = now or timezone.now()
-    if not quarantine_after_failure(score=score, recent_checks=spot_checks_recent(device_id=device_id)):
+    if not quarantine_after_failure(
+        score=score, recent_checks=spot_checks_recent(device_id=device_id)
+    ):
         return False
     newly = Device.objects.filter(id=device_id, quarantined=False).update(
         quarantined=True, quarantined_at=now
@@ -466,14 +514,16 @@ def device_quarantine_release_judge(*, device_id: int) -> bool:
     )
 
 
-def device_score_recompute(*, device_id: int, now: datetime | None = None, model_id: str = "") -> int:
+def device_score_recompute(
+    *, device_id: int, now: datetime | None = None, model_id: str = ""
+) -> int:
     """Recompute and store the device's score from its last 50 outcomes; return it."""
     now = now or timezone.now()
     device = Device.objects.select_related("machine").get(id=device_id)
     last = list(
-        DeviceOutcome.objects.filter(device_id=device_id).values_list("success", flat=True)[
-            :WINDOW
-        ]
+        DeviceOutcome.objects.filter(device_id=device_id).values_list(
+            "success", flat=True
+        )[:WINDOW]
     )
     model_median = device_median = None
     if not model_id:  # the periodic recompute: the model the device served last
@@ -505,7 +555,9 @@ def catalog_vram_needs_mb() -> tuple[int, ...]:
     """The catalog models' per-request VRAM needs (MiB), for telemetry coalescing."""
     from jobs.models import CatalogModel
 
-    return tuple(sorted(set(CatalogModel.objects.values_list("vram_per_request_mb", flat=True))))
+    return tuple(
+        sorted(set(CatalogModel.objects.values_list("vram_per_request_mb", flat=True)))
+    )
 
 
 def heartbeat_interval_s() -> float:

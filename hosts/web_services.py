@@ -12,7 +12,6 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone

@@ -32,7 +32,16 @@ class AttemptSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Attempt
-        fields = ["device", "kind", "outcome", "ttft_ms", "output_chars", "tokens_billed", "offered", "ended"]
+        fields = [
+            "device",
+            "kind",
+            "outcome",
+            "ttft_ms",
+            "output_chars",
+            "tokens_billed",
+            "offered",
+            "ended",
+        ]
 
     def get_offered(self, obj: Attempt) -> int | None:
         return _ts(obj.offered_at)
@@ -52,7 +61,17 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "model", "status", "failed_over", "attempts", "tokens_billed", "cost", "created", "finished"]
+        fields = [
+            "id",
+            "model",
+            "status",
+            "failed_over",
+            "attempts",
+            "tokens_billed",
+            "cost",
+            "created",
+            "finished",
+        ]
 
     def get_cost(self, obj: Job) -> str:
         return nano_to_usd_str(obj.cost_nano)
@@ -71,7 +90,9 @@ class ModelsApi(APIView):
         now = timezone.now()
         data = []
         for model in CatalogModel.objects.filter(active=True):
-            live = devices_live(now=now).filter(models__model_id=model.id, models__loaded=True)
+            live = devices_live(now=now).filter(
+                models__model_id=model.id, models__loaded=True
+            )
             capacity = live.aggregate(
                 devices=Count("id", distinct=True),
                 total=Sum("slots_total"),
@@ -91,7 +112,9 @@ class ModelsApi(APIView):
                     },
                     "capacity": {
                         "devices_online": capacity["devices"] or 0,
-                        "slots_free": max(0, (capacity["total"] or 0) - (capacity["used"] or 0)),
+                        "slots_free": max(
+                            0, (capacity["total"] or 0) - (capacity["used"] or 0)
+                        ),
                     },
                 }
             )
@@ -103,7 +126,9 @@ class JobApi(APIView):
 
     def get(self, request: Request, job_id) -> Response:
         job = get_object_or_404(
-            Job.objects.prefetch_related("attempts__device__machine"), id=job_id, renter=request.user
+            Job.objects.prefetch_related("attempts__device__machine"),
+            id=job_id,
+            renter=request.user,
         )
         return Response(JobSerializer(job).data)
 
@@ -135,7 +160,10 @@ class UsageApi(APIView):
             for t in charges
         ]
         return Response(
-            {"balance": nano_to_usd_str(renter_balance_nano(user=request.user)), "recent": recent}
+            {
+                "balance": nano_to_usd_str(renter_balance_nano(user=request.user)),
+                "recent": recent,
+            }
         )
 
 
@@ -151,7 +179,16 @@ class RentalSerializer(serializers.ModelSerializer):
         from .models import Rental
 
         model = Rental
-        fields = ["id", "device", "hours", "status", "price_per_hour", "starts", "ends", "stop_reason"]
+        fields = [
+            "id",
+            "device",
+            "hours",
+            "status",
+            "price_per_hour",
+            "starts",
+            "ends",
+            "stop_reason",
+        ]
 
     def get_device(self, obj) -> dict:
         return {"id": obj.device_id, "label": obj.device.label, "name": obj.device.name}
@@ -189,7 +226,9 @@ class DevicesApi(APIView):
                         "vram_total_mb": d.vram_total_mb,
                         "region": d.machine.region,
                         "score": d.score,
-                        "models": sorted(m.model_id for m in d.models.all() if m.loaded),
+                        "models": sorted(
+                            m.model_id for m in d.models.all() if m.loaded
+                        ),
                     }
                     for d in devices
                 ]
@@ -203,7 +242,9 @@ class RentalsApi(APIView):
     def get(self, request: Request) -> Response:
         from .models import Rental
 
-        rentals = Rental.objects.filter(renter=request.user).select_related("device__machine")[:100]
+        rentals = Rental.objects.filter(renter=request.user).select_related(
+            "device__machine"
+        )[:100]
         return Response({"data": RentalSerializer(rentals, many=True).data})
 
     def post(self, request: Request) -> Response:
@@ -212,8 +253,15 @@ class RentalsApi(APIView):
 
         device = request.data.get("device") if isinstance(request.data, dict) else None
         if isinstance(device, bool) or not isinstance(device, int):
-            raise ApiError(400, "'device' must be a device id from /v1/devices", "invalid_request", "device")
-        rental = rental_create(renter=request.user, device_id=device, hours=request.data.get("hours"))
+            raise ApiError(
+                400,
+                "'device' must be a device id from /v1/devices",
+                "invalid_request",
+                "device",
+            )
+        rental = rental_create(
+            renter=request.user, device_id=device, hours=request.data.get("hours")
+        )
         return Response(RentalSerializer(rental).data, status=201)
 
 
@@ -223,7 +271,11 @@ class RentalApi(APIView):
     def _rental(self, request: Request, rental_id):
         from .models import Rental
 
-        return get_object_or_404(Rental.objects.select_related("device__machine"), id=rental_id, renter=request.user)
+        return get_object_or_404(
+            Rental.objects.select_related("device__machine"),
+            id=rental_id,
+            renter=request.user,
+        )
 
     def get(self, request: Request, rental_id) -> Response:
         return Response(RentalSerializer(self._rental(request, rental_id)).data)

@@ -75,4 +75,6 @@ def answer_appears(expected: str, output: str) -> bool:
     in "24" (temperature 0 is not bit-exact across GPUs, so never string equality).
     """
     needle = re.escape(normalize(expected))
-    return re.search(rf"(?<![a-z0-9]){needle}(?![a-z0-9])", normalize(output)) is not None
+    return (
+        re.search(rf"(?<![a-z0-9]){needle}(?![a-z0-9])", normalize(output)) is not None
+    )

@@ -29,7 +29,9 @@ class RenterChatConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         token = bearer_token(self.scope)
-        self.api_key = await database_sync_to_async(api_key_from_request_header)(f"Bearer {token}")
+        self.api_key = await database_sync_to_async(api_key_from_request_header)(
+            f"Bearer {token}"
+        )
         if self.api_key is None:
             await self.close(code=4401)
             return
@@ -42,14 +44,23 @@ class RenterChatConsumer(AsyncWebsocketConsumer):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None
+    ) -> None:
         if self.task is not None and not self.task.done():
-            await self._send(error_body(429, "one request at a time per connection", "busy"))
+            await self._send(
+                error_body(429, "one request at a time per connection", "busy")
+            )
             return
         try:
             body = json.loads(text_data or "")
         except ValueError:
-            await self._send({"type": "error", **error_body(400, "message is not valid JSON", "invalid_json")})
+            await self._send(
+                {
+                    "type": "error",
+                    **error_body(400, "message is not valid JSON", "invalid_json"),
+                }
+            )
             return
         if isinstance(body, dict):
             body = {**body, "stream": True}
@@ -58,7 +69,9 @@ class RenterChatConsumer(AsyncWebsocketConsumer):
     async def _run(self, body) -> None:
         try:
             parsed = completion_request_parse(body, endpoint="chat")
-            job = await database_sync_to_async(job_submit)(api_key=self.api_key, request=parsed)
+            job = await database_sync_to_async(job_submit)(
+                api_key=self.api_key, request=parsed
+            )
         except ApiError as exc:
             await self._send({"type": "error", "status": exc.status, **exc.body()})
             return
@@ -70,8 +83,12 @@ class RenterChatConsumer(AsyncWebsocketConsumer):
                     continue
                 if isinstance(event, Failed) and not event.after_output:
                     await self._send(
-                        {"type": "error", "status": event.status, "job": str(job.id),
-                         **error_body(event.status, event.message, event.code)}
+                        {
+                            "type": "error",
+                            "status": event.status,
+                            "job": str(job.id),
+                            **error_body(event.status, event.message, event.code),
+                        }
                     )
                     return
                 if isinstance(event, Finished):
@@ -79,11 +96,18 @@ class RenterChatConsumer(AsyncWebsocketConsumer):
                     finish = event.finish_reason
                 else:
                     chunk = writer.chunk(finish_reason="error")
-                    chunk["error"] = error_body(event.status, event.message, event.code)["error"]
+                    chunk["error"] = error_body(
+                        event.status, event.message, event.code
+                    )["error"]
                     await self._send(chunk)
                     finish = "error"
                 await self._send(
-                    {"type": "done", "job": str(job.id), "finish_reason": finish, "usage": event.usage}
+                    {
+                        "type": "done",
+                        "job": str(job.id),
+                        "finish_reason": finish,
+                        "usage": event.usage,
+                    }
                 )
                 return
 

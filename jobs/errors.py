@@ -27,7 +27,9 @@ class ApiError(Exception):
     ``param`` names the bad field of a 400.
     """
 
-    def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, code: str, param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

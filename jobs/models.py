@@ -79,7 +79,9 @@ class Job(models.Model):
         on_delete=models.PROTECT,
         related_name="jobs",
     )
-    api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
+    api_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.SET_NULL
+    )
     model_id = models.CharField(max_length=100, db_index=True)
     endpoint = models.CharField(max_length=16, choices=Endpoint.choices)
     messages = models.JSONField(null=True, blank=True)
@@ -221,7 +223,9 @@ class CanaryPrompt(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["model_id", "prompt"], name="canary_unique_prompt")
+            models.UniqueConstraint(
+                fields=["model_id", "prompt"], name="canary_unique_prompt"
+            )
         ]
 
     def __str__(self) -> str:
@@ -239,8 +243,12 @@ class SpotCheck(models.Model):
         RENTAL = "rental"
         STAFF = "staff"
 
-    device = models.ForeignKey("hosts.Device", on_delete=models.CASCADE, related_name="spot_checks")
-    canary = models.ForeignKey(CanaryPrompt, on_delete=models.PROTECT, related_name="checks")
+    device = models.ForeignKey(
+        "hosts.Device", on_delete=models.CASCADE, related_name="spot_checks"
+    )
+    canary = models.ForeignKey(
+        CanaryPrompt, on_delete=models.PROTECT, related_name="checks"
+    )
     job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="spot_check")
     reason = models.CharField(max_length=16, choices=Reason.choices)
     passed = models.BooleanField(null=True)
@@ -251,7 +259,9 @@ class SpotCheck(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["device", "canary"], name="spot_check_canary_once")
+            models.UniqueConstraint(
+                fields=["device", "canary"], name="spot_check_canary_once"
+            )
         ]
 
 
@@ -273,7 +283,9 @@ class Rental(models.Model):
     renter = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="rentals"
     )
-    device = models.ForeignKey("hosts.Device", on_delete=models.PROTECT, related_name="rentals")
+    device = models.ForeignKey(
+        "hosts.Device", on_delete=models.PROTECT, related_name="rentals"
+    )
     hours = models.PositiveIntegerField()
     price_per_hour_nano = models.BigIntegerField()
     status = models.CharField(

@@ -150,7 +150,9 @@ class JobRun:
             if continue_from and loop.time() > queue_deadline:
                 queue_deadline = loop.time() + settings.BALLAST_CLAIM_TIMEOUT_S
             dispatch = await database_sync_to_async(services.job_dispatch)(
-                job_id=self.job_id, continue_from=continue_from, waiting_channel=self.channel
+                job_id=self.job_id,
+                continue_from=continue_from,
+                waiting_channel=self.channel,
             )
             if dispatch.impossible:
                 yield await self._fail(503, "no_capacity", dispatch.impossible)
@@ -160,7 +162,9 @@ class JobRun:
                 if remaining <= 0:
                     if continue_from:
                         yield await self._fail(
-                            502, "continuation_failed", "no device took the continuation"
+                            502,
+                            "continuation_failed",
+                            "no device took the continuation",
                         )
                     else:
                         yield await self._fail(
@@ -173,7 +177,9 @@ class JobRun:
                     return
                 await self._wait_for_slot(min(remaining, SLOT_POLL_S))
                 continue
-            segment = _Segment(attempt=dispatch.attempt, machine_channel=dispatch.machine_channel)
+            segment = _Segment(
+                attempt=dispatch.attempt, machine_channel=dispatch.machine_channel
+            )
             self.segment = segment
             await self.layer.send(
                 dispatch.machine_channel,
@@ -194,7 +200,9 @@ class JobRun:
             if self.job.target_device_id:
                 # a spot check or a rental runs on its one device: no other to try
                 yield await self._fail(
-                    502, segment.outcome, f"the device failed the job ({segment.outcome})"
+                    502,
+                    segment.outcome,
+                    f"the device failed the job ({segment.outcome})",
                 )
                 return
             if segment.pieces and not continuation_used:
@@ -276,7 +284,9 @@ class JobRun:
                 return
             elif kind in ("host.error", "host.gone"):
                 segment.outcome = (
-                    Attempt.Outcome.DIED_MIDSTREAM if segment.pieces else Attempt.Outcome.HOST_ERROR
+                    Attempt.Outcome.DIED_MIDSTREAM
+                    if segment.pieces
+                    else Attempt.Outcome.HOST_ERROR
                 )
                 segment.error = message.get("message", "")
                 return
@@ -290,7 +300,8 @@ class JobRun:
             error=segment.error,
         )
         await self.layer.send(
-            segment.machine_channel, {"type": "attempt.cancel", "attempt": str(segment.attempt.id)}
+            segment.machine_channel,
+            {"type": "attempt.cancel", "attempt": str(segment.attempt.id)},
         )
         await slots_announce([self.job.model_id])
 
@@ -312,7 +323,12 @@ class JobRun:
         return Finished(finish_reason=job.finish_reason, usage=_usage(job))
 
     async def _fail(
-        self, http_status: int, code: str, message: str, *, job_status: str = Job.Status.FAILED
+        self,
+        http_status: int,
+        code: str,
+        message: str,
+        *,
+        job_status: str = Job.Status.FAILED,
     ) -> Failed:
         job = await database_sync_to_async(services.job_finish)(
             job_id=self.job_id,

@@ -42,32 +42,59 @@ def device_rented(device_id: int) -> Rental | None:
 
 
 @transaction.atomic
-def rental_create(*, renter, device_id: int, hours: int, now: datetime | None = None) -> Rental:
+def rental_create(
+    *, renter, device_id: int, hours: int, now: datetime | None = None
+) -> Rental:
     """Reserve a live device for ``hours``; it goes live after a passed spot check.
 
     Raises ApiError 400 (hours), 404 (no such live device), 409 (already rented or
     quarantined), 402 (balance below the whole period's price).
     """
     now = now or timezone.now()
-    if not isinstance(hours, int) or isinstance(hours, bool) or not 1 <= hours <= MAX_HOURS:
-        raise ApiError(400, f"'hours' must be an integer from 1 to {MAX_HOURS}", "invalid_request", "hours")
+    if (
+        not isinstance(hours, int)
+        or isinstance(hours, bool)
+        or not 1 <= hours <= MAX_HOURS
+    ):
+        raise ApiError(
+            400,
+            f"'hours' must be an integer from 1 to {MAX_HOURS}",
+            "invalid_request",
+            "hours",
+        )
     device = (
-        devices_live(now=now).select_for_update(of=("self",)).filter(id=device_id).first()
+        devices_live(now=now)
+        .select_for_update(of=("self",))
+        .filter(id=device_id)
+        .first()
         if transaction.get_connection().vendor == "postgresql"
         else devices_live(now=now).filter(id=device_id).first()
     )
     if device is None:
         raise ApiError(404, f"no live device {device_id}", "device_not_found", "device")
     if device.quarantined or device.paused:
-        raise ApiError(409, f"device {device_id} is not available for rent", "device_unavailable", "device")
+        raise ApiError(
+            409,
+            f"device {device_id} is not available for rent",
+            "device_unavailable",
+            "device",
+        )
     if device_rented(device.id):
-        raise ApiError(409, f"device {device_id} is already rented", "device_rented", "device")
+        raise ApiError(
+            409, f"device {device_id} is already rented", "device_rented", "device"
+        )
     price = rental_price_per_hour_nano()
     if renter_balance_nano(user=renter) < price * hours:
-        raise ApiError(402, "balance cannot cover the rental's whole period", "insufficient_credit")
-    rental = Rental.objects.create(renter=renter, device=device, hours=hours, price_per_hour_nano=price)
+        raise ApiError(
+            402, "balance cannot cover the rental's whole period", "insufficient_credit"
+        )
+    rental = Rental.objects.create(
+        renter=renter, device=device, hours=hours, price_per_hour_nano=price
+    )
     Device.objects.filter(id=device.id).update(spot_check_due_at=None)
-    spot_check_mark_due(device_id=device.id, reason="rental", now=now - timedelta(days=1))
+    spot_check_mark_due(
+        device_id=device.id, reason="rental", now=now - timedelta(days=1)
+    )
     return rental
 
 
@@ -87,10 +114,14 @@ def rentals_after_check(*, device_id: int, passed: bool, now: datetime) -> None:
                 billed_until=now,
             )
         else:
-            Rental.objects.filter(id=rental.id).update(last_pass_at=now, last_check_at=now)
+            Rental.objects.filter(id=rental.id).update(
+                last_pass_at=now, last_check_at=now
+            )
         return
     Rental.objects.filter(id=rental.id).update(
-        status=Rental.Status.STOPPED, last_check_at=now, stop_reason="a spot check failed"
+        status=Rental.Status.STOPPED,
+        last_check_at=now,
+        stop_reason="a spot check failed",
     )
     if rental.status == Rental.Status.LIVE:
         rental.refresh_from_db()
@@ -101,7 +132,9 @@ def rental_end(*, rental: Rental, now: datetime | None = None) -> Rental:
     """End a rental (the renter's choice, or its period is over) and bill it."""
     now = now or timezone.now()
     if rental.status == Rental.Status.PENDING:
-        Rental.objects.filter(id=rental.id).update(status=Rental.Status.ENDED, stop_reason="ended before going live")
+        Rental.objects.filter(id=rental.id).update(
+            status=Rental.Status.ENDED, stop_reason="ended before going live"
+        )
     elif rental.status == Rental.Status.LIVE:
         upto = min(now, rental.ends_at)
         Rental.objects.filter(id=rental.id, status=Rental.Status.LIVE).update(

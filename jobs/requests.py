@@ -38,7 +38,11 @@ def _number(body: dict, name: str, lo: float, hi: float, default: Any) -> Any:
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not lo <= value <= hi
+    ):
         raise _bad(name, f"'{name}' must be a number from {lo:g} to {hi:g}")
     return value
 
@@ -52,20 +56,32 @@ def _messages(value: Any) -> list[dict]:
             raise _bad(f"messages[{i}]", f"'messages[{i}]' must be an object")
         role = message.get("role")
         if role not in ROLES:
-            raise _bad(f"messages[{i}].role", f"'messages[{i}].role' must be one of {sorted(ROLES)}")
+            raise _bad(
+                f"messages[{i}].role",
+                f"'messages[{i}].role' must be one of {sorted(ROLES)}",
+            )
         content = message.get("content")
         if isinstance(content, list):  # content parts: keep the text ones
             texts = []
             for part in content:
                 if not isinstance(part, dict) or part.get("type") != "text":
-                    raise _bad(f"messages[{i}].content", "only text content parts are supported")
+                    raise _bad(
+                        f"messages[{i}].content",
+                        "only text content parts are supported",
+                    )
                 if not isinstance(part.get("text"), str):
-                    raise _bad(f"messages[{i}].content", "a text part needs a string 'text'")
+                    raise _bad(
+                        f"messages[{i}].content", "a text part needs a string 'text'"
+                    )
                 texts.append(part["text"])
             content = "".join(texts)
         if not isinstance(content, str):
-            raise _bad(f"messages[{i}].content", f"'messages[{i}].content' must be a string")
-        cleaned.append({"role": "system" if role == "developer" else role, "content": content})
+            raise _bad(
+                f"messages[{i}].content", f"'messages[{i}].content' must be a string"
+            )
+        cleaned.append(
+            {"role": "system" if role == "developer" else role, "content": content}
+        )
     return cleaned
 
 
@@ -76,17 +92,33 @@ def _placement(value: Any) -> dict:
         raise _bad("placement", "'placement' must be an object")
     unknown = set(value) - {"gpu", "min_vram_gb", "region", "rental"}
     if unknown:
-        raise _bad("placement", f"unknown placement field(s): {', '.join(sorted(unknown))}")
+        raise _bad(
+            "placement", f"unknown placement field(s): {', '.join(sorted(unknown))}"
+        )
     out: dict[str, Any] = {}
     for name in ("gpu", "region", "rental"):
         if value.get(name) is not None:
-            if not isinstance(value[name], str) or not value[name] or len(value[name]) > 100:
-                raise _bad(f"placement.{name}", f"'placement.{name}' must be a non-empty string")
+            if (
+                not isinstance(value[name], str)
+                or not value[name]
+                or len(value[name]) > 100
+            ):
+                raise _bad(
+                    f"placement.{name}",
+                    f"'placement.{name}' must be a non-empty string",
+                )
             out[name] = value[name]
     if value.get("min_vram_gb") is not None:
         gb = value["min_vram_gb"]
-        if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not 0 <= gb <= 4096:
-            raise _bad("placement.min_vram_gb", "'placement.min_vram_gb' must be a number of GB")
+        if (
+            isinstance(gb, bool)
+            or not isinstance(gb, (int, float))
+            or not 0 <= gb <= 4096
+        ):
+            raise _bad(
+                "placement.min_vram_gb",
+                "'placement.min_vram_gb' must be a number of GB",
+            )
         out["min_vram_gb"] = gb
     return out
 
@@ -116,13 +148,21 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_MAX_TOKENS:
-        raise _bad("max_tokens", f"'max_tokens' must be an integer from 1 to {MAX_MAX_TOKENS}")
+    if (
+        isinstance(max_tokens, bool)
+        or not isinstance(max_tokens, int)
+        or not 1 <= max_tokens <= MAX_MAX_TOKENS
+    ):
+        raise _bad(
+            "max_tokens", f"'max_tokens' must be an integer from 1 to {MAX_MAX_TOKENS}"
+        )
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
     if stop is not None and (
-        not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop)
+        not isinstance(stop, list)
+        or len(stop) > 4
+        or not all(isinstance(s, str) and s for s in stop)
     ):
         raise _bad("stop", "'stop' must be a string or a list of at most 4 strings")
     seed = body.get("seed")

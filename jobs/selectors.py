@@ -18,12 +18,16 @@ from .models import Attempt, CatalogModel, Job
 def devices_live(*, now: datetime) -> QuerySet[Device]:
     """Devices whose machine is connected with a heartbeat under 30 s old (rule 1)."""
     cutoff = now - timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
-    return Device.objects.filter(machine__connected=True, machine__last_heartbeat_at__gt=cutoff)
+    return Device.objects.filter(
+        machine__connected=True, machine__last_heartbeat_at__gt=cutoff
+    )
 
 
 def _loaded(model_id: str) -> Exists:
     return Exists(
-        DeviceModel.objects.filter(device=OuterRef("pk"), model_id=model_id, loaded=True)
+        DeviceModel.objects.filter(
+            device=OuterRef("pk"), model_id=model_id, loaded=True
+        )
     )
 
 
@@ -45,12 +49,15 @@ def devices_rented() -> Exists:
 
     return Exists(
         Rental.objects.filter(
-            device=OuterRef("pk"), status__in=(Rental.Status.PENDING, Rental.Status.LIVE)
+            device=OuterRef("pk"),
+            status__in=(Rental.Status.PENDING, Rental.Status.LIVE),
         )
     )
 
 
-def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> QuerySet[Device]:
+def devices_eligible(
+    *, job: Job, model: CatalogModel, now: datetime
+) -> QuerySet[Device]:
     """Eligible devices for ``job``, in ranking order (best first).
 
     Rules 1–6 of DESIGN.md "Picking a device"; ranking: score, then the device's
@@ -63,7 +70,9 @@ def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> QuerySe
     )[:1]
     already_tried = Attempt.objects.filter(job=job, device=OuterRef("pk"))
     devices = devices_live(now=now).filter(  # rule 1
-        paused=False, machine__paused=False, machine__host_paused=False  # rule 2
+        paused=False,
+        machine__paused=False,
+        machine__host_paused=False,  # rule 2
     )
     if job.target_device_id:
         devices = devices.filter(id=job.target_device_id)
@@ -79,7 +88,9 @@ def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> QuerySe
             vram_free_mb__gte=model.vram_per_request_mb,  # rule 4
         )
         .filter(_loaded(model.id))  # rule 3
-        .filter(Q(temp_c__isnull=True) | Q(temp_c__lt=settings.BALLAST_MAX_GPU_TEMP_C))  # rule 4
+        .filter(
+            Q(temp_c__isnull=True) | Q(temp_c__lt=settings.BALLAST_MAX_GPU_TEMP_C)
+        )  # rule 4
         .filter(placement_filter(job.placement))  # rule 6
         .exclude(Exists(already_tried))  # rule 6: never the same device twice
         .annotate(ttft_recent=Subquery(ttft))
@@ -88,7 +99,11 @@ def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> QuerySe
 
 
 def requirement_unmet(
-    *, model: CatalogModel, placement: dict, now: datetime, target_device_id: int | None = None
+    *,
+    model: CatalogModel,
+    placement: dict,
+    now: datetime,
+    target_device_id: int | None = None,
 ) -> str | None:
     """Name the requirement no live device could ever meet, or None if one could.
 
@@ -98,7 +113,9 @@ def requirement_unmet(
     live = devices_live(now=now).filter(_loaded(model.id))
     if target_device_id is not None:
         if not live.filter(id=target_device_id).exists():
-            return f"the device this job must run on is not live with model '{model.id}'"
+            return (
+                f"the device this job must run on is not live with model '{model.id}'"
+            )
         return None
     if not live.exists():
         return f"model '{model.id}' is not loaded on any live device"

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from billing.models import ReceiptCheck
 from billing.services import job_charge, receipt_check
-from hosts.models import Device, DeviceOutcome, token_hash, token_new
+from hosts.models import Device, token_hash, token_new
 from hosts.services import device_outcome_record, spot_check_mark_due
 
 from .models import ApiKey, Attempt, CatalogModel, Job
@@ -34,11 +34,16 @@ JOB_LEASE_S = 30.0
 
 
 # --- API keys ---------------------------------------------------------------------
-def api_key_create(*, user: AbstractBaseUser, name: str = "default") -> tuple[ApiKey, str]:
+def api_key_create(
+    *, user: AbstractBaseUser, name: str = "default"
+) -> tuple[ApiKey, str]:
     """Create an API key for ``user``; return it and the plain key (shown once)."""
     plain = token_new("bk")
     key = ApiKey.objects.create(
-        user=user, name=name[:100] or "default", prefix=plain[:10], key_hash=token_hash(plain)
+        user=user,
+        name=name[:100] or "default",
+        prefix=plain[:10],
+        key_hash=token_hash(plain),
     )
     return key, plain
 
@@ -49,7 +54,9 @@ def api_key_authenticate(*, plain: str) -> ApiKey | None:
         return None
     return (
         ApiKey.objects.select_related("user")
-        .filter(key_hash=token_hash(plain), revoked_at__isnull=True, user__is_active=True)
+        .filter(
+            key_hash=token_hash(plain), revoked_at__isnull=True, user__is_active=True
+        )
         .first()
     )
 
@@ -102,7 +109,9 @@ class Dispatch:
     impossible: str = ""
 
 
-def offer_frame(*, job: Job, attempt: Attempt, device: Device, continue_from: str) -> dict:
+def offer_frame(
+    *, job: Job, attempt: Attempt, device: Device, continue_from: str
+) -> dict:
     """The ``offer`` frame for an attempt (PROTOCOL.md §2), same shape for every job.
 
     A continuation's ``max_tokens`` is what the renter's budget has left after the
@@ -147,7 +156,11 @@ def jobs_waiting_channels(*, model_id: str, limit: int) -> list[str]:
 
 @transaction.atomic
 def job_dispatch(
-    *, job_id: str, continue_from: str = "", waiting_channel: str = "", now: datetime | None = None
+    *,
+    job_id: str,
+    continue_from: str = "",
+    waiting_channel: str = "",
+    now: datetime | None = None,
 ) -> Dispatch:
     """Pick an eligible device and claim one of its slots, in one transaction.
 
@@ -160,7 +173,10 @@ def job_dispatch(
     job = Job.objects.get(id=job_id)
     model = CatalogModel.objects.get(id=job.model_id)
     unmet = requirement_unmet(
-        model=model, placement=job.placement, now=now, target_device_id=job.target_device_id
+        model=model,
+        placement=job.placement,
+        now=now,
+        target_device_id=job.target_device_id,
     )
     if unmet:
         return Dispatch(impossible=unmet)
@@ -180,9 +196,9 @@ def job_dispatch(
     if len(rows) <= ahead:
         return _dispatch_wait(job, waiting_channel)
     for device in rows[ahead:] + rows[:ahead]:
-        taken = Device.objects.filter(id=device.id, slots_used__lt=F("slots_total")).update(
-            slots_used=F("slots_used") + 1
-        )
+        taken = Device.objects.filter(
+            id=device.id, slots_used__lt=F("slots_total")
+        ).update(slots_used=F("slots_used") + 1)
         if not taken:
             continue
         attempt = Attempt.objects.create(
@@ -201,7 +217,9 @@ def job_dispatch(
         return Dispatch(
             attempt=attempt,
             machine_channel=device.machine.channel_name,
-            offer=offer_frame(job=job, attempt=attempt, device=device, continue_from=continue_from),
+            offer=offer_frame(
+                job=job, attempt=attempt, device=device, continue_from=continue_from
+            ),
         )
     return _dispatch_wait(job, waiting_channel)
 
@@ -213,7 +231,9 @@ def _dispatch_wait(job: Job, waiting_channel: str) -> Dispatch:
 
 
 # --- attempt transitions (compare-and-set on state) ----------------------------------
-def attempt_claim(*, attempt_id: str, machine_id: str, now: datetime | None = None) -> bool:
+def attempt_claim(
+    *, attempt_id: str, machine_id: str, now: datetime | None = None
+) -> bool:
     """Move an offered attempt of this machine to claimed; False if it is not open.
 
     Sets the first-token deadline (claim + ``BALLAST_FIRST_TOKEN_TIMEOUT_S``).
@@ -225,7 +245,8 @@ def attempt_claim(*, attempt_id: str, machine_id: str, now: datetime | None = No
         ).update(
             state=Attempt.State.CLAIMED,
             claimed_at=now,
-            first_token_deadline=now + timedelta(seconds=settings.BALLAST_FIRST_TOKEN_TIMEOUT_S),
+            first_token_deadline=now
+            + timedelta(seconds=settings.BALLAST_FIRST_TOKEN_TIMEOUT_S),
         )
     )
 
@@ -240,7 +261,9 @@ def attempt_first_token(*, attempt_id: str, now: datetime | None = None) -> bool
     )
 
 
-def _segment_tokens(*, model_id: str, text: str, reported: int | None) -> tuple[int, bool]:
+def _segment_tokens(
+    *, model_id: str, text: str, reported: int | None
+) -> tuple[int, bool]:
     """Tokens to bill for a segment and whether the host's count was unbelievable.
 
     With a believable report, the report; otherwise the recount (or the characters,
@@ -276,7 +299,9 @@ def attempt_end(
     (late frames change nothing).
     """
     now = now or timezone.now()
-    updated = Attempt.objects.filter(id=attempt_id, state__in=Attempt.OPEN_STATES).update(
+    updated = Attempt.objects.filter(
+        id=attempt_id, state__in=Attempt.OPEN_STATES
+    ).update(
         state=Attempt.State.ENDED,
         outcome=outcome,
         ended_at=now,
@@ -286,7 +311,9 @@ def attempt_end(
     )
     if not updated:
         return None
-    attempt = Attempt.objects.select_related("device__machine", "job").get(id=attempt_id)
+    attempt = Attempt.objects.select_related("device__machine", "job").get(
+        id=attempt_id
+    )
     Device.objects.filter(id=attempt.device_id, slots_used__gt=0).update(
         slots_used=F("slots_used") - 1
     )
@@ -300,15 +327,20 @@ def attempt_end(
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
         attempt.receipt = done.get("receipt", "")[:200]
-        attempt.receipt_valid = receipt_check(
-            attempt=attempt,
-            public_key_b64=attempt.device.machine.public_key,
-            signature_b64=attempt.receipt,
-            completion_tokens=done["completion_tokens"],
-            text=output_text,
-        ) == ReceiptCheck.Verdict.VALID
+        attempt.receipt_valid = (
+            receipt_check(
+                attempt=attempt,
+                public_key_b64=attempt.device.machine.public_key,
+                signature_b64=attempt.receipt,
+                completion_tokens=done["completion_tokens"],
+                text=output_text,
+            )
+            == ReceiptCheck.Verdict.VALID
+        )
         if not attempt.receipt_valid:
-            log.warning("attempt %s: receipt missing or invalid; host not paid", attempt.id)
+            log.warning(
+                "attempt %s: receipt missing or invalid; host not paid", attempt.id
+            )
     if flagged:
         log.warning("attempt %s: unbelievable token count %s", attempt.id, reported)
     attempt.save(
@@ -359,10 +391,14 @@ def job_finish(
     attempts = list(job.attempts.all())
     for attempt in attempts:
         if attempt.state in Attempt.OPEN_STATES:
-            attempt_end(attempt_id=str(attempt.id), outcome=Attempt.Outcome.CANCELLED, now=now)
+            attempt_end(
+                attempt_id=str(attempt.id), outcome=Attempt.Outcome.CANCELLED, now=now
+            )
     attempts = list(job.attempts.all())
     job.tokens_billed = sum(a.tokens_billed for a in attempts)
-    job.cost_nano = 0 if job.is_spot_check else job.tokens_billed * model.price_completion_nano
+    job.cost_nano = (
+        0 if job.is_spot_check else job.tokens_billed * model.price_completion_nano
+    )
     fresh = [a for a in attempts if a.prompt_tokens_reported is not None]
     job.prompt_tokens = fresh[0].prompt_tokens_reported if fresh else 0
     job.status = status
@@ -412,17 +448,32 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
 
     model = CatalogModel.objects.filter(id=request.model, active=True).first()
     if model is None:
-        raise ApiError(404, f"model '{request.model}' is not in the catalog", "model_not_found", "model")
+        raise ApiError(
+            404,
+            f"model '{request.model}' is not in the catalog",
+            "model_not_found",
+            "model",
+        )
     rental = None
     if request.placement.get("rental"):
         from .models import Rental
 
-        rental = Rental.objects.filter(id=_uuid_or_none(request.placement["rental"]), renter=api_key.user).first()
+        rental = Rental.objects.filter(
+            id=_uuid_or_none(request.placement["rental"]), renter=api_key.user
+        ).first()
         if rental is None:
-            raise ApiError(404, f"rental '{request.placement['rental']}' not found", "rental_not_found", "placement.rental")
+            raise ApiError(
+                404,
+                f"rental '{request.placement['rental']}' not found",
+                "rental_not_found",
+                "placement.rental",
+            )
         if rental.status != Rental.Status.LIVE:
             raise ApiError(
-                409, f"rental '{rental.id}' is {rental.status}, not live", "rental_not_live", "placement.rental"
+                409,
+                f"rental '{rental.id}' is {rental.status}, not live",
+                "rental_not_live",
+                "placement.rental",
             )
     worst_case = request.params["max_tokens"] * model.price_completion_nano
     balance = renter_balance_nano(user=api_key.user)
@@ -446,7 +497,9 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
         stream=request.stream,
     )
     if rental is not None:
-        Job.objects.filter(id=job.id).update(rental=rental, target_device_id=rental.device_id)
+        Job.objects.filter(id=job.id).update(
+            rental=rental, target_device_id=rental.device_id
+        )
         job.rental, job.target_device_id = rental, rental.device_id
     return job
 

@@ -52,7 +52,9 @@ def spot_check_create(*, device: Device, reason: str) -> Job | None:
     The job looks like a renter's: one user message, ordinary params at temperature 0.
     """
     loaded = list(
-        DeviceModel.objects.filter(device=device, loaded=True).values_list("model_id", flat=True)
+        DeviceModel.objects.filter(device=device, loaded=True).values_list(
+            "model_id", flat=True
+        )
     )
     for model_id in loaded:
         canary = canary_pick(device_id=device.id, model_id=model_id)
@@ -66,16 +68,28 @@ def spot_check_create(*, device: Device, reason: str) -> Job | None:
             endpoint=Job.Endpoint.CHAT,
             messages=[{"role": "user", "content": canary.prompt}],
             prompt=None,
-            params={"max_tokens": SPOT_CHECK_MAX_TOKENS, "temperature": 0, "top_p": 1.0, "stop": None, "seed": None},
+            params={
+                "max_tokens": SPOT_CHECK_MAX_TOKENS,
+                "temperature": 0,
+                "top_p": 1.0,
+                "stop": None,
+                "seed": None,
+            },
             placement={},
             stream=True,
             is_spot_check=True,
         )
         Job.objects.filter(id=job.id).update(target_device=device)
         job.target_device = device
-        SpotCheck.objects.create(device=device, canary=canary, job=job, reason=reason or "staff")
+        SpotCheck.objects.create(
+            device=device, canary=canary, job=job, reason=reason or "staff"
+        )
         return job
-    log.warning("device %s: no unused calibrated canary for %s; spot check skipped", device.id, loaded)
+    log.warning(
+        "device %s: no unused calibrated canary for %s; spot check skipped",
+        device.id,
+        loaded,
+    )
     return None
 
 
@@ -89,7 +103,9 @@ def spot_checks_take_due(*, machine_id: str, now: datetime | None = None) -> lis
         return []
     now = now or timezone.now()
     jobs = []
-    for device in Device.objects.filter(machine_id=machine_id, spot_check_due_at__lte=now):
+    for device in Device.objects.filter(
+        machine_id=machine_id, spot_check_due_at__lte=now
+    ):
         taken = Device.objects.filter(
             id=device.id, spot_check_due_at=device.spot_check_due_at
         ).update(spot_check_due_at=None, spot_check_reason="")
@@ -113,9 +129,14 @@ def spot_check_verdict(*, job: Job, check: SpotCheck) -> tuple[bool, str]:
         return False, f"no answer ({outcome})"
     reported = attempt.completion_tokens_reported
     if reported is None or not token_count_believable(
-        reported=reported, text=job.output_text, recount=token_count(job.model_id, job.output_text)
+        reported=reported,
+        text=job.output_text,
+        recount=token_count(job.model_id, job.output_text),
     ):
-        return False, f"unbelievable token count {reported} for {len(job.output_text)} characters"
+        return (
+            False,
+            f"unbelievable token count {reported} for {len(job.output_text)} characters",
+        )
     if not answer_appears(check.canary.expected, job.output_text):
         return False, "expected answer missing"
     return True, "expected answer present"
@@ -130,7 +151,11 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
     may be released (3 in a row); a pending rental goes live.
     """
     now = now or timezone.now()
-    check = SpotCheck.objects.select_for_update().select_related("canary", "job").get(job_id=job_id)
+    check = (
+        SpotCheck.objects.select_for_update()
+        .select_related("canary", "job")
+        .get(job_id=job_id)
+    )
     if check.passed is not None:
         return check
     passed, detail = spot_check_verdict(job=check.job, check=check)
@@ -148,10 +173,17 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
         device_quarantine_release_judge(device_id=check.device_id)
     else:
         reversed_count = earnings_reverse_held(
-            device_id=check.device_id, reason=f"spot check {check.id} failed: {detail}", now=now
+            device_id=check.device_id,
+            reason=f"spot check {check.id} failed: {detail}",
+            now=now,
         )
-        log.warning("device %s failed spot check %s (%s); %d held earnings reversed",
-                    check.device_id, check.id, detail, reversed_count)
+        log.warning(
+            "device %s failed spot check %s (%s); %d held earnings reversed",
+            check.device_id,
+            check.id,
+            detail,
+            reversed_count,
+        )
     from .rentals import rentals_after_check
 
     rentals_after_check(device_id=check.device_id, passed=passed, now=now)
@@ -166,12 +198,21 @@ def spot_checks_schedule(*, now: datetime | None = None) -> int:
     """
     now = now or timezone.now()
     marked = 0
-    quarantine_cutoff = now - timedelta(seconds=settings.BALLAST_QUARANTINE_CHECK_EVERY_S)
-    for device_id in Device.objects.filter(quarantined=True, spot_check_due_at__isnull=True).exclude(
-        Q(spot_checks__created_at__gt=quarantine_cutoff)
-    ).values_list("id", flat=True).distinct():
+    quarantine_cutoff = now - timedelta(
+        seconds=settings.BALLAST_QUARANTINE_CHECK_EVERY_S
+    )
+    for device_id in (
+        Device.objects.filter(quarantined=True, spot_check_due_at__isnull=True)
+        .exclude(Q(spot_checks__created_at__gt=quarantine_cutoff))
+        .values_list("id", flat=True)
+        .distinct()
+    ):
         marked += spot_check_mark_due(device_id=device_id, reason="quarantine", now=now)
     rental_cutoff = now - timedelta(seconds=settings.BALLAST_RENTAL_CHECK_EVERY_S)
-    for rental in Rental.objects.filter(status=Rental.Status.LIVE, last_check_at__lt=rental_cutoff):
-        marked += spot_check_mark_due(device_id=rental.device_id, reason="rental", now=now)
+    for rental in Rental.objects.filter(
+        status=Rental.Status.LIVE, last_check_at__lt=rental_cutoff
+    ):
+        marked += spot_check_mark_due(
+            device_id=rental.device_id, reason="rental", now=now
+        )
     return marked

@@ -52,9 +52,19 @@ class ChunkWriter:
             if self.first:
                 delta["role"] = "assistant"
                 self.first = False
-            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+            choice = {
+                "index": 0,
+                "delta": delta,
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }
         else:
-            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+            choice = {
+                "index": 0,
+                "text": text,
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }
         return self._base([choice])
 
     def usage_chunk(self, usage: dict) -> dict:
@@ -72,7 +82,12 @@ class ChunkWriter:
             }
             kind = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+            choice = {
+                "index": 0,
+                "text": text,
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }
             kind = "text_completion"
         return {
             "id": self.id,
@@ -89,7 +104,9 @@ def _sse(data: dict | str) -> bytes:
     return f"data: {payload}\n\n".encode()
 
 
-async def _authorize_and_submit(request: HttpRequest, endpoint: str) -> tuple[Job, CompletionRequest]:
+async def _authorize_and_submit(
+    request: HttpRequest, endpoint: str
+) -> tuple[Job, CompletionRequest]:
     key = await database_sync_to_async(api_key_from_request_header)(
         request.headers.get("Authorization", "")
     )
@@ -98,7 +115,9 @@ async def _authorize_and_submit(request: HttpRequest, endpoint: str) -> tuple[Jo
     try:
         body = json.loads(request.body or b"")
     except ValueError:
-        raise ApiError(400, "the request body is not valid JSON", "invalid_json", "body") from None
+        raise ApiError(
+            400, "the request body is not valid JSON", "invalid_json", "body"
+        ) from None
     parsed = completion_request_parse(body, endpoint=endpoint)
     job = await database_sync_to_async(job_submit)(api_key=key, request=parsed)
     return job, parsed
@@ -106,7 +125,9 @@ async def _authorize_and_submit(request: HttpRequest, endpoint: str) -> tuple[Jo
 
 async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
     if request.method != "POST":
-        return JsonResponse(error_body(405, "use POST", "method_not_allowed"), status=405)
+        return JsonResponse(
+            error_body(405, "use POST", "method_not_allowed"), status=405
+        )
     try:
         job, parsed = await _authorize_and_submit(request, endpoint)
     except ApiError as exc:
@@ -121,7 +142,9 @@ async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
         raise
     if isinstance(first, Failed):
         await events.aclose()
-        response = JsonResponse(error_body(first.status, first.message, first.code), status=first.status)
+        response = JsonResponse(
+            error_body(first.status, first.message, first.code), status=first.status
+        )
     elif parsed.stream:
         response = StreamingHttpResponse(
             _stream(first, events, writer, parsed), content_type="text/event-stream"
@@ -143,15 +166,21 @@ async def _collect(first, events: AsyncIterator, writer: ChunkWriter) -> JsonRes
             if isinstance(event, Token):
                 pieces.append(event.text)
             elif isinstance(event, Finished):
-                return JsonResponse(writer.whole("".join(pieces), event.finish_reason, event.usage))
+                return JsonResponse(
+                    writer.whole("".join(pieces), event.finish_reason, event.usage)
+                )
             elif isinstance(event, Failed):
                 body = writer.whole("".join(pieces), "error", event.usage)
-                body["error"] = error_body(event.status, event.message, event.code)["error"]
+                body["error"] = error_body(event.status, event.message, event.code)[
+                    "error"
+                ]
                 return JsonResponse(body)
             event = await anext(events)
 
 
-async def _stream(first, events: AsyncIterator, writer: ChunkWriter, parsed: CompletionRequest):
+async def _stream(
+    first, events: AsyncIterator, writer: ChunkWriter, parsed: CompletionRequest
+):
     async with aclosing(events):
         event = first
         while True:
@@ -162,7 +191,9 @@ async def _stream(first, events: AsyncIterator, writer: ChunkWriter, parsed: Com
                     yield _sse(writer.chunk(finish_reason=event.finish_reason))
                 else:
                     chunk = writer.chunk(finish_reason="error")
-                    chunk["error"] = error_body(event.status, event.message, event.code)["error"]
+                    chunk["error"] = error_body(
+                        event.status, event.message, event.code
+                    )["error"]
                     yield _sse(chunk)
                 if parsed.include_usage:
                     yield _sse(writer.usage_chunk(event.usage))

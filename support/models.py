@@ -16,7 +16,9 @@ class Ticket(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tickets"
     )
     subject = models.CharField(max_length=200)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    status = models.CharField(
+        max_length=10, choices=Status.choices, default=Status.OPEN
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
@@ -26,7 +28,9 @@ class Ticket(models.Model):
 class TicketMessage(models.Model):
     """One message of a ticket, by its author or by staff."""
 
-    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="messages")
+    ticket = models.ForeignKey(
+        Ticket, on_delete=models.CASCADE, related_name="messages"
+    )
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     body = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)

@@ -24,7 +24,9 @@ REFERENCE_MODEL = {
 @pytest.fixture
 def catalog(db):
     """The reference model in the catalog (transactional tests flush the data migration)."""
-    model, _ = CatalogModel.objects.update_or_create(id=REFERENCE_MODEL["id"], defaults=REFERENCE_MODEL)
+    model, _ = CatalogModel.objects.update_or_create(
+        id=REFERENCE_MODEL["id"], defaults=REFERENCE_MODEL
+    )
     return model
 
 
@@ -44,7 +46,9 @@ def stranger(db):
 def renter(db):
     """A renter with 5 USD of credit."""
     user = user_get_or_create(email="renter@example.com")
-    renter_top_up(user=user, amount_nano=usd_to_nano(5), key=f"test:{get_random_string(8)}")
+    renter_top_up(
+        user=user, amount_nano=usd_to_nano(5), key=f"test:{get_random_string(8)}"
+    )
     return user
 
 

@@ -23,7 +23,9 @@ MODEL = "smollm2-135m-instruct"
 class HostSim:
     """One simulated machine with one device (index 0)."""
 
-    def __init__(self, token: str, *, name: str = "Sim GPU", vram_total_mb: int = 24576) -> None:
+    def __init__(
+        self, token: str, *, name: str = "Sim GPU", vram_total_mb: int = 24576
+    ) -> None:
         self.machine_token = token
         self.key = Ed25519PrivateKey.generate()
         self.name = name
@@ -53,7 +55,13 @@ class HostSim:
                     "engine": {"name": "scripted", "version": "1"},
                     "public_key": self.public_key,
                     "accepts_serverless": True,
-                    "devices": [{"index": 0, "name": self.name, "vram_total_mb": self.vram_total_mb}],
+                    "devices": [
+                        {
+                            "index": 0,
+                            "name": self.name,
+                            "vram_total_mb": self.vram_total_mb,
+                        }
+                    ],
                 }
             )
             welcome = await self.recv()
@@ -61,7 +69,15 @@ class HostSim:
             return welcome
         return None
 
-    async def heartbeat(self, *, slots: int = 1, models=(MODEL,), temp_c=50.0, vram_free_mb=8000, paused=False) -> None:
+    async def heartbeat(
+        self,
+        *,
+        slots: int = 1,
+        models=(MODEL,),
+        temp_c=50.0,
+        vram_free_mb=8000,
+        paused=False,
+    ) -> None:
         await self.send(
             {
                 "type": "heartbeat",
@@ -102,18 +118,29 @@ class HostSim:
         message = receipt_message(job, completion_tokens, self.sent_text.get(job, ""))
         return base64.b64encode(self.key.sign(message)).decode()
 
-    async def done(self, job: str, completion_tokens: int, *, receipt: str | None = None, finish_reason: str = "stop") -> None:
+    async def done(
+        self,
+        job: str,
+        completion_tokens: int,
+        *,
+        receipt: str | None = None,
+        finish_reason: str = "stop",
+    ) -> None:
         await self.send(
             {
                 "type": "done",
                 "job": job,
                 "finish_reason": finish_reason,
                 "usage": {"prompt_tokens": 10, "completion_tokens": completion_tokens},
-                "receipt": self.receipt(job, completion_tokens) if receipt is None else receipt,
+                "receipt": self.receipt(job, completion_tokens)
+                if receipt is None
+                else receipt,
             }
         )
 
-    async def answer(self, offer: dict, pieces: list[str], tokens: int | None = None) -> None:
+    async def answer(
+        self, offer: dict, pieces: list[str], tokens: int | None = None
+    ) -> None:
         """Claim an offer and stream ``pieces`` then a signed ``done``.
 
         An honest host reports the tokenizer's count of its text unless ``tokens``

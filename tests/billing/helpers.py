@@ -22,7 +22,14 @@ from billing.receipts import receipt_message
 from hosts.models import Device, Machine
 from hosts.services import machine_create, machine_heartbeat, machine_hello
 from jobs.models import Attempt, CatalogModel, Job
-from jobs.services import attempt_claim, attempt_end, attempt_first_token, job_create, job_dispatch, job_finish
+from jobs.services import (
+    attempt_claim,
+    attempt_end,
+    attempt_first_token,
+    job_create,
+    job_dispatch,
+    job_finish,
+)
 
 # A catalog model without a tokenizer: the host's count is believed up to the
 # number of characters. 333 nano-USD per token makes the 80 % share fractional.
@@ -37,7 +44,9 @@ UNTOKENIZED = {
 
 
 def untokenized_model() -> CatalogModel:
-    model, _ = CatalogModel.objects.update_or_create(id=UNTOKENIZED["id"], defaults=UNTOKENIZED)
+    model, _ = CatalogModel.objects.update_or_create(
+        id=UNTOKENIZED["id"], defaults=UNTOKENIZED
+    )
     return model
 
 
@@ -51,7 +60,9 @@ class Host:
 
     def sign(self, attempt_id: str, tokens: int, text: str) -> str:
         """A receipt over ``text`` for attempt ``attempt_id`` (PROTOCOL.md §2)."""
-        return base64.b64encode(self.key.sign(receipt_message(attempt_id, tokens, text))).decode()
+        return base64.b64encode(
+            self.key.sign(receipt_message(attempt_id, tokens, text))
+        ).decode()
 
 
 @dataclass
@@ -62,10 +73,16 @@ class Rig:
     now: datetime = field(default_factory=timezone.now)
     hosts: dict[str, Host] = field(default_factory=dict)  # by machine id
 
-    def host_add(self, name: str, *, owner_email: str | None = None, slots: int = 4) -> Host:
-        machine, _ = machine_create(owner_email=owner_email or f"{name}@hosts.example", name=name)
+    def host_add(
+        self, name: str, *, owner_email: str | None = None, slots: int = 4
+    ) -> Host:
+        machine, _ = machine_create(
+            owner_email=owner_email or f"{name}@hosts.example", name=name
+        )
         key = Ed25519PrivateKey.generate()
-        public = base64.b64encode(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+        public = base64.b64encode(
+            key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        ).decode()
         machine_hello(
             machine_id=str(machine.id),
             channel_name=f"test.{name}",
@@ -79,7 +96,9 @@ class Rig:
             },
             now=self.now,
         )
-        host = Host(machine=machine, device=Device.objects.get(machine=machine), key=key)
+        host = Host(
+            machine=machine, device=Device.objects.get(machine=machine), key=key
+        )
         self.hosts[str(machine.id)] = host
         self._heartbeat(host, slots)
         return host
@@ -108,7 +127,9 @@ class Rig:
         for host in self.hosts.values():
             self._heartbeat(host)
 
-    def job(self, *, renter, model: str, spot_check: bool = False, max_tokens: int = 64) -> Job:
+    def job(
+        self, *, renter, model: str, spot_check: bool = False, max_tokens: int = 64
+    ) -> Job:
         return job_create(
             renter=None if spot_check else renter,
             api_key=None,
@@ -122,18 +143,26 @@ class Rig:
             is_spot_check=spot_check,
         )
 
-    def attempt(self, job: Job, *, continue_from: str = "", device: Device | None = None) -> tuple[Attempt, Host]:
+    def attempt(
+        self, job: Job, *, continue_from: str = "", device: Device | None = None
+    ) -> tuple[Attempt, Host]:
         """Dispatch and claim the next attempt; ``device`` pins it (others are paused)."""
         if device is not None:
             Device.objects.exclude(id=device.id).update(paused=True)
         try:
-            dispatch = job_dispatch(job_id=str(job.id), continue_from=continue_from, now=self.now)
+            dispatch = job_dispatch(
+                job_id=str(job.id), continue_from=continue_from, now=self.now
+            )
         finally:
             if device is not None:
                 Device.objects.exclude(id=device.id).update(paused=False)
         assert dispatch.attempt is not None, dispatch
         host = self.hosts[str(dispatch.attempt.device.machine_id)]
-        assert attempt_claim(attempt_id=str(dispatch.attempt.id), machine_id=str(host.machine.id), now=self.now)
+        assert attempt_claim(
+            attempt_id=str(dispatch.attempt.id),
+            machine_id=str(host.machine.id),
+            now=self.now,
+        )
         return dispatch.attempt, host
 
     def segment(
@@ -156,7 +185,9 @@ class Rig:
         """
         attempt, host = self.attempt(job, continue_from=continue_from, device=device)
         if text:
-            attempt_first_token(attempt_id=str(attempt.id))  # real time: offered_at is real time too
+            attempt_first_token(
+                attempt_id=str(attempt.id)
+            )  # real time: offered_at is real time too
         done = None
         if outcome == Attempt.Outcome.SUCCEEDED:
             done = {
@@ -165,12 +196,20 @@ class Rig:
                 "completion_tokens": tokens,
                 "receipt": self.receipt_for(host, attempt, tokens, text, receipt),
             }
-        ended = attempt_end(attempt_id=str(attempt.id), outcome=outcome, output_text=text, done=done, now=self.now)
+        ended = attempt_end(
+            attempt_id=str(attempt.id),
+            outcome=outcome,
+            output_text=text,
+            done=done,
+            now=self.now,
+        )
         assert ended is not None
         return ended
 
     @staticmethod
-    def receipt_for(host: Host, attempt: Attempt, tokens: int, text: str, receipt: str | None) -> str:
+    def receipt_for(
+        host: Host, attempt: Attempt, tokens: int, text: str, receipt: str | None
+    ) -> str:
         if receipt == "valid":
             return host.sign(str(attempt.id), tokens, text)
         if receipt in ("missing", None):
@@ -183,7 +222,9 @@ class Rig:
 
     def finish(self, job: Job, *, status: str = Job.Status.SUCCEEDED) -> Job:
         text = "".join(a.output_text for a in job.attempts.order_by("offered_at", "id"))
-        return job_finish(job_id=str(job.id), status=status, output_text=text, now=self.now)
+        return job_finish(
+            job_id=str(job.id), status=status, output_text=text, now=self.now
+        )
 
 
 def balance(kind: str, user=None) -> int:

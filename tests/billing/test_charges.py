@@ -45,7 +45,11 @@ def test_it_counts_tokens_with_the_reference_tokenizer(rig, renter):
 def test_it_charges_nothing_for_a_job_that_failed_before_output(rig, renter):
     before = renter_balance_nano(user=renter)
     job = rig.job(renter=renter, model="test-13b")
-    for outcome in (Attempt.Outcome.CLAIM_TIMEOUT, Attempt.Outcome.FIRST_TOKEN_TIMEOUT, Attempt.Outcome.HOST_ERROR):
+    for outcome in (
+        Attempt.Outcome.CLAIM_TIMEOUT,
+        Attempt.Outcome.FIRST_TOKEN_TIMEOUT,
+        Attempt.Outcome.HOST_ERROR,
+    ):
         rig.segment(job, text="", outcome=outcome)
     job = rig.finish(job, status=Job.Status.FAILED)
     assert (job.tokens_billed, job.cost_nano) == (0, 0)
@@ -70,7 +74,9 @@ def test_it_bills_only_the_new_tokens_of_a_continuation(rig, renter):
     reported, so the characters are the count); the continuation reports its own 6."""
     job = rig.job(renter=renter, model="test-13b")
     first = rig.segment(job, text="Once upon", outcome=Attempt.Outcome.DIED_MIDSTREAM)
-    second = rig.segment(job, text=" a time, the end.", tokens=6, continue_from="Once upon")
+    second = rig.segment(
+        job, text=" a time, the end.", tokens=6, continue_from="Once upon"
+    )
     job = rig.finish(job)
     assert second.kind == Attempt.Kind.CONTINUATION
     assert (first.tokens_billed, second.tokens_billed) == (9, 6)
@@ -140,18 +146,30 @@ def test_it_charges_a_job_once_whatever_is_retried(rig, renter):
     attempt = rig.segment(job, text="hello world", tokens=3)
     job = rig.finish(job)
     before = renter_balance_nano(user=renter)
-    again = job_finish(job_id=str(job.id), status=Job.Status.FAILED, output_text="x", now=rig.now)
+    again = job_finish(
+        job_id=str(job.id), status=Job.Status.FAILED, output_text="x", now=rig.now
+    )
     assert again.status == Job.Status.SUCCEEDED
     assert job_charge(job=job) is None
     late = attempt_end(
         attempt_id=str(attempt.id),
         outcome=Attempt.Outcome.SUCCEEDED,
         output_text="hello world",
-        done={"finish_reason": "stop", "prompt_tokens": 1, "completion_tokens": 3, "receipt": attempt.receipt},
+        done={
+            "finish_reason": "stop",
+            "prompt_tokens": 1,
+            "completion_tokens": 3,
+            "receipt": attempt.receipt,
+        },
     )
     assert late is None
     assert renter_balance_nano(user=renter) == before
-    assert LedgerTransaction.objects.filter(job=job, kind=LedgerTransaction.Kind.CHARGE).count() == 1
+    assert (
+        LedgerTransaction.objects.filter(
+            job=job, kind=LedgerTransaction.Kind.CHARGE
+        ).count()
+        == 1
+    )
     assert Earning.objects.filter(attempt__job=job).count() == 1
 
 

@@ -51,7 +51,9 @@ def test_it_follows_the_host_share_setting(rig, renter, settings):
         ("other_text", ReceiptCheck.Verdict.INVALID),
     ],
 )
-def test_it_pays_nothing_without_a_valid_receipt_and_flags_it(rig, renter, receipt, verdict):
+def test_it_pays_nothing_without_a_valid_receipt_and_flags_it(
+    rig, renter, receipt, verdict
+):
     """The renter is still charged what they received; the platform keeps it all."""
     attempt = _paid(rig, renter, receipt=receipt)
     assert attempt.receipt_valid is False
@@ -81,7 +83,10 @@ def test_it_pays_nothing_for_a_receipt_signed_by_another_key(rig, renter):
         now=rig.now,
     )
     rig.finish(job)
-    assert ReceiptCheck.objects.get(attempt=attempt).verdict == ReceiptCheck.Verdict.INVALID
+    assert (
+        ReceiptCheck.objects.get(attempt=attempt).verdict
+        == ReceiptCheck.Verdict.INVALID
+    )
     assert not Earning.objects.exists()
 
 
@@ -90,7 +95,9 @@ def test_it_pays_nothing_for_a_replayed_receipt(rig, renter):
     first = _paid(rig, renter, text="same text", tokens=2)
     device = first.device
     job = rig.job(renter=renter, model="test-13b")
-    second = rig.segment(job, text="same text", tokens=2, receipt=first.receipt, device=device)
+    second = rig.segment(
+        job, text="same text", tokens=2, receipt=first.receipt, device=device
+    )
     rig.finish(job)
     second.refresh_from_db()
     assert second.receipt_check.verdict == ReceiptCheck.Verdict.REPLAYED
@@ -146,12 +153,16 @@ def test_it_releases_holds_after_24_hours(rig, renter):
 def test_it_follows_the_hold_hours_setting(rig, renter, settings):
     settings.BALLAST_HOLD_HOURS = 1
     attempt = _paid(rig, renter)
-    assert Earning.objects.get(attempt=attempt).release_at == rig.now + timedelta(hours=1)
+    assert Earning.objects.get(attempt=attempt).release_at == rig.now + timedelta(
+        hours=1
+    )
 
 
 def test_it_releases_holds_from_the_beat_task(rig, renter):
     attempt = _paid(rig, renter)
-    Earning.objects.filter(attempt=attempt).update(release_at=rig.now - timedelta(seconds=1))
+    Earning.objects.filter(attempt=attempt).update(
+        release_at=rig.now - timedelta(seconds=1)
+    )
     assert tasks.holds_release() == 1
     assert balance(Account.Kind.HOST_AVAILABLE, attempt.device.machine.owner) == 1864
 
@@ -166,11 +177,21 @@ def test_it_reverses_held_earnings_of_a_device_that_failed_a_spot_check(rig, ren
     held = rig.segment(job, text="abcdefghij", tokens=7, device=device)
     rig.finish(job)
     job = rig.job(renter=renter, model="test-13b")
-    other = rig.segment(job, text="abcdefghij", tokens=7, device=next(h.device for h in rig.hosts.values() if h.device != device))
+    other = rig.segment(
+        job,
+        text="abcdefghij",
+        tokens=7,
+        device=next(h.device for h in rig.hosts.values() if h.device != device),
+    )
     rig.finish(job)
     platform_before = balance(PLATFORM)
 
-    assert earnings_reverse_held(device_id=device.id, reason="failed spot check", now=rig.now) == 1
+    assert (
+        earnings_reverse_held(
+            device_id=device.id, reason="failed spot check", now=rig.now
+        )
+        == 1
+    )
     assert earnings_reverse_held(device_id=device.id, reason="again", now=rig.now) == 0
 
     statuses = {e.attempt_id: e.status for e in Earning.objects.all()}
@@ -184,4 +205,6 @@ def test_it_reverses_held_earnings_of_a_device_that_failed_a_spot_check(rig, ren
     assert host_balances_nano(user=owner)["available"] == 1864
     assert host_balances_nano(user=owner)["reversed"] == 1864
     assert balance(PLATFORM) == platform_before + 1864
-    assert holds_release(now=rig.now + timedelta(hours=48)) == 1  # only the other device's
+    assert (
+        holds_release(now=rig.now + timedelta(hours=48)) == 1
+    )  # only the other device's

@@ -5,11 +5,22 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import IntegrityError, InternalError, close_old_connections, connection, transaction
+from django.db import (
+    IntegrityError,
+    InternalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 
 from billing.models import Account, AppendOnlyError, Entry, LedgerTransaction
 from billing.selectors import transactions_unbalanced
-from billing.services import UnbalancedTransaction, account_for, ledger_post, renter_top_up
+from billing.services import (
+    UnbalancedTransaction,
+    account_for,
+    ledger_post,
+    renter_top_up,
+)
 from jobs.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -18,7 +29,9 @@ DB_ERRORS = (IntegrityError, InternalError)
 
 
 def _accounts():
-    return account_for(kind=Account.Kind.FUNDING), account_for(kind=Account.Kind.PLATFORM)
+    return account_for(kind=Account.Kind.FUNDING), account_for(
+        kind=Account.Kind.PLATFORM
+    )
 
 
 def _check_deferred_constraints() -> None:
@@ -75,12 +88,16 @@ def test_it_refuses_an_update_in_sql(renter):
     entry = Entry.objects.first()
     with pytest.raises(DB_ERRORS), transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("UPDATE billing_entry SET amount_nano = 1 WHERE id = %s", [entry.id])
+            cursor.execute(
+                "UPDATE billing_entry SET amount_nano = 1 WHERE id = %s", [entry.id]
+            )
 
 
 def test_it_refuses_a_delete_in_sql_on_postgresql(renter):
     if connection.vendor != "postgresql":
-        pytest.skip("SQLite's test runner flushes with DELETE; only the ORM guard applies there")
+        pytest.skip(
+            "SQLite's test runner flushes with DELETE; only the ORM guard applies there"
+        )
     entry = Entry.objects.first()
     with pytest.raises(DB_ERRORS), transaction.atomic():
         with connection.cursor() as cursor:
@@ -123,7 +140,9 @@ def test_it_finds_a_transaction_missing_declared_legs_in_the_audit():
     funding, _ = _accounts()
     if connection.vendor == "postgresql":
         with pytest.raises(DB_ERRORS), transaction.atomic():
-            txn = LedgerTransaction.objects.create(kind="top_up", key="short", leg_count=2)
+            txn = LedgerTransaction.objects.create(
+                kind="top_up", key="short", leg_count=2
+            )
             Entry.objects.create(transaction=txn, account=funding, amount_nano=-5)
             _check_deferred_constraints()
         return
@@ -137,11 +156,15 @@ def test_it_finds_a_transaction_missing_declared_legs_in_the_audit():
 def test_it_refuses_to_commit_an_unbalanced_transaction_on_postgresql():
     """The deferred trigger fires at COMMIT, after every statement of the transaction ran."""
     if connection.vendor != "postgresql":
-        pytest.skip("deferred constraint triggers need PostgreSQL; SQLite checks per leg")
+        pytest.skip(
+            "deferred constraint triggers need PostgreSQL; SQLite checks per leg"
+        )
     funding, platform = _accounts()
     with pytest.raises(DB_ERRORS):
         with transaction.atomic():
-            txn = LedgerTransaction.objects.create(kind="top_up", key="late", leg_count=2)
+            txn = LedgerTransaction.objects.create(
+                kind="top_up", key="late", leg_count=2
+            )
             Entry.objects.create(transaction=txn, account=funding, amount_nano=-5)
             Entry.objects.create(transaction=txn, account=platform, amount_nano=3)
     assert not LedgerTransaction.objects.filter(key="late").exists()
@@ -158,9 +181,9 @@ def test_it_charges_once_when_two_processes_finish_the_same_job(catalog, setting
     if connection.vendor != "postgresql":
         pytest.skip("concurrent writers need PostgreSQL; SQLite has a single writer")
     from billing.services import job_charge
+    from hosts.services import user_get_or_create
     from jobs.services import job_finish
     from tests.billing.helpers import Rig, untokenized_model
-    from hosts.services import user_get_or_create
 
     untokenized_model()
     settings.BALLAST_SPOT_CHECKS = False
@@ -177,7 +200,11 @@ def test_it_charges_once_when_two_processes_finish_the_same_job(catalog, setting
     def finish():
         try:
             barrier.wait()
-            job_finish(job_id=str(job.id), status=Job.Status.SUCCEEDED, output_text="abcdefghij")
+            job_finish(
+                job_id=str(job.id),
+                status=Job.Status.SUCCEEDED,
+                output_text="abcdefghij",
+            )
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
         finally:
@@ -204,7 +231,9 @@ def test_it_charges_once_when_two_processes_finish_the_same_job(catalog, setting
     for thread in threads:
         thread.join()
     assert errors == []
-    charges = LedgerTransaction.objects.filter(job=job, kind=LedgerTransaction.Kind.CHARGE)
+    charges = LedgerTransaction.objects.filter(
+        job=job, kind=LedgerTransaction.Kind.CHARGE
+    )
     assert charges.count() == 1
     from billing.models import Earning
 

@@ -23,7 +23,9 @@ from decimal import ROUND_DOWN, Decimal
 
 import pytest
 from django.db import connection, transaction
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from billing.models import Account, Earning, LedgerTransaction
 from billing.selectors import transactions_unbalanced
@@ -38,14 +40,20 @@ pytestmark = pytest.mark.django_db
 PRICE = UNTOKENIZED["price_completion_nano"]
 SHARE = Decimal("0.80")
 TEXT = st.text(alphabet="ab cd.é", min_size=1, max_size=24)
-RECEIPT = st.sampled_from(["valid", "valid", "valid", "missing", "bad", "other_text", "replay"])
+RECEIPT = st.sampled_from(
+    ["valid", "valid", "valid", "missing", "bad", "other_text", "replay"]
+)
 
 
 @st.composite
 def done_segment(draw):
     text = draw(TEXT)
     honest = draw(st.booleans()) or draw(st.booleans())
-    tokens = draw(st.integers(1, len(text))) if honest else len(text) + draw(st.integers(1, 5))
+    tokens = (
+        draw(st.integers(1, len(text)))
+        if honest
+        else len(text) + draw(st.integers(1, 5))
+    )
     return {"text": text, "tokens": tokens, "receipt": draw(RECEIPT)}
 
 
@@ -54,8 +62,15 @@ def renter_job(draw):
     failures = draw(st.integers(0, 3))  # 3 means every attempt failed before output
     if failures == 3:
         return {"kind": "job", "failures": 3}
-    ending = draw(st.sampled_from(["done", "done", "died", "died_then_continued", "cancelled"]))
-    job = {"kind": "job", "failures": failures, "ending": ending, "first": draw(done_segment())}
+    ending = draw(
+        st.sampled_from(["done", "done", "died", "died_then_continued", "cancelled"])
+    )
+    job = {
+        "kind": "job",
+        "failures": failures,
+        "ending": ending,
+        "first": draw(done_segment()),
+    }
     if ending == "died_then_continued":
         job["second"] = draw(done_segment())
         job["second_dies"] = draw(st.booleans())
@@ -67,7 +82,9 @@ STEP = st.one_of(
     renter_job(),
     renter_job(),
     renter_job(),
-    st.fixed_dictionaries({"kind": st.just("spot"), "passed": st.booleans(), "text": TEXT}),
+    st.fixed_dictionaries(
+        {"kind": st.just("spot"), "passed": st.booleans(), "text": TEXT}
+    ),
     st.fixed_dictionaries({"kind": st.just("wait"), "hours": st.integers(1, 30)}),
 )
 
@@ -105,7 +122,9 @@ class History:
         self.signatures: list[str] = []
         self.reversed_total = 0
 
-    def _segment(self, job: Job, seg: dict, *, outcome: str, continue_from: str = "") -> int:
+    def _segment(
+        self, job: Job, seg: dict, *, outcome: str, continue_from: str = ""
+    ) -> int:
         receipt = seg["receipt"]
         if receipt == "replay":
             receipt = self.signatures[-1] if self.signatures else "valid"
@@ -134,9 +153,11 @@ class History:
 
     def job(self, step: dict) -> None:
         job = self.rig.job(renter=self.renter, model=UNTOKENIZED["id"])
-        for outcome in [Attempt.Outcome.CLAIM_TIMEOUT, Attempt.Outcome.HOST_ERROR, Attempt.Outcome.FIRST_TOKEN_TIMEOUT][
-            : step["failures"]
-        ]:
+        for outcome in [
+            Attempt.Outcome.CLAIM_TIMEOUT,
+            Attempt.Outcome.HOST_ERROR,
+            Attempt.Outcome.FIRST_TOKEN_TIMEOUT,
+        ][: step["failures"]]:
             self.rig.segment(job, text="", outcome=outcome)
         tokens = 0
         status = Job.Status.FAILED
@@ -149,13 +170,25 @@ class History:
                 "cancelled": Attempt.Outcome.CANCELLED,
             }[ending]
             tokens += self._segment(job, step["first"], outcome=first_outcome)
-            status = {"done": Job.Status.SUCCEEDED, "cancelled": Job.Status.CANCELLED}.get(ending, Job.Status.FAILED)
+            status = {
+                "done": Job.Status.SUCCEEDED,
+                "cancelled": Job.Status.CANCELLED,
+            }.get(ending, Job.Status.FAILED)
             if ending == "died_then_continued":
-                second_outcome = Attempt.Outcome.DIED_MIDSTREAM if step["second_dies"] else Attempt.Outcome.SUCCEEDED
-                tokens += self._segment(
-                    job, step["second"], outcome=second_outcome, continue_from=step["first"]["text"]
+                second_outcome = (
+                    Attempt.Outcome.DIED_MIDSTREAM
+                    if step["second_dies"]
+                    else Attempt.Outcome.SUCCEEDED
                 )
-                status = Job.Status.FAILED if step["second_dies"] else Job.Status.SUCCEEDED
+                tokens += self._segment(
+                    job,
+                    step["second"],
+                    outcome=second_outcome,
+                    continue_from=step["first"]["text"],
+                )
+                status = (
+                    Job.Status.FAILED if step["second_dies"] else Job.Status.SUCCEEDED
+                )
         finished = self.rig.finish(job, status=status)
         self.charges[str(job.id)] = tokens * PRICE
         assert finished.cost_nano == tokens * PRICE
@@ -169,11 +202,21 @@ class History:
                 attempt_id=str(attempt.id),
                 outcome=Attempt.Outcome.SUCCEEDED,
                 output_text=attempt.output_text + "late",
-                done={"finish_reason": "stop", "prompt_tokens": 1, "completion_tokens": 1, "receipt": attempt.receipt},
+                done={
+                    "finish_reason": "stop",
+                    "prompt_tokens": 1,
+                    "completion_tokens": 1,
+                    "receipt": attempt.receipt,
+                },
                 now=self.rig.now,
             )
             assert late is None
-        again = job_finish(job_id=str(job.id), status=Job.Status.SUCCEEDED, output_text="x", now=self.rig.now)
+        again = job_finish(
+            job_id=str(job.id),
+            status=Job.Status.SUCCEEDED,
+            output_text="x",
+            now=self.rig.now,
+        )
         assert again.cost_nano == job.cost_nano
 
     def spot(self, step: dict) -> None:
@@ -183,14 +226,23 @@ class History:
         self.rig.finish(job)
         self.charges[str(job.id)] = 0
         if not step["passed"]:
-            earnings_reverse_held(device_id=attempt.device_id, reason="failed spot check", now=self.rig.now)
+            earnings_reverse_held(
+                device_id=attempt.device_id,
+                reason="failed spot check",
+                now=self.rig.now,
+            )
             for expected in self.earnings.values():
-                if expected.device_id == attempt.device_id and expected.status == Earning.Status.HELD:
+                if (
+                    expected.device_id == attempt.device_id
+                    and expected.status == Earning.Status.HELD
+                ):
                     expected.status = Earning.Status.REVERSED
                     self.reversed_total += expected.amount
 
     def _spot_attempt(self, job: Job, seg: dict) -> str:
-        attempt = self.rig.segment(job, text=seg["text"], tokens=seg["tokens"], receipt="valid")
+        attempt = self.rig.segment(
+            job, text=seg["text"], tokens=seg["tokens"], receipt="valid"
+        )
         self.signatures.append(attempt.receipt)
         return attempt.id
 
@@ -198,7 +250,10 @@ class History:
         self.rig.advance(hours=step["hours"])
         holds_release(now=self.rig.now)
         for expected in self.earnings.values():
-            if expected.status == Earning.Status.HELD and expected.release_at <= self.rig.now:
+            if (
+                expected.status == Earning.Status.HELD
+                and expected.release_at <= self.rig.now
+            ):
                 expected.status = Earning.Status.RELEASED
 
     def check(self, topped_up: int) -> None:
@@ -208,15 +263,25 @@ class History:
                 cursor.execute("SET CONSTRAINTS ALL DEFERRED")
         assert transactions_unbalanced() == []
         charges = LedgerTransaction.objects.filter(kind=LedgerTransaction.Kind.CHARGE)
-        per_job = Counter(str(job_id) for job_id in charges.values_list("job_id", flat=True))
+        per_job = Counter(
+            str(job_id) for job_id in charges.values_list("job_id", flat=True)
+        )
         assert all(n == 1 for n in per_job.values()), "a job was charged twice"
-        assert set(per_job) == {job_id for job_id, cost in self.charges.items() if cost > 0}
+        assert set(per_job) == {
+            job_id for job_id, cost in self.charges.items() if cost > 0
+        }
         for txn in charges.prefetch_related("entries__account"):
-            renter_leg = [e.amount_nano for e in txn.entries.all() if e.account.kind == Account.Kind.RENTER_CREDIT]
+            renter_leg = [
+                e.amount_nano
+                for e in txn.entries.all()
+                if e.account.kind == Account.Kind.RENTER_CREDIT
+            ]
             assert renter_leg == [-self.charges[str(txn.job_id)]]
         for job in Job.objects.filter(id__in=self.charges):
             assert job.cost_nano == self.charges[str(job.id)]
-        actual = {str(e.attempt_id): (e.amount_nano, e.status) for e in Earning.objects.all()}
+        actual = {
+            str(e.attempt_id): (e.amount_nano, e.status) for e in Earning.objects.all()
+        }
         assert actual == {k: (v.amount, v.status) for k, v in self.earnings.items()}
         charged = sum(self.charges.values())
         shares = sum(v.amount for v in self.earnings.values())
@@ -226,7 +291,9 @@ class History:
         for v in self.earnings.values():
             by_status[v.status] += v.amount
         assert balance(Account.Kind.HOST_HELD) == by_status[Earning.Status.HELD]
-        assert balance(Account.Kind.HOST_AVAILABLE) == by_status[Earning.Status.RELEASED]
+        assert (
+            balance(Account.Kind.HOST_AVAILABLE) == by_status[Earning.Status.RELEASED]
+        )
         assert by_status[Earning.Status.REVERSED] == self.reversed_total
 
 

@@ -52,7 +52,11 @@ def test_it_shows_the_renter_balance_usage_and_statement(rig, renter, paid_host)
 
 def test_it_escapes_what_it_shows(rig, renter):
     CatalogModel.objects.create(
-        id="<script>x</script>", family="t", context_length=1, vram_per_request_mb=1, price_completion_nano=1
+        id="<script>x</script>",
+        family="t",
+        context_length=1,
+        vram_per_request_mb=1,
+        price_completion_nano=1,
     )
     rig.models.append("<script>x</script>")
     rig.advance(seconds=1)
@@ -64,7 +68,9 @@ def test_it_escapes_what_it_shows(rig, renter):
     assert "&lt;script&gt;x&lt;/script&gt;" in body
 
 
-def test_it_shows_a_host_held_available_and_reversed_with_the_jobs_behind_them(rig, renter, paid_host):
+def test_it_shows_a_host_held_available_and_reversed_with_the_jobs_behind_them(
+    rig, renter, paid_host
+):
     body = _client(paid_host).get("/billing/earnings/").content.decode()
     assert "$0.000001864" in body
     assert "Reversed" in body and "Held" in body and "Available" in body
@@ -84,13 +90,15 @@ def test_it_lets_a_host_request_up_to_the_available_balance(rig, renter, paid_ho
     client.get("/billing/earnings/")
     token = client.cookies["csrftoken"].value
     response = client.post(
-        "/billing/earnings/payouts/", {"amount_usd": "0.000001", "csrfmiddlewaretoken": token}
+        "/billing/earnings/payouts/",
+        {"amount_usd": "0.000001", "csrfmiddlewaretoken": token},
     )
     assert response.status_code == 302
     payout = PayoutRequest.objects.get(host=paid_host)
     assert (payout.amount_nano, payout.status) == (1000, PayoutRequest.Status.REQUESTED)
     response = client.post(
-        "/billing/earnings/payouts/", {"amount_usd": "0.000000865", "csrfmiddlewaretoken": token}
+        "/billing/earnings/payouts/",
+        {"amount_usd": "0.000000865", "csrfmiddlewaretoken": token},
     )
     assert response.status_code == 400  # 1864 − 1000 requested leaves 864
     assert "0.000000864" in response.content.decode()
@@ -98,17 +106,23 @@ def test_it_lets_a_host_request_up_to_the_available_balance(rig, renter, paid_ho
 
 
 def test_it_refuses_a_payout_post_without_csrf(rig, renter, paid_host):
-    response = _client(paid_host).post("/billing/earnings/payouts/", {"amount_usd": "0.000001"})
+    response = _client(paid_host).post(
+        "/billing/earnings/payouts/", {"amount_usd": "0.000001"}
+    )
     assert response.status_code == 403
     assert not PayoutRequest.objects.exists()
 
 
-def test_it_lets_staff_approve_reject_and_mark_paid_in_the_admin(rig, renter, paid_host, django_user_model):
+def test_it_lets_staff_approve_reject_and_mark_paid_in_the_admin(
+    rig, renter, paid_host, django_user_model
+):
     from billing.services import payout_request
 
     first = payout_request(host=paid_host, amount_nano=1000)
     second = payout_request(host=paid_host, amount_nano=500)
-    staff = django_user_model.objects.create_superuser("staff@example.com", "staff@example.com", "pw")
+    staff = django_user_model.objects.create_superuser(
+        "staff@example.com", "staff@example.com", "pw"
+    )
     admin = Client()
     admin.force_login(staff)
     url = reverse("admin:billing_payoutrequest_changelist")
@@ -123,19 +137,39 @@ def test_it_lets_staff_approve_reject_and_mark_paid_in_the_admin(rig, renter, pa
     assert balance(Account.Kind.HOST_PAID_OUT, paid_host) == 1000
     payout = LedgerTransaction.objects.get(kind=LedgerTransaction.Kind.PAYOUT)
     assert sorted(e.amount_nano for e in payout.entries.all()) == [-1000, 1000]
-    admin.post(url, {"action": "approve", "_selected_action": [first.id]})  # twice: refused
-    assert LedgerTransaction.objects.filter(kind=LedgerTransaction.Kind.PAYOUT).count() == 1
+    admin.post(
+        url, {"action": "approve", "_selected_action": [first.id]}
+    )  # twice: refused
+    assert (
+        LedgerTransaction.objects.filter(kind=LedgerTransaction.Kind.PAYOUT).count()
+        == 1
+    )
     admin.post(url, {"action": "mark_paid", "_selected_action": [first.id]})
     first.refresh_from_db()
     assert first.status == PayoutRequest.Status.PAID and first.paid_at
 
 
 def test_it_keeps_the_ledger_read_only_in_the_admin(rig, renter, django_user_model):
-    staff = django_user_model.objects.create_superuser("staff@example.com", "staff@example.com", "pw")
+    staff = django_user_model.objects.create_superuser(
+        "staff@example.com", "staff@example.com", "pw"
+    )
     admin = Client()
     admin.force_login(staff)
     txn = LedgerTransaction.objects.first()
-    assert admin.get(reverse("admin:billing_ledgertransaction_changelist")).status_code == 200
-    assert admin.get(reverse("admin:billing_ledgertransaction_change", args=[txn.id])).status_code == 200
+    assert (
+        admin.get(reverse("admin:billing_ledgertransaction_changelist")).status_code
+        == 200
+    )
+    assert (
+        admin.get(
+            reverse("admin:billing_ledgertransaction_change", args=[txn.id])
+        ).status_code
+        == 200
+    )
     assert admin.get(reverse("admin:billing_ledgertransaction_add")).status_code == 403
-    assert admin.post(reverse("admin:billing_ledgertransaction_delete", args=[txn.id])).status_code == 403
+    assert (
+        admin.post(
+            reverse("admin:billing_ledgertransaction_delete", args=[txn.id])
+        ).status_code
+        == 403
+    )

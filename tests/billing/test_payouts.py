@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 
 from billing.models import Account, PayoutRequest
-from billing.services import PayoutError, payout_approve, payout_mark_paid, payout_reject, payout_request, renter_top_up
 from billing.selectors import host_balances_nano
-from billing.services import account_for, ledger_post
+from billing.services import (
+    PayoutError,
+    account_for,
+    ledger_post,
+    payout_approve,
+    payout_mark_paid,
+    payout_reject,
+    payout_request,
+    renter_top_up,
+)
 from tests.billing.helpers import balance
 
 pytestmark = pytest.mark.django_db
@@ -70,7 +78,9 @@ def test_it_moves_nothing_on_rejection(host_with_1000, stranger):
 
 def test_it_refuses_to_approve_what_is_no_longer_available(host_with_1000, stranger):
     first = payout_request(host=host_with_1000, amount_nano=1000)
-    second = PayoutRequest.objects.create(host=host_with_1000, amount_nano=500)  # e.g. by a bug
+    second = PayoutRequest.objects.create(
+        host=host_with_1000, amount_nano=500
+    )  # e.g. by a bug
     payout_approve(payout_id=first.id, staff=stranger)
     with pytest.raises(PayoutError):
         payout_approve(payout_id=second.id, staff=stranger)

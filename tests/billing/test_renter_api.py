@@ -24,14 +24,20 @@ def _renter_with(nano: int) -> str:
 def _post(key: str, max_tokens: int):
     return Client().post(
         "/v1/chat/completions",
-        data={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens},
+        data={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": max_tokens,
+        },
         content_type="application/json",
         headers={"authorization": f"Bearer {key}"},
     )
 
 
 def test_it_shows_prices_per_token_in_usd(catalog, model13b, api_key):
-    response = Client().get("/v1/models", headers={"authorization": f"Bearer {api_key}"})
+    response = Client().get(
+        "/v1/models", headers={"authorization": f"Bearer {api_key}"}
+    )
     pricing = {m["id"]: m["pricing"] for m in response.json()["data"]}
     assert pricing[MODEL] == {"prompt": "0", "completion": "0.0000002"}
     assert pricing["test-13b"] == {"prompt": "0.00000005", "completion": "0.000000333"}
@@ -62,7 +68,9 @@ def test_it_shows_the_balance_and_recent_charges(rig, renter, api_key):
     job = rig.job(renter=renter, model="test-13b")
     rig.segment(job, text="abcdefghij", tokens=7)
     rig.finish(job)
-    body = Client().get("/v1/usage", headers={"authorization": f"Bearer {api_key}"}).json()
+    body = (
+        Client().get("/v1/usage", headers={"authorization": f"Bearer {api_key}"}).json()
+    )
     assert body["balance"] == "4.999997669"
     assert body["recent"][0]["job"] == str(job.id)
     assert body["recent"][0]["tokens"] == 7

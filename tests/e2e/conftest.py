@@ -52,7 +52,11 @@ def stack(e2e_env, tmp_path) -> Iterator[Stack]:
 @pytest.fixture
 def renter_key(stack) -> str:
     """A renter with 5 USD; its API key."""
-    return last_line(manage("renter_create", "e2e-renter@example.com", "--credit", "5", env=stack.env))
+    return last_line(
+        manage(
+            "renter_create", "e2e-renter@example.com", "--credit", "5", env=stack.env
+        )
+    )
 
 
 @pytest.fixture
@@ -60,6 +64,8 @@ def machine(stack):
     """Register a machine; returns a function name -> token."""
 
     def make(name: str) -> str:
-        return last_line(manage("machine_create", "e2e-host@example.com", name, env=stack.env))
+        return last_line(
+            manage("machine_create", "e2e-host@example.com", name, env=stack.env)
+        )
 
     return make

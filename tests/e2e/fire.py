@@ -25,7 +25,11 @@ async def _fire(urls: list[str], api_key: str, count: int, tag: str) -> list[dic
                 body = response.json()
             except ValueError:
                 body = {"error": response.text[:2000]}
-            text = body["choices"][0]["message"]["content"] if response.status_code == 200 else None
+            text = (
+                body["choices"][0]["message"]["content"]
+                if response.status_code == 200
+                else None
+            )
             return {
                 "status": response.status_code,
                 "job": response.headers.get("x-ballast-job-id"),

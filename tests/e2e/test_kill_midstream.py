@@ -22,7 +22,12 @@ def test_it_survives_the_streaming_agent_being_killed(stack, renter_key, machine
     client = OpenAI(base_url=stack.url + "/v1", api_key=renter_key, max_retries=0)
     raw = client.chat.completions.with_streaming_response.create(
         model=MODEL,
-        messages=[{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}],
+        messages=[
+            {
+                "role": "user",
+                "content": "Write a long story about a dragon who learns to bake bread.",
+            }
+        ],
         temperature=0,
         max_tokens=200,
         stream=True,
@@ -43,7 +48,8 @@ def test_it_survives_the_streaming_agent_being_killed(stack, renter_key, machine
                 received_before_kill += piece
                 if len(received_before_kill) >= 40:
                     job = httpx.get(
-                        f"{stack.url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {renter_key}"}
+                        f"{stack.url}/v1/jobs/{job_id}",
+                        headers={"Authorization": f"Bearer {renter_key}"},
                     ).json()
                     streaming_machine = job["attempts"][0]["device"].split("/")[0]
                     stack.kill(streaming_machine, signal.SIGKILL)
@@ -53,9 +59,14 @@ def test_it_survives_the_streaming_agent_being_killed(stack, renter_key, machine
     assert killed, "the answer was too short to kill the host mid-stream"
     full = received_before_kill + "".join(after_kill)
     assert full.startswith(received_before_kill)
-    assert "".join(after_kill).strip(), "the continuation produced the rest of the answer"
+    assert "".join(after_kill).strip(), (
+        "the continuation produced the rest of the answer"
+    )
     assert finish in ("stop", "length")
-    job = httpx.get(f"{stack.url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {renter_key}"}).json()
+    job = httpx.get(
+        f"{stack.url}/v1/jobs/{job_id}",
+        headers={"Authorization": f"Bearer {renter_key}"},
+    ).json()
     assert job["status"] == "succeeded" and job["failed_over"] is True
     kinds = [(a["kind"], a["outcome"]) for a in job["attempts"]]
     assert kinds == [("fresh", "died_midstream"), ("continuation", "succeeded")]

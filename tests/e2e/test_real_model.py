@@ -52,7 +52,8 @@ def test_it_answers_not_streamed_and_records_the_job(client, stack, renter_key):
     assert completion.choices[0].finish_reason in ("stop", "length")
     job_id = raw.headers["x-ballast-job-id"]
     job = httpx.get(
-        f"{stack.url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {renter_key}"}
+        f"{stack.url}/v1/jobs/{job_id}",
+        headers={"Authorization": f"Bearer {renter_key}"},
     ).json()
     assert job["status"] == "succeeded"
     assert job["failed_over"] is False
@@ -63,7 +64,9 @@ def test_it_answers_not_streamed_and_records_the_job(client, stack, renter_key):
     assert attempt["device"].startswith("rig-1/")
     assert attempt["output_chars"] == len(completion.choices[0].message.content)
     assert float(job["cost"]) > 0
-    usage = httpx.get(f"{stack.url}/v1/usage", headers={"Authorization": f"Bearer {renter_key}"}).json()
+    usage = httpx.get(
+        f"{stack.url}/v1/usage", headers={"Authorization": f"Bearer {renter_key}"}
+    ).json()
     assert usage["recent"][0]["job"] == job_id
     assert float(usage["balance"]) < 5
 

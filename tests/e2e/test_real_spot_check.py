@@ -22,7 +22,9 @@ def _spot_checks(env) -> list[tuple]:
     import sqlite3
 
     with sqlite3.connect(f"{env['BALLAST_VAR_DIR']}/ballast.sqlite3") as conn:
-        return [(r, None if p is None else bool(p), d) for r, p, d in conn.execute(query)]
+        return [
+            (r, None if p is None else bool(p), d) for r, p, d in conn.execute(query)
+        ]
 
 
 def test_an_honest_agent_passes_its_first_spot_check(e2e_env, tmp_path):
@@ -31,9 +33,13 @@ def test_an_honest_agent_passes_its_first_spot_check(e2e_env, tmp_path):
     e2e_env["BALLAST_SPOT_CHECK_MAX_DELAY_S"] = "0"
     with Stack(env=e2e_env, log_dir=tmp_path / "spot-logs") as stack:
         stack.migrate()
-        manage("canary_calibrate", "smollm2-135m-instruct", "--limit", "12", env=stack.env)
+        manage(
+            "canary_calibrate", "smollm2-135m-instruct", "--limit", "12", env=stack.env
+        )
         stack.start_coordinator()
-        token = manage("machine_create", "host@example.com", "honest", env=stack.env).split()[-1]
+        token = manage(
+            "machine_create", "host@example.com", "honest", env=stack.env
+        ).split()[-1]
         stack.start_agent("honest", token)
         deadline = time.monotonic() + 120
         checks = []

@@ -21,13 +21,25 @@ from tests.jobs.helpers import host_online
 def beat(temp=50.0, vram=8000, slots=1, models=("m",), paused=False):
     return {
         "paused": paused,
-        "devices": [{"index": 0, "temp_c": temp, "vram_free_mb": vram, "slots": slots, "loaded_models": list(models)}],
+        "devices": [
+            {
+                "index": 0,
+                "temp_c": temp,
+                "vram_free_mb": vram,
+                "slots": slots,
+                "loaded_models": list(models),
+            }
+        ],
     }
 
 
 def wrote(memo, hb, now, needs=(256,)):
-    liveness, reports = heartbeat_changes(memo=memo, heartbeat=hb, now=now, vram_needs_mb=needs)
-    heartbeat_memo_update(memo, liveness=liveness, paused=hb["paused"], reports=reports, now=now)
+    liveness, reports = heartbeat_changes(
+        memo=memo, heartbeat=hb, now=now, vram_needs_mb=needs
+    )
+    heartbeat_memo_update(
+        memo, liveness=liveness, paused=hb["paused"], reports=reports, now=now
+    )
     return liveness, len(reports)
 
 
@@ -37,23 +49,37 @@ def test_it_writes_the_first_heartbeat_then_only_what_changes(settings):
     memo, t = HeartbeatMemo(), timezone.now()
     assert wrote(memo, beat(), t) == (True, 1)
     assert wrote(memo, beat(), t + timedelta(seconds=1)) == (False, 0)
-    assert wrote(memo, beat(temp=51.5), t + timedelta(seconds=2)) == (False, 0), "jitter under 2 °C"
+    assert wrote(memo, beat(temp=51.5), t + timedelta(seconds=2)) == (False, 0), (
+        "jitter under 2 °C"
+    )
     assert wrote(memo, beat(temp=52.0), t + timedelta(seconds=3)) == (False, 1)
     assert wrote(memo, beat(temp=52.0, slots=2), t + timedelta(seconds=4)) == (False, 1)
-    assert wrote(memo, beat(temp=52.0, slots=2, models=("m", "n")), t + timedelta(seconds=5)) == (False, 1)
-    assert wrote(memo, beat(temp=52.0, slots=2, models=("m", "n"), paused=True), t + timedelta(seconds=6)) == (True, 0)
+    assert wrote(
+        memo, beat(temp=52.0, slots=2, models=("m", "n")), t + timedelta(seconds=5)
+    ) == (False, 1)
+    assert wrote(
+        memo,
+        beat(temp=52.0, slots=2, models=("m", "n"), paused=True),
+        t + timedelta(seconds=6),
+    ) == (True, 0)
 
 
 def test_it_writes_when_telemetry_crosses_an_eligibility_threshold(settings):
     settings.BALLAST_MAX_GPU_TEMP_C = 88
     memo, t = HeartbeatMemo(), timezone.now()
     wrote(memo, beat(temp=87.5, vram=300), t)
-    assert wrote(memo, beat(temp=88.0, vram=300), t + timedelta(seconds=1))[1] == 1, "crosses 88 °C"
-    assert wrote(memo, beat(temp=88.0, vram=250), t + timedelta(seconds=2))[1] == 1, "below the 256 MiB need"
+    assert wrote(memo, beat(temp=88.0, vram=300), t + timedelta(seconds=1))[1] == 1, (
+        "crosses 88 °C"
+    )
+    assert wrote(memo, beat(temp=88.0, vram=250), t + timedelta(seconds=2))[1] == 1, (
+        "below the 256 MiB need"
+    )
     assert wrote(memo, beat(temp=88.0, vram=200), t + timedelta(seconds=3))[1] == 0
 
 
-def test_a_steady_machine_is_never_recorded_stale_and_a_silent_one_never_fresh(settings):
+def test_a_steady_machine_is_never_recorded_stale_and_a_silent_one_never_fresh(
+    settings,
+):
     """Simulated time: heartbeats every interval; the recorded heartbeat age stays under
     the max age while they come, and the recorded time never runs ahead of the real."""
     for interval in (1, 2.5, 10):
@@ -67,14 +93,20 @@ def test_a_steady_machine_is_never_recorded_stale_and_a_silent_one_never_fresh(s
             beats += 1
             assert memo.recorded_at <= now
             next_beat = now + timedelta(seconds=interval)
-            assert (next_beat - memo.recorded_at).total_seconds() < settings.BALLAST_HEARTBEAT_MAX_AGE_S
+            assert (
+                next_beat - memo.recorded_at
+            ).total_seconds() < settings.BALLAST_HEARTBEAT_MAX_AGE_S
         if interval == 1:
-            assert writes / beats <= 0.05, "steady state: at most 0.05 writes per heartbeat"
+            assert writes / beats <= 0.05, (
+                "steady state: at most 0.05 writes per heartbeat"
+            )
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
-async def test_steady_heartbeats_over_the_socket_write_nothing(catalog, machine_token, settings):
+async def test_steady_heartbeats_over_the_socket_write_nothing(
+    catalog, machine_token, settings
+):
     settings.BALLAST_HEARTBEAT_INTERVAL_S = 1
     host = await host_online(machine_token, "rig")
     recorded = (await Machine.objects.aget(id=host.machine.id)).last_heartbeat_at
@@ -87,7 +119,9 @@ async def test_steady_heartbeats_over_the_socket_write_nothing(catalog, machine_
             break
         await asyncio.sleep(0.01)
     assert device.temp_c == 70.0
-    assert (await Machine.objects.aget(id=host.machine.id)).last_heartbeat_at == recorded
+    assert (
+        await Machine.objects.aget(id=host.machine.id)
+    ).last_heartbeat_at == recorded
     await host.send({"type": "heartbeat", "devices": "nope"})
     assert (await host.recv_type("error"))["message"].startswith("heartbeat:")
     await host.close()

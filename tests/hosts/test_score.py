@@ -51,7 +51,11 @@ def test_it_counts_online_time_from_spans_with_gaps_over_30_s(live_device, setti
     t = start
     while t <= now:
         online_span_extend(machine_id=str(device.machine_id), now=t)
-        t += timedelta(minutes=10) if t < start + timedelta(hours=6) else timedelta(seconds=10)
+        t += (
+            timedelta(minutes=10)
+            if t < start + timedelta(hours=6)
+            else timedelta(seconds=10)
+        )
     spans = OnlineSpan.objects.filter(machine_id=device.machine_id).count()
     assert spans > 1, "10-minute gaps (over 30 s) start new spans"
     OnlineSpan.objects.filter(machine_id=device.machine_id).delete()
@@ -74,14 +78,18 @@ def test_it_uses_the_time_since_first_seen_when_shorter(live_device):
         started_at=now - timedelta(hours=1), ended_at=now
     )
     device.refresh_from_db()
-    assert abs(device_online_fraction(device=device, now=now) - Decimal("0.5")) < Decimal("0.001")
+    assert abs(
+        device_online_fraction(device=device, now=now) - Decimal("0.5")
+    ) < Decimal("0.001")
 
 
 @pytest.mark.django_db
 def test_it_starts_a_new_device_at_60_and_moves_it_on_outcomes(live_device):
     device = live_device()
     assert device.score == 60
-    score = device_outcome_record(device_id=device.id, success=False, reason="host_error", model_id="m")
+    score = device_outcome_record(
+        device_id=device.id, success=False, reason="host_error", model_id="m"
+    )
     assert score == 59, "one early failure cannot sink it"
     for _ in range(10):
         score = device_outcome_record(device_id=device.id, success=True, model_id="m")
@@ -92,13 +100,21 @@ def test_it_starts_a_new_device_at_60_and_moves_it_on_outcomes(live_device):
 @pytest.mark.django_db
 def test_it_keeps_only_the_last_50_outcomes(live_device):
     device = live_device()
-    OnlineSpan.objects.filter(machine_id=device.machine_id).update(started_at=device.first_seen_at)
+    OnlineSpan.objects.filter(machine_id=device.machine_id).update(
+        started_at=device.first_seen_at
+    )
     DeviceOutcome.objects.bulk_create(
-        [DeviceOutcome(device=device, source="attempt", success=False) for _ in range(50)]
+        [
+            DeviceOutcome(device=device, source="attempt", success=False)
+            for _ in range(50)
+        ]
     )
     low = device_score_recompute(device_id=device.id)
     DeviceOutcome.objects.bulk_create(
-        [DeviceOutcome(device=device, source="attempt", success=True) for _ in range(50)]
+        [
+            DeviceOutcome(device=device, source="attempt", success=True)
+            for _ in range(50)
+        ]
     )
     assert device_score_recompute(device_id=device.id) == 100
     assert low == 30  # 0 × 70 + 20 × online + 10 × latency(1)
@@ -108,7 +124,10 @@ def test_it_keeps_only_the_last_50_outcomes(live_device):
 def test_a_machine_offline_lowers_the_uptime_part(live_device):
     device = live_device()
     DeviceOutcome.objects.bulk_create(
-        [DeviceOutcome(device=device, source="attempt", success=True) for _ in range(50)]
+        [
+            DeviceOutcome(device=device, source="attempt", success=True)
+            for _ in range(50)
+        ]
     )
     now = timezone.now()
     Device.objects.filter(id=device.id).update(first_seen_at=now - timedelta(hours=24))
@@ -116,4 +135,6 @@ def test_a_machine_offline_lowers_the_uptime_part(live_device):
         started_at=now - timedelta(hours=12), ended_at=now
     )
     Machine.objects.filter(id=device.machine_id).update(last_heartbeat_at=now)
-    assert device_score_recompute(device_id=device.id, now=now) == 90  # 70 + 20 × 0.5 + 10
+    assert (
+        device_score_recompute(device_id=device.id, now=now) == 90
+    )  # 70 + 20 × 0.5 + 10

@@ -12,7 +12,9 @@ from hosts.models import Device
 from tests.hostsim import MODEL, HostSim
 
 
-async def host_online(machine_token, name: str, *, score: int | None = None, slots: int = 1) -> HostSim:
+async def host_online(
+    machine_token, name: str, *, score: int | None = None, slots: int = 1
+) -> HostSim:
     """Register a machine, connect its scripted host, send a heartbeat."""
     machine, token = await database_sync_to_async(machine_token)(name)
     host = HostSim(token)
@@ -40,9 +42,15 @@ async def heartbeat_applied(machine, *, slots: int = 1, timeout: float = 5.0) ->
     raise AssertionError("the heartbeat was never applied")
 
 
-def chat_request(api_key: str, *, stream: bool = True, content: str = "Say hello", **extra) -> asyncio.Task:
+def chat_request(
+    api_key: str, *, stream: bool = True, content: str = "Say hello", **extra
+) -> asyncio.Task:
     """Start ``POST /v1/chat/completions`` as a task (it resolves at the first event)."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "stream": stream}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "stream": stream,
+    }
     body.update(extra)
     return asyncio.create_task(
         AsyncClient().post(
@@ -67,7 +75,7 @@ def sse_events(body: bytes) -> list:
     out = []
     for block in body.decode().split("\n\n"):
         if block.startswith("data: "):
-            data = block[len("data: "):]
+            data = block[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
 

@@ -28,7 +28,7 @@ def _sse_payloads(body: bytes) -> list:
     out = []
     for block in body.decode().split("\n\n"):
         if block.startswith("data: "):
-            data = block[len("data: "):]
+            data = block[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
 
@@ -68,7 +68,9 @@ async def test_it_streams_a_chat_answer_and_bills_it(catalog, api_key, machine_t
     payloads = _sse_payloads(await _body(response))
     assert payloads[-1] == "[DONE]"
     text = "".join(
-        p["choices"][0]["delta"].get("content", "") for p in payloads[:-1] if p["choices"]
+        p["choices"][0]["delta"].get("content", "")
+        for p in payloads[:-1]
+        if p["choices"]
     )
     assert text == "2+2 is 4."
     tokens = token_count(MODEL, "2+2 is 4.")
@@ -84,7 +86,9 @@ async def test_it_streams_a_chat_answer_and_bills_it(catalog, api_key, machine_t
     await host.close()
 
 
-async def test_it_answers_a_raw_completion_without_streaming(catalog, api_key, machine_token):
+async def test_it_answers_a_raw_completion_without_streaming(
+    catalog, api_key, machine_token
+):
     host = await _host(machine_token)
     client = AsyncClient()
     request = asyncio.create_task(

@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
 async def _attempts(job_id):
-    return [a async for a in Attempt.objects.filter(job_id=job_id).order_by("offered_at")]
+    return [
+        a async for a in Attempt.objects.filter(job_id=job_id).order_by("offered_at")
+    ]
 
 
 async def _close(host, offer):
@@ -29,7 +31,9 @@ async def _close(host, offer):
 
 
 async def _error(host, offer):
-    await host.send({"type": "error", "job": offer["job"], "message": "GPU fell off the bus"})
+    await host.send(
+        {"type": "error", "job": offer["job"], "message": "GPU fell off the bus"}
+    )
 
 
 async def _stall(host, offer):
@@ -68,12 +72,19 @@ async def test_it_continues_from_exactly_what_the_renter_received(
     assert resume["continue_from"] == received
     assert resume["messages"] == offer["messages"], "the original conversation"
     spent = token_count(MODEL, received)
-    assert resume["params"] == {**offer["params"], "max_tokens": offer["params"]["max_tokens"] - spent}
+    assert resume["params"] == {
+        **offer["params"],
+        "max_tokens": offer["params"]["max_tokens"] - spent,
+    }
     await second.answer(resume, after)
     events = sse_events(await body)
     assert events[-1] == "[DONE]"
     assert sse_text(events) == received + "".join(after)
-    finish = [e for e in events if e != "[DONE]" and e["choices"] and e["choices"][0]["finish_reason"]]
+    finish = [
+        e
+        for e in events
+        if e != "[DONE]" and e["choices"] and e["choices"][0]["finish_reason"]
+    ]
     assert finish[-1]["choices"][0]["finish_reason"] == "stop"
 
     job = await Job.objects.aget(id=response["x-ballast-job-id"])
@@ -121,11 +132,15 @@ async def test_it_ends_the_stream_with_an_error_when_the_continuation_dies_too(
     last = events[-2]
     assert last["choices"][0]["finish_reason"] == "error"
     assert last["error"]["code"] == "continuation_failed"
-    assert await third.ws.receive_nothing(timeout=0.3), "at most one continuation per request"
+    assert await third.ws.receive_nothing(timeout=0.3), (
+        "at most one continuation per request"
+    )
     job = await Job.objects.aget(id=response["x-ballast-job-id"])
     assert job.status == Job.Status.FAILED and job.failed_over
     assert job.output_text == "One, two, three"
-    assert job.tokens_billed == token_count(MODEL, "One, two") + token_count(MODEL, ", three")
+    assert job.tokens_billed == token_count(MODEL, "One, two") + token_count(
+        MODEL, ", three"
+    )
     assert not await Earning.objects.filter(attempt__job=job).aexists()
     await third.close()
 
@@ -147,5 +162,8 @@ async def test_it_ends_the_stream_with_an_error_when_no_device_takes_the_continu
     assert sse_text(events) == "Partial"
     assert events[-2]["choices"][0]["finish_reason"] == "error"
     job = await Job.objects.aget(id=response["x-ballast-job-id"])
-    assert [a.outcome for a in await _attempts(job.id)] == ["died_midstream", "claim_timeout"]
+    assert [a.outcome for a in await _attempts(job.id)] == [
+        "died_midstream",
+        "claim_timeout",
+    ]
     await second.close()

@@ -19,9 +19,15 @@ pytestmark = pytest.mark.django_db
 def job(catalog, renter):
     def make(placement=None) -> Job:
         return job_create(
-            renter=renter, api_key=None, model=catalog, endpoint="chat",
-            messages=[{"role": "user", "content": "hi"}], prompt=None,
-            params={"max_tokens": 8}, placement=placement or {}, stream=False,
+            renter=renter,
+            api_key=None,
+            model=catalog,
+            endpoint="chat",
+            messages=[{"role": "user", "content": "hi"}],
+            prompt=None,
+            params={"max_tokens": 8},
+            placement=placement or {},
+            stream=False,
         )
 
     return make
@@ -36,10 +42,14 @@ def test_it_accepts_a_live_idle_device(live_device, job, catalog):
     assert eligible(job(), catalog) == [device]
 
 
-def test_it_refuses_a_heartbeat_older_than_the_max_age(live_device, job, catalog, settings):
+def test_it_refuses_a_heartbeat_older_than_the_max_age(
+    live_device, job, catalog, settings
+):
     device = live_device()
     age = timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
-    Machine.objects.filter(id=device.machine_id).update(last_heartbeat_at=timezone.now() - age)
+    Machine.objects.filter(id=device.machine_id).update(
+        last_heartbeat_at=timezone.now() - age
+    )
     assert eligible(job(), catalog) == []
     Machine.objects.filter(id=device.machine_id).update(
         last_heartbeat_at=timezone.now() - age + timedelta(seconds=2)
@@ -143,10 +153,17 @@ def test_it_ranks_by_score_then_first_token_time(live_device, job, catalog):
     Device.objects.filter(id=best.id).update(score=90)
     DeviceModel.objects.filter(device=slow).update(ttft_ms_recent=900)
     DeviceModel.objects.filter(device=fast).update(ttft_ms_recent=100)
-    assert [d.id for d in eligible(job(), catalog)] == [best.id, fast.id, slow.id, unknown.id]
+    assert [d.id for d in eligible(job(), catalog)] == [
+        best.id,
+        fast.id,
+        slow.id,
+        unknown.id,
+    ]
 
 
-def test_it_claims_a_slot_and_writes_the_attempt_with_its_deadline(live_device, job, catalog, settings):
+def test_it_claims_a_slot_and_writes_the_attempt_with_its_deadline(
+    live_device, job, catalog, settings
+):
     device = live_device()
     the_job = job()
     before = timezone.now()
@@ -155,7 +172,9 @@ def test_it_claims_a_slot_and_writes_the_attempt_with_its_deadline(live_device, 
     device.refresh_from_db()
     assert device.slots_used == 1
     assert attempt.state == Attempt.State.OFFERED and attempt.kind == Attempt.Kind.FRESH
-    assert attempt.claim_deadline >= before + timedelta(seconds=settings.BALLAST_CLAIM_TIMEOUT_S)
+    assert attempt.claim_deadline >= before + timedelta(
+        seconds=settings.BALLAST_CLAIM_TIMEOUT_S
+    )
     assert dispatch.offer["job"] == str(attempt.id)
     assert dispatch.machine_channel == device.machine.channel_name
     other = job()
@@ -168,5 +187,7 @@ def test_it_serves_queued_jobs_first_come_first_served(live_device, job, catalog
     older, younger = job(), job()
     assert job_dispatch(job_id=str(older.id)).wait
     Device.objects.filter(id=device.id).update(slots_used=0)
-    assert job_dispatch(job_id=str(younger.id)).wait, "the younger job must not jump the queue"
+    assert job_dispatch(job_id=str(younger.id)).wait, (
+        "the younger job must not jump the queue"
+    )
     assert job_dispatch(job_id=str(older.id)).attempt is not None

@@ -12,7 +12,7 @@ import pytest
 
 from billing.models import Earning, LedgerTransaction
 from billing.services import renter_balance_nano
-from hosts.models import Device, DeviceOutcome
+from hosts.models import DeviceOutcome
 from jobs.models import Attempt, Job
 
 from .helpers import chat_request, host_online, read_body, sse_events, sse_text
@@ -21,7 +21,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
 async def _attempts(job_id):
-    return [a async for a in Attempt.objects.filter(job_id=job_id).order_by("offered_at").select_related("device__machine")]
+    return [
+        a
+        async for a in Attempt.objects.filter(job_id=job_id)
+        .order_by("offered_at")
+        .select_related("device__machine")
+    ]
 
 
 async def _fails_then_good_host(machine_token, api_key, misbehave):
@@ -56,7 +61,9 @@ async def _claims_then_silent(host, offer):
 
 async def _sends_error(host, offer):
     await host.claim(offer["job"])
-    await host.send({"type": "error", "job": offer["job"], "message": "CUDA out of memory"})
+    await host.send(
+        {"type": "error", "job": offer["job"], "message": "CUDA out of memory"}
+    )
 
 
 async def _empty_done(host, offer):
@@ -77,7 +84,13 @@ async def _refuses_offer(host, offer):
         (_empty_done, "host_error"),
         (_refuses_offer, "host_error"),
     ],
-    ids=["never claims", "claims then silent", "error frame", "done without output", "refuses"],
+    ids=[
+        "never claims",
+        "claims then silent",
+        "error frame",
+        "done without output",
+        "refuses",
+    ],
 )
 async def test_it_fails_over_before_the_first_token(
     catalog, api_key, machine_token, fast_deadlines, misbehave, outcome
@@ -86,14 +99,19 @@ async def test_it_fails_over_before_the_first_token(
     assert text == "Hello there", "the renter sees one reply"
     attempts = await _attempts(job_id)
     assert [a.outcome for a in attempts] == [outcome, "succeeded"]
-    assert attempts[0].device.machine.name == "bad" and attempts[1].device.machine.name == "good"
+    assert (
+        attempts[0].device.machine.name == "bad"
+        and attempts[1].device.machine.name == "good"
+    )
     job = await Job.objects.aget(id=job_id)
     assert job.status == Job.Status.SUCCEEDED and job.failed_over is False
     bad_device = attempts[0].device
     await bad_device.arefresh_from_db()
     assert bad_device.slots_used == 0, "the failed attempt's slot is freed"
     assert bad_device.score < 60, "the failure lowers the device's standing"
-    assert await DeviceOutcome.objects.filter(device=bad_device, success=False, reason=outcome).aexists()
+    assert await DeviceOutcome.objects.filter(
+        device=bad_device, success=False, reason=outcome
+    ).aexists()
     assert not await Earning.objects.filter(attempt=attempts[0]).aexists()
 
 
@@ -101,7 +119,9 @@ async def test_it_answers_502_and_bills_nothing_when_every_attempt_fails(
     catalog, api_key, renter, machine_token, fast_deadlines, settings
 ):
     settings.BALLAST_MAX_ATTEMPTS = 3
-    hosts = [await host_online(machine_token, f"bad{i}", score=90 - i) for i in range(3)]
+    hosts = [
+        await host_online(machine_token, f"bad{i}", score=90 - i) for i in range(3)
+    ]
     spare = await host_online(machine_token, "spare", score=10)
     balance = await _balance(renter)
     request = chat_request(api_key)
@@ -117,7 +137,11 @@ async def test_it_answers_502_and_bills_nothing_when_every_attempt_fails(
     assert body["error"]["code"] == "all_attempts_failed"
     assert await spare.ws.receive_nothing(timeout=0.3), "no fourth attempt"
     job = await Job.objects.aget(id=response["x-ballast-job-id"])
-    assert job.status == Job.Status.FAILED and job.cost_nano == 0 and job.tokens_billed == 0
+    assert (
+        job.status == Job.Status.FAILED
+        and job.cost_nano == 0
+        and job.tokens_billed == 0
+    )
     assert await _balance(renter) == balance
     assert not await LedgerTransaction.objects.filter(job=job).aexists()
     devices = {a.device_id for a in await _attempts(job.id)}
@@ -132,7 +156,9 @@ async def _balance(user):
     return await database_sync_to_async(renter_balance_nano)(user=user)
 
 
-async def test_it_ignores_late_frames_of_a_failed_attempt(catalog, api_key, machine_token, fast_deadlines):
+async def test_it_ignores_late_frames_of_a_failed_attempt(
+    catalog, api_key, machine_token, fast_deadlines
+):
     bad = await host_online(machine_token, "bad", score=90)
     good = await host_online(machine_token, "good", score=60)
     request = chat_request(api_key, stream=False)
@@ -166,11 +192,16 @@ async def test_it_frees_the_slot_and_cancels_when_the_renter_goes_away(
 
     host = await host_online(machine_token, "rig")
     renter_ws = WebsocketCommunicator(
-        application, "/ws/v1/chat/", headers=[(b"authorization", f"Bearer {api_key}".encode())]
+        application,
+        "/ws/v1/chat/",
+        headers=[(b"authorization", f"Bearer {api_key}".encode())],
     )
     assert (await renter_ws.connect())[0]
     await renter_ws.send_json_to(
-        {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Count"}]}
+        {
+            "model": "smollm2-135m-instruct",
+            "messages": [{"role": "user", "content": "Count"}],
+        }
     )
     offer = await host.recv_type("offer")
     await host.claim(offer["job"])
@@ -180,7 +211,9 @@ async def test_it_frees_the_slot_and_cancels_when_the_renter_goes_away(
     await renter_ws.disconnect()
     cancel = await host.recv_type("cancel")
     assert cancel["job"] == offer["job"]
-    attempt = await Attempt.objects.select_related("job", "device").aget(id=offer["job"])
+    attempt = await Attempt.objects.select_related("job", "device").aget(
+        id=offer["job"]
+    )
     assert attempt.outcome == "cancelled" and attempt.device.slots_used == 0
     assert attempt.job.status == Job.Status.CANCELLED
     assert attempt.job.output_text == "One,"
@@ -191,18 +224,25 @@ async def test_it_frees_the_slot_and_cancels_when_the_renter_goes_away(
     await host.close()
 
 
-async def test_it_answers_the_renter_websocket_with_chunks_then_done(catalog, api_key, machine_token):
+async def test_it_answers_the_renter_websocket_with_chunks_then_done(
+    catalog, api_key, machine_token
+):
     from channels.testing import WebsocketCommunicator
 
     from ballast.asgi import application
 
     host = await host_online(machine_token, "rig")
     renter_ws = WebsocketCommunicator(
-        application, "/ws/v1/chat/", headers=[(b"authorization", f"Bearer {api_key}".encode())]
+        application,
+        "/ws/v1/chat/",
+        headers=[(b"authorization", f"Bearer {api_key}".encode())],
     )
     assert (await renter_ws.connect())[0]
     await renter_ws.send_json_to(
-        {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Hi"}]}
+        {
+            "model": "smollm2-135m-instruct",
+            "messages": [{"role": "user", "content": "Hi"}],
+        }
     )
     offer = await host.recv_type("offer")
     await host.answer(offer, ["Hi", "!"])
@@ -212,9 +252,15 @@ async def test_it_answers_the_renter_websocket_with_chunks_then_done(catalog, ap
         messages.append(message)
         if message.get("type") == "done":
             break
-    assert "".join(m["choices"][0]["delta"].get("content", "") for m in messages[:-1]) == "Hi!"
+    assert (
+        "".join(m["choices"][0]["delta"].get("content", "") for m in messages[:-1])
+        == "Hi!"
+    )
     assert messages[-2]["choices"][0]["finish_reason"] == "stop"
-    assert messages[-1]["finish_reason"] == "stop" and messages[-1]["usage"]["completion_tokens"] > 0
+    assert (
+        messages[-1]["finish_reason"] == "stop"
+        and messages[-1]["usage"]["completion_tokens"] > 0
+    )
     await renter_ws.disconnect()
     await host.close()
 
@@ -224,6 +270,8 @@ async def test_it_refuses_a_renter_websocket_without_a_valid_key(catalog):
 
     from ballast.asgi import application
 
-    ws = WebsocketCommunicator(application, "/ws/v1/chat/", headers=[(b"authorization", b"Bearer nope")])
+    ws = WebsocketCommunicator(
+        application, "/ws/v1/chat/", headers=[(b"authorization", b"Bearer nope")]
+    )
     connected, code = await ws.connect()
     assert not connected and code == 4401

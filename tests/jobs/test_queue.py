@@ -39,7 +39,10 @@ async def test_it_answers_503_at_once_naming_the_unmet_placement(
 async def test_it_answers_503_when_the_model_is_loaded_nowhere_live(catalog, api_key):
     response = await chat_request(api_key)
     assert response.status_code == 503
-    assert "not loaded on any live device" in json.loads(response.content)["error"]["message"]
+    assert (
+        "not loaded on any live device"
+        in json.loads(response.content)["error"]["message"]
+    )
 
 
 async def test_it_answers_404_for_a_model_not_in_the_catalog(catalog, api_key):
@@ -89,7 +92,9 @@ async def test_a_waiting_request_starts_when_a_slot_frees_without_polling(
     await host.close()
 
 
-async def test_a_new_device_wakes_waiting_requests(catalog, api_key, machine_token, monkeypatch):
+async def test_a_new_device_wakes_waiting_requests(
+    catalog, api_key, machine_token, monkeypatch
+):
     monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
     busy = await host_online(machine_token, "busy")
     first = chat_request(api_key)
@@ -106,7 +111,9 @@ async def test_a_new_device_wakes_waiting_requests(catalog, api_key, machine_tok
     await fresh.close()
 
 
-async def test_the_reaper_closes_jobs_whose_coordinator_died(catalog, renter, live_device):
+async def test_the_reaper_closes_jobs_whose_coordinator_died(
+    catalog, renter, live_device
+):
     """A job whose owning coroutine stopped renewing its lease is closed, its slot freed."""
     from datetime import timedelta
 
@@ -114,15 +121,25 @@ async def test_the_reaper_closes_jobs_whose_coordinator_died(catalog, renter, li
 
     device = await database_sync_to_async(live_device)()
     job = await database_sync_to_async(job_create)(
-        renter=renter, api_key=None, model=catalog, endpoint="chat",
-        messages=[{"role": "user", "content": "x"}], prompt=None, params={"max_tokens": 4},
-        placement={}, stream=False,
+        renter=renter,
+        api_key=None,
+        model=catalog,
+        endpoint="chat",
+        messages=[{"role": "user", "content": "x"}],
+        prompt=None,
+        params={"max_tokens": 4},
+        placement={},
+        stream=False,
     )
     dispatch = await database_sync_to_async(job_dispatch)(job_id=str(job.id))
     await device.arefresh_from_db()
     assert device.slots_used == 1
-    assert await database_sync_to_async(attempts_reap)() == 0, "a live lease is left alone"
-    await Job.objects.filter(id=job.id).aupdate(lease_until=timezone.now() - timedelta(seconds=1))
+    assert await database_sync_to_async(attempts_reap)() == 0, (
+        "a live lease is left alone"
+    )
+    await Job.objects.filter(id=job.id).aupdate(
+        lease_until=timezone.now() - timedelta(seconds=1)
+    )
     assert await database_sync_to_async(attempts_reap)() == 1
     await device.arefresh_from_db()
     attempt = await Attempt.objects.aget(id=dispatch.attempt.id)

@@ -44,7 +44,9 @@ async def _passing_host(machine_token, name):
 
 
 async def _rent(host, api_key, hours=2):
-    response = await _api("post", "/v1/rentals", api_key, {"device": host.device.id, "hours": hours})
+    response = await _api(
+        "post", "/v1/rentals", api_key, {"device": host.device.id, "hours": hours}
+    )
     assert response.status_code == 201, response.content
     rental = json.loads(response.content)
     assert rental["status"] == "pending"
@@ -64,9 +66,13 @@ async def test_a_rental_goes_live_after_a_passed_check_and_takes_only_its_renter
     listed = json.loads((await _api("get", "/v1/devices", api_key)).content)["data"]
     assert {d["label"] for d in listed} == {"rented/gpu0", "other/gpu0"}
     rental = await _rent(rented, api_key)
-    assert rental.status == "live" and rental.ends_at - rental.starts_at == timedelta(hours=2)
+    assert rental.status == "live" and rental.ends_at - rental.starts_at == timedelta(
+        hours=2
+    )
     listed = json.loads((await _api("get", "/v1/devices", api_key)).content)["data"]
-    assert [d["label"] for d in listed] == ["other/gpu0"], "a rented device is not offered to others"
+    assert [d["label"] for d in listed] == ["other/gpu0"], (
+        "a rented device is not offered to others"
+    )
     for _ in range(2):  # serverless work never goes to the rented device
         request = chat_request(api_key, stream=False)
         offer = await other.recv_type("offer")
@@ -91,7 +97,9 @@ async def test_a_failed_check_stops_the_rental_billed_up_to_the_last_pass(
     # pretend a check passed 1 h after the start, and the next one fails now
     passed_at = rental.starts_at + timedelta(hours=1)
     await Rental.objects.filter(id=rental.id).aupdate(last_pass_at=passed_at)
-    await database_sync_to_async(spot_check_mark_due)(device_id=host.device.id, reason="rental")
+    await database_sync_to_async(spot_check_mark_due)(
+        device_id=host.device.id, reason="rental"
+    )
     await host.heartbeat()
     offer = await host.recv_type("offer")
     await host.answer(offer, ["Wrong answer."])
@@ -103,19 +111,38 @@ async def test_a_failed_check_stops_the_rental_billed_up_to_the_last_pass(
     assert balance - after == price, "exactly the hour up to the last pass"
     txn = await LedgerTransaction.objects.aget(kind="rental")
     assert txn.key.startswith(f"rental:{rental.id}:")
-    response = await _api("post", "/v1/chat/completions", api_key,
-                          {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "x"}],
-                           "placement": {"rental": str(rental.id)}})
+    response = await _api(
+        "post",
+        "/v1/chat/completions",
+        api_key,
+        {
+            "model": "smollm2-135m-instruct",
+            "messages": [{"role": "user", "content": "x"}],
+            "placement": {"rental": str(rental.id)},
+        },
+    )
     assert response.status_code == 409
     await host.close()
 
 
-async def test_a_rental_ends_and_is_billed_for_its_hours(canaries, api_key, renter, machine_token):
+async def test_a_rental_ends_and_is_billed_for_its_hours(
+    canaries, api_key, renter, machine_token
+):
     host = await _passing_host(machine_token, "rig")
     rental = await _rent(host, api_key, hours=3)
     balance = await database_sync_to_async(renter_balance_nano)(user=renter)
-    assert await database_sync_to_async(rentals_settle)(now=rental.ends_at - timedelta(seconds=1)) == 0
-    assert await database_sync_to_async(rentals_settle)(now=rental.ends_at + timedelta(minutes=5)) == 1
+    assert (
+        await database_sync_to_async(rentals_settle)(
+            now=rental.ends_at - timedelta(seconds=1)
+        )
+        == 0
+    )
+    assert (
+        await database_sync_to_async(rentals_settle)(
+            now=rental.ends_at + timedelta(minutes=5)
+        )
+        == 1
+    )
     await rental.arefresh_from_db()
     assert rental.status == "ended"
     charged = balance - await database_sync_to_async(renter_balance_nano)(user=renter)
@@ -125,7 +152,9 @@ async def test_a_rental_ends_and_is_billed_for_its_hours(canaries, api_key, rent
     await host.close()
 
 
-async def test_it_refuses_bad_rentals_with_clear_errors(canaries, api_key, machine_token, settings):
+async def test_it_refuses_bad_rentals_with_clear_errors(
+    canaries, api_key, machine_token, settings
+):
     host = await _passing_host(machine_token, "rig")
     cases = [
         ({"device": 999999, "hours": 1}, 404, "device"),
@@ -137,15 +166,26 @@ async def test_it_refuses_bad_rentals_with_clear_errors(canaries, api_key, machi
         assert response.status_code == status, (body, response.content)
         assert json.loads(response.content)["error"]["param"] == param
     settings.BALLAST_RENTAL_USD_PER_HOUR = "1000"
-    response = await _api("post", "/v1/rentals", api_key, {"device": host.device.id, "hours": 1})
+    response = await _api(
+        "post", "/v1/rentals", api_key, {"device": host.device.id, "hours": 1}
+    )
     assert response.status_code == 402
     settings.BALLAST_RENTAL_USD_PER_HOUR = "0.20"
     await _rent(host, api_key)
-    response = await _api("post", "/v1/rentals", api_key, {"device": host.device.id, "hours": 1})
+    response = await _api(
+        "post", "/v1/rentals", api_key, {"device": host.device.id, "hours": 1}
+    )
     assert response.status_code == 409
-    response = await _api("post", "/v1/chat/completions", api_key,
-                          {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "x"}],
-                           "placement": {"rental": "00000000-0000-0000-0000-000000000000"}})
+    response = await _api(
+        "post",
+        "/v1/chat/completions",
+        api_key,
+        {
+            "model": "smollm2-135m-instruct",
+            "messages": [{"role": "user", "content": "x"}],
+            "placement": {"rental": "00000000-0000-0000-0000-000000000000"},
+        },
+    )
     assert response.status_code == 404
     await host.close()
 
@@ -154,7 +194,8 @@ async def test_the_renter_ends_a_rental_early(canaries, api_key, machine_token):
     host = await _passing_host(machine_token, "rig")
     rental = await _rent(host, api_key)
     await Rental.objects.filter(id=rental.id).aupdate(
-        starts_at=timezone.now() - timedelta(minutes=30), billed_until=timezone.now() - timedelta(minutes=30)
+        starts_at=timezone.now() - timedelta(minutes=30),
+        billed_until=timezone.now() - timedelta(minutes=30),
     )
     response = await _api("delete", f"/v1/rentals/{rental.id}", api_key)
     assert json.loads(response.content)["status"] == "ended"

@@ -46,7 +46,9 @@ async def _verdict(offer_job: str) -> SpotCheck:
 
 
 async def _due(device_id: int, reason: str = "staff") -> None:
-    await database_sync_to_async(spot_check_mark_due)(device_id=device_id, reason=reason)
+    await database_sync_to_async(spot_check_mark_due)(
+        device_id=device_id, reason=reason
+    )
 
 
 async def _device(host: HostSim) -> Device:
@@ -61,7 +63,9 @@ def test_answers_appear_as_whole_words_in_any_case():
 
 
 async def test_it_checks_a_device_when_a_model_first_loads(canaries, machine_token):
-    host = await host_online(machine_token, "rig")  # the first heartbeat loads the model
+    host = await host_online(
+        machine_token, "rig"
+    )  # the first heartbeat loads the model
     offer = await host.recv_type("offer")
     await host.answer(offer, [ANSWERS[offer["messages"][0]["content"]]])
     check = await _verdict(offer["job"])
@@ -69,7 +73,9 @@ async def test_it_checks_a_device_when_a_model_first_loads(canaries, machine_tok
     job = await Job.objects.aget(id=check.job_id)
     assert job.is_spot_check and job.cost_nano == 0
     assert not await LedgerTransaction.objects.filter(job=job).aexists(), "never billed"
-    assert await DeviceOutcome.objects.filter(device_id=check.device_id, source="spot_check", success=True).aexists()
+    assert await DeviceOutcome.objects.filter(
+        device_id=check.device_id, source="spot_check", success=True
+    ).aexists()
     await host.close()
 
 
@@ -79,7 +85,9 @@ async def _first_load_check(host: HostSim) -> None:
     await _verdict(offer["job"])
 
 
-async def test_a_wrong_answer_fails_and_reverses_held_earnings(canaries, api_key, machine_token):
+async def test_a_wrong_answer_fails_and_reverses_held_earnings(
+    canaries, api_key, machine_token
+):
     host = await host_online(machine_token, "rig")
     await _first_load_check(host)
     request = chat_request(api_key, stream=False)
@@ -119,7 +127,9 @@ async def test_a_canary_offer_looks_like_a_renters(canaries, api_key, machine_to
     canary = await host.recv_type("offer")
     await host.answer(canary, [ANSWERS[canary["messages"][0]["content"]]])
     await _verdict(canary["job"])
-    request = chat_request(api_key, stream=False, content="What is 2+2?", temperature=0, max_tokens=64)
+    request = chat_request(
+        api_key, stream=False, content="What is 2+2?", temperature=0, max_tokens=64
+    )
     real = await host.recv_type("offer")
     await host.answer(real, ["4"])
     await request
@@ -132,7 +142,10 @@ async def test_a_canary_offer_looks_like_a_renters(canaries, api_key, machine_to
         return type(value).__name__
 
     assert shape(canary) == shape(real)
-    assert str(uuid.UUID(canary["job"])) == canary["job"] and str(uuid.UUID(real["job"])) == real["job"]
+    assert (
+        str(uuid.UUID(canary["job"])) == canary["job"]
+        and str(uuid.UUID(real["job"])) == real["job"]
+    )
     assert canary["params"] == real["params"]
     assert canary["continue_from"] == real["continue_from"] == ""
     assert canary["messages"][0]["role"] == real["messages"][0]["role"] == "user"
@@ -189,7 +202,9 @@ async def test_a_quarantined_device_gets_only_spot_checks_until_three_pass(
     await host.close()
 
 
-async def test_it_marks_a_check_on_about_the_canary_rate_of_jobs(catalog, api_key, machine_token, settings):
+async def test_it_marks_a_check_on_about_the_canary_rate_of_jobs(
+    catalog, api_key, machine_token, settings
+):
     settings.BALLAST_CANARY_RATE = 1.0
     settings.BALLAST_SPOT_CHECK_MAX_DELAY_S = 600
     host = await host_online(machine_token, "rig")
@@ -202,7 +217,9 @@ async def test_it_marks_a_check_on_about_the_canary_rate_of_jobs(catalog, api_ke
     await device.arefresh_from_db()
     assert device.spot_check_reason == "rate" and device.spot_check_due_at is not None
     settings.BALLAST_CANARY_RATE = 0.0
-    await Device.objects.filter(id=device.id).aupdate(spot_check_due_at=None, spot_check_reason="")
+    await Device.objects.filter(id=device.id).aupdate(
+        spot_check_due_at=None, spot_check_reason=""
+    )
     request = chat_request(api_key, stream=False)
     offer = await host.recv_type("offer")
     await host.answer(offer, ["ok"])
@@ -212,7 +229,9 @@ async def test_it_marks_a_check_on_about_the_canary_rate_of_jobs(catalog, api_ke
     await host.close()
 
 
-async def test_it_checks_a_device_back_after_more_than_10_minutes(canaries, machine_token):
+async def test_it_checks_a_device_back_after_more_than_10_minutes(
+    canaries, machine_token
+):
     host = await host_online(machine_token, "rig")
     await _first_load_check(host)
     await host.close()
@@ -230,12 +249,16 @@ async def test_it_checks_a_device_back_after_more_than_10_minutes(canaries, mach
     await again.close()
 
 
-async def test_beat_marks_checks_for_quarantined_devices(canaries, machine_token, settings):
+async def test_beat_marks_checks_for_quarantined_devices(
+    canaries, machine_token, settings
+):
     settings.BALLAST_QUARANTINE_CHECK_EVERY_S = 0
     host = await host_online(machine_token, "rig")
     await _first_load_check(host)
     device = await _device(host)
-    await Device.objects.filter(id=device.id).aupdate(quarantined=True, spot_check_due_at=None)
+    await Device.objects.filter(id=device.id).aupdate(
+        quarantined=True, spot_check_due_at=None
+    )
     assert await database_sync_to_async(spot_checks_schedule)() == 1
     await device.arefresh_from_db()
     assert device.spot_check_reason == "quarantine"

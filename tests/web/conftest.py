@@ -18,8 +18,8 @@ from hosts.services import (
     device_outcome_record,
     machine_heartbeat,
     machine_hello,
+    machine_register,
 )
-from hosts.services import machine_register
 from jobs.models import Attempt, Job
 
 MODEL = "smollm2-135m-instruct"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from hosts.services import capability_failed_record
-from hosts.services import machine_register
+from hosts.services import capability_failed_record, machine_register
 
 from .conftest import connect
 

@@ -15,10 +15,16 @@ class Command(BaseCommand):
 
     def handle(self, *args, owner_email: str, name: str, region: str, **options):
         if "@" not in owner_email:
-            raise CommandError(f"OWNER_EMAIL must be an email address, got {owner_email!r}")
+            raise CommandError(
+                f"OWNER_EMAIL must be an email address, got {owner_email!r}"
+            )
         try:
-            machine, token = machine_create(owner_email=owner_email, name=name, region=region)
+            machine, token = machine_create(
+                owner_email=owner_email, name=name, region=region
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"machine {machine.name} ({machine.id}) registered for {owner_email}")
+        self.stdout.write(
+            f"machine {machine.name} ({machine.id}) registered for {owner_email}"
+        )
         self.stdout.write(token)

@@ -30,9 +30,20 @@ async def _answers(model_id: str, prompts: list[str]) -> list[str]:
             request = GenerationRequest(
                 model=model_id,
                 messages=[{"role": "user", "content": prompt}],
-                params={"max_tokens": SPOT_CHECK_MAX_TOKENS, "temperature": 0, "top_p": 1.0},
+                params={
+                    "max_tokens": SPOT_CHECK_MAX_TOKENS,
+                    "temperature": 0,
+                    "top_p": 1.0,
+                },
             )
-            outputs.append("".join([piece async for piece in engine.stream(request, GenerationResult())]))
+            outputs.append(
+                "".join(
+                    [
+                        piece
+                        async for piece in engine.stream(request, GenerationResult())
+                    ]
+                )
+            )
     finally:
         await engine.close()
     return outputs
@@ -43,13 +54,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("model")
-        parser.add_argument("--limit", type=int, default=0, help="try only the first N candidates")
+        parser.add_argument(
+            "--limit", type=int, default=0, help="try only the first N candidates"
+        )
 
     def handle(self, *args, model: str, limit: int, **options):
         if not CatalogModel.objects.filter(id=model).exists():
             raise CommandError(f"model {model!r} is not in the catalog")
         if not model.startswith("smollm2-135m"):
-            raise CommandError(f"no reference engine is known for {model!r} on the coordinator")
+            raise CommandError(
+                f"no reference engine is known for {model!r} on the coordinator"
+            )
         candidates = CANDIDATES[:limit] if limit > 0 else CANDIDATES
         outputs = asyncio.run(_answers(model, [prompt for prompt, _ in candidates]))
         now = timezone.now()
@@ -68,5 +83,9 @@ class Command(BaseCommand):
             )
             kept += right
             mark = "kept   " if right else "dropped"
-            self.stdout.write(f"{mark} {prompt!r} expects {expected!r}: {output.strip()[:70]!r}")
-        self.stdout.write(f"{kept} of {len(candidates)} canaries calibrated for {model}")
+            self.stdout.write(
+                f"{mark} {prompt!r} expects {expected!r}: {output.strip()[:70]!r}"
+            )
+        self.stdout.write(
+            f"{kept} of {len(candidates)} canaries calibrated for {model}"
+        )

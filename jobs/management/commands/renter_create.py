@@ -26,13 +26,19 @@ class Command(BaseCommand):
         try:
             amount = usd_to_nano(Decimal(credit))
         except (InvalidOperation, ValueError) as exc:
-            raise CommandError(f"--credit must be a USD amount like 10 or 2.50: {exc}") from None
+            raise CommandError(
+                f"--credit must be a USD amount like 10 or 2.50: {exc}"
+            ) from None
         if amount < 0:
             raise CommandError("--credit must not be negative")
         with transaction.atomic():
             user = user_get_or_create(email=email)
             if amount:
-                renter_top_up(user=user, amount_nano=amount, key=f"cli-topup:{get_random_string(24)}")
+                renter_top_up(
+                    user=user,
+                    amount_nano=amount,
+                    key=f"cli-topup:{get_random_string(24)}",
+                )
             _, plain = api_key_create(user=user, name=key_name)
         self.stdout.write(f"renter {email}: credited {credit} USD")
         self.stdout.write(plain)
