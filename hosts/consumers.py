@@ -15,10 +15,11 @@ import logging
 from contextlib import aclosing
 from typing import Any
 
-from channels.db import database_sync_to_async
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
+from ballast.db import db_call
 from jobs import services as job_services
 from jobs import spotchecks
 from jobs.orchestration import JobRun, slots_announce
@@ -46,8 +47,18 @@ def bearer_token(scope: dict) -> str:
 class HostConsumer(AsyncWebsocketConsumer):
     """A machine's connection: hello, heartbeats, and the frames of its attempts."""
 
+    async def dispatch(self, message: dict) -> None:
+        """Call the message's handler, without Channels' per-message
+        ``close_old_connections`` hop to the database thread: every database call
+        here goes through ``ballast.db.db_call``, which does that itself. A token
+        frame is relayed with no database work at all."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
+
     async def connect(self) -> None:
-        machine = await database_sync_to_async(services.machine_authenticate)(
+        machine = await db_call(services.machine_authenticate)(
             token=bearer_token(self.scope)
         )
         if machine is None:
@@ -69,7 +80,7 @@ class HostConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if not hasattr(self, "machine_id"):
             return
-        await database_sync_to_async(services.machine_disconnect)(
+        await db_call(services.machine_disconnect)(
             machine_id=self.machine_id, channel_name=self.channel_name
         )
         for attempt_id, info in list(self.open_attempts.items()):
@@ -114,7 +125,7 @@ class HostConsumer(AsyncWebsocketConsumer):
     async def frame_hello(self, frame: dict) -> None:
         hello = protocol.parse_hello(frame)
         try:
-            await database_sync_to_async(services.machine_hello)(
+            await db_call(services.machine_hello)(
                 machine_id=self.machine_id, channel_name=self.channel_name, hello=hello
             )
         except services.KeyMismatch as exc:
@@ -123,9 +134,7 @@ class HostConsumer(AsyncWebsocketConsumer):
             return
         self.greeted = True
         self.heartbeat_memo = services.HeartbeatMemo()
-        self.vram_needs_mb = await database_sync_to_async(
-            services.catalog_vram_needs_mb
-        )()
+        self.vram_needs_mb = await db_call(services.catalog_vram_needs_mb)()
         await self.send_json(
             {
                 "type": "welcome",
@@ -151,7 +160,7 @@ class HostConsumer(AsyncWebsocketConsumer):
         )
         if not (liveness or reports):
             return
-        result = await database_sync_to_async(services.machine_heartbeat)(
+        result = await db_call(services.machine_heartbeat)(
             machine_id=self.machine_id,
             heartbeat={"paused": heartbeat["paused"], "devices": reports},
             now=now,
@@ -170,7 +179,7 @@ class HostConsumer(AsyncWebsocketConsumer):
 
     async def _spot_checks_start(self) -> None:
         """Run the spot checks due on this machine's devices (a compare-and-set takes each)."""
-        for job in await database_sync_to_async(spotchecks.spot_checks_take_due)(
+        for job in await db_call(spotchecks.spot_checks_take_due)(
             machine_id=self.machine_id
         ):
             task = asyncio.create_task(self._spot_check_run(job))
@@ -183,9 +192,7 @@ class HostConsumer(AsyncWebsocketConsumer):
             async with aclosing(JobRun(job).events()) as events:
                 async for _ in events:
                     pass
-            await database_sync_to_async(spotchecks.spot_check_judge)(
-                job_id=str(job.id)
-            )
+            await db_call(spotchecks.spot_check_judge)(job_id=str(job.id))
         except Exception:
             log.exception(
                 "spot check %s on machine %s failed to run", job.id, self.machine_name
@@ -193,13 +200,13 @@ class HostConsumer(AsyncWebsocketConsumer):
 
     async def frame_model_load_failed(self, frame: dict) -> None:
         report = protocol.parse_model_load_failed(frame)
-        await database_sync_to_async(services.capability_failed_record)(
+        await db_call(services.capability_failed_record)(
             machine_id=self.machine_id, report=report
         )
 
     async def frame_benchmark(self, frame: dict) -> None:
         report = protocol.parse_benchmark(frame)
-        saved = await database_sync_to_async(services.benchmark_record)(
+        saved = await db_call(services.benchmark_record)(
             machine_id=self.machine_id, report=report
         )
         if saved is None:
@@ -216,7 +223,7 @@ class HostConsumer(AsyncWebsocketConsumer):
                 f"claim: job {attempt_id[:40]} is not offered to this machine"
             )
             return
-        claimed = await database_sync_to_async(job_services.attempt_claim)(
+        claimed = await db_call(job_services.attempt_claim)(
             attempt_id=attempt_id, machine_id=self.machine_id
         )
         if not claimed:

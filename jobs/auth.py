@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from .models import ApiKey
 from .services import api_key_authenticate
+
+LAST_USED_EVERY = timedelta(minutes=1)  # last_used_at is written at most this often
 
 
 def bearer_from_header(value: str) -> str:
@@ -19,7 +23,9 @@ def api_key_from_request_header(header: str) -> ApiKey | None:
     """The live API key named by an Authorization header value, or None; marks it used."""
     key = api_key_authenticate(plain=bearer_from_header(header))
     if key is not None:
-        ApiKey.objects.filter(id=key.id).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if key.last_used_at is None or now - key.last_used_at > LAST_USED_EVERY:
+            ApiKey.objects.filter(id=key.id).update(last_used_at=now)
     return key
 
 

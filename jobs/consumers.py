@@ -11,9 +11,10 @@ import asyncio
 import json
 from contextlib import aclosing
 
-from channels.db import database_sync_to_async
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from ballast.db import db_call
 from hosts.consumers import bearer_token
 
 from .auth import api_key_from_request_header
@@ -27,11 +28,19 @@ from .views import ChunkWriter
 class RenterChatConsumer(AsyncWebsocketConsumer):
     """One renter connection; runs one request at a time."""
 
+    async def dispatch(self, message: dict) -> None:
+        """Call the message's handler, without Channels' per-message
+        ``close_old_connections`` hop to the database thread: every database call
+        here goes through ``ballast.db.db_call``, which does that itself. A token
+        frame is relayed with no database work at all."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
+
     async def connect(self) -> None:
         token = bearer_token(self.scope)
-        self.api_key = await database_sync_to_async(api_key_from_request_header)(
-            f"Bearer {token}"
-        )
+        self.api_key = await db_call(api_key_from_request_header)(f"Bearer {token}")
         if self.api_key is None:
             await self.close(code=4401)
             return
@@ -69,9 +78,7 @@ class RenterChatConsumer(AsyncWebsocketConsumer):
     async def _run(self, body) -> None:
         try:
             parsed = completion_request_parse(body, endpoint="chat")
-            job = await database_sync_to_async(job_submit)(
-                api_key=self.api_key, request=parsed
-            )
+            job = await db_call(job_submit)(api_key=self.api_key, request=parsed)
         except ApiError as exc:
             await self._send({"type": "error", "status": exc.status, **exc.body()})
             return

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.utils import timezone
+
+from ballast.db import db_call
 
 from . import services
 from .models import Attempt, Job
@@ -37,7 +42,7 @@ async def slots_announce(model_ids, *, slots: int = 1) -> None:
     """
     layer = get_channel_layer()
     for model_id in model_ids:
-        channels = await database_sync_to_async(services.jobs_waiting_channels)(
+        channels = await db_call(services.jobs_waiting_channels)(
             model_id=model_id, limit=2 * slots
         )
         for channel in channels:
@@ -78,6 +83,7 @@ class _Segment:
     outcome: str = ""
     error: str = ""
     done: dict | None = None
+    first_token_at: datetime | None = None
 
     @property
     def text(self) -> str:
@@ -107,7 +113,8 @@ class JobRun:
     async def events(self) -> AsyncIterator[Token | Finished | Failed]:
         """Yield the job's events until it ends; see the class docstring."""
         self.channel = await self.layer.new_channel("job.")
-        self.inbox: asyncio.Queue[dict] = asyncio.Queue()
+        self.inbox: deque[dict] = deque()
+        self.arrived = asyncio.Event()
         reader = asyncio.create_task(self._read_channel())
         lease = asyncio.create_task(self._keep_lease())
         try:
@@ -129,16 +136,35 @@ class JobRun:
         Redis pub/sub layer, so deadlines wait on the inbox instead.
         """
         while True:
-            self.inbox.put_nowait(await self.layer.receive(self.channel))
+            self.inbox.append(await self.layer.receive(self.channel))
+            self.arrived.set()
 
     async def _next_message(self, timeout: float) -> dict:
         """The next message of the job's channel; raises TimeoutError after ``timeout`` s."""
-        return await asyncio.wait_for(self.inbox.get(), timeout)
+        if not self.inbox:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), timeout)
+        return self.inbox.popleft()
+
+    def _more_text(self, attempt_id: str) -> str:
+        """Text of the token frames of this attempt already waiting in the inbox.
+
+        Tokens that arrived together go to the renter as one chunk: fewer events,
+        same text (DESIGN.md: a token may be any length ≥ 1 character).
+        """
+        pieces = []
+        while (
+            self.inbox
+            and self.inbox[0].get("type") == "host.token"
+            and self.inbox[0].get("attempt") == attempt_id
+        ):
+            pieces.append(self.inbox.popleft()["text"])
+        return "".join(pieces)
 
     async def _keep_lease(self) -> None:
         while True:
             await asyncio.sleep(services.JOB_LEASE_S / 3)
-            await database_sync_to_async(services.job_lease_renew)(job_id=self.job_id)
+            await db_call(services.job_lease_renew)(job_id=self.job_id)
 
     async def _run(self) -> AsyncIterator[Token | Finished | Failed]:
         loop = asyncio.get_running_loop()
@@ -149,7 +175,7 @@ class JobRun:
             continue_from = self.delivered_text
             if continue_from and loop.time() > queue_deadline:
                 queue_deadline = loop.time() + settings.BALLAST_CLAIM_TIMEOUT_S
-            dispatch = await database_sync_to_async(services.job_dispatch)(
+            dispatch = await db_call(services.job_dispatch)(
                 job_id=self.job_id,
                 continue_from=continue_from,
                 waiting_channel=self.channel,
@@ -157,6 +183,9 @@ class JobRun:
             if dispatch.impossible:
                 yield await self._fail(503, "no_capacity", dispatch.impossible)
                 return
+            if dispatch.contended and loop.time() < queue_deadline:
+                await asyncio.sleep(random.uniform(0.001, 0.01))  # its row frees in ms
+                continue
             if dispatch.wait:
                 remaining = queue_deadline - loop.time()
                 if remaining <= 0:
@@ -258,7 +287,6 @@ class JobRun:
                 segment.outcome = timeout_outcome
                 segment.error = f"no frame within the deadline ({timeout_outcome})"
                 return
-            log.debug("job %s got %s", self.job_id, message.get("type"))
             if message.get("attempt") != attempt_id:
                 continue  # late frames of an earlier attempt, or a stray wake-up
             kind = message["type"]
@@ -267,11 +295,10 @@ class JobRun:
                 timeout_outcome = Attempt.Outcome.FIRST_TOKEN_TIMEOUT
             elif kind == "host.token":
                 if not segment.pieces:
-                    await database_sync_to_async(services.attempt_first_token)(
-                        attempt_id=attempt_id
-                    )
-                segment.pieces.append(message["text"])
-                yield message["text"]
+                    segment.first_token_at = timezone.now()  # written when it ends
+                text = message["text"] + self._more_text(attempt_id)
+                segment.pieces.append(text)
+                yield text
                 deadline = loop.time() + settings.BALLAST_STALL_TIMEOUT_S
                 timeout_outcome = Attempt.Outcome.STALLED
             elif kind == "host.done":
@@ -293,11 +320,12 @@ class JobRun:
 
     async def _end_segment(self, segment: _Segment) -> None:
         """End a failed or cancelled attempt: record it, tell the host, free the slot."""
-        await database_sync_to_async(services.attempt_end)(
+        await db_call(services.attempt_end)(
             attempt_id=str(segment.attempt.id),
             outcome=segment.outcome,
             output_text=segment.text,
             error=segment.error,
+            first_token_at=segment.first_token_at,
         )
         await self.layer.send(
             segment.machine_channel,
@@ -306,14 +334,15 @@ class JobRun:
         await slots_announce([self.job.model_id])
 
     async def _succeed(self, segment: _Segment) -> Finished:
-        await database_sync_to_async(services.attempt_end)(
+        await db_call(services.attempt_end)(
             attempt_id=str(segment.attempt.id),
             outcome=Attempt.Outcome.SUCCEEDED,
             output_text=segment.text,
             done=segment.done,
+            first_token_at=segment.first_token_at,
         )
         await slots_announce([self.job.model_id])
-        job = await database_sync_to_async(services.job_finish)(
+        job = await db_call(services.job_finish)(
             job_id=self.job_id,
             status=Job.Status.SUCCEEDED,
             output_text=self.delivered_text,
@@ -330,7 +359,7 @@ class JobRun:
         *,
         job_status: str = Job.Status.FAILED,
     ) -> Failed:
-        job = await database_sync_to_async(services.job_finish)(
+        job = await db_call(services.job_finish)(
             job_id=self.job_id,
             status=job_status,
             output_text=self.delivered_text,
@@ -354,7 +383,7 @@ class JobRun:
             if segment is not None and not segment.outcome:
                 segment.outcome = Attempt.Outcome.CANCELLED
                 await self._end_segment(segment)
-            await database_sync_to_async(services.job_finish)(
+            await db_call(services.job_finish)(
                 job_id=self.job_id,
                 status=Job.Status.CANCELLED,
                 output_text=self.delivered_text,

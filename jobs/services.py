@@ -106,6 +106,7 @@ class Dispatch:
     machine_channel: str = ""
     offer: dict | None = None
     wait: bool = False
+    contended: bool = False  # a free slot exists but another dispatch holds its row
     impossible: str = ""
 
 
@@ -172,14 +173,6 @@ def job_dispatch(
     now = now or timezone.now()
     job = Job.objects.get(id=job_id)
     model = CatalogModel.objects.get(id=job.model_id)
-    unmet = requirement_unmet(
-        model=model,
-        placement=job.placement,
-        now=now,
-        target_device_id=job.target_device_id,
-    )
-    if unmet:
-        return Dispatch(impossible=unmet)
     ahead = 0
     if not continue_from:
         ahead = Job.objects.filter(
@@ -189,12 +182,23 @@ def job_dispatch(
             created_at__lt=job.created_at,
             lease_until__gt=now,
         ).count()
-    candidates = devices_eligible(job=job, model=model, now=now)
+    eligible = devices_eligible(job=job, model=model, now=now)
+    candidates = eligible
     if connection.vendor == "postgresql":
         candidates = candidates.select_for_update(skip_locked=True, of=("self",))
     rows = list(candidates.select_related("machine")[: ahead + 1])
     if len(rows) <= ahead:
-        return _dispatch_wait(job, waiting_channel)
+        unmet = requirement_unmet(
+            model=model,
+            placement=job.placement,
+            now=now,
+            target_device_id=job.target_device_id,
+        )
+        if unmet:
+            return Dispatch(impossible=unmet)
+        # rows another dispatch holds locked right now are capacity, not a wait
+        contended = connection.vendor == "postgresql" and eligible.count() > ahead
+        return _dispatch_wait(job, waiting_channel, contended=contended)
     for device in rows[ahead:] + rows[:ahead]:
         taken = Device.objects.filter(
             id=device.id, slots_used__lt=F("slots_total")
@@ -221,10 +225,14 @@ def job_dispatch(
                 job=job, attempt=attempt, device=device, continue_from=continue_from
             ),
         )
-    return _dispatch_wait(job, waiting_channel)
+    return _dispatch_wait(job, waiting_channel, contended=True)
 
 
-def _dispatch_wait(job: Job, waiting_channel: str) -> Dispatch:
+def _dispatch_wait(
+    job: Job, waiting_channel: str, *, contended: bool = False
+) -> Dispatch:
+    if contended:
+        return Dispatch(wait=True, contended=True)
     if waiting_channel and job.waiting_channel != waiting_channel:
         Job.objects.filter(id=job.id).update(waiting_channel=waiting_channel)
     return Dispatch(wait=True)
@@ -288,11 +296,14 @@ def attempt_end(
     output_text: str = "",
     error: str = "",
     done: dict | None = None,
+    first_token_at: datetime | None = None,
     now: datetime | None = None,
 ) -> Attempt | None:
     """End an open attempt with ``outcome``; free its slot; record the outcome.
 
-    ``output_text`` is exactly what this attempt delivered to the renter. With a
+    ``output_text`` is exactly what this attempt delivered to the renter;
+    ``first_token_at`` when its first token reached the coordinator (kept in
+    memory while streaming, so a token costs no database write). With a
     ``done`` (finish_reason, prompt/completion tokens, receipt) the receipt is
     verified against the machine's pinned key over that exact text and the count
     sanity-checked. Returns the ended attempt, or None when it was already ended
@@ -308,6 +319,7 @@ def attempt_end(
         output_text=output_text,
         output_chars=len(output_text),
         error_message=error[:2000],
+        **({"first_token_at": first_token_at} if first_token_at else {}),
     )
     if not updated:
         return None
