@@ -49,7 +49,9 @@ class Machine(models.Model):
         default=True, help_text="the owner's choice (dashboard)"
     )
     agent_accepts_serverless = models.BooleanField(
-        default=True, help_text="the agent's hello: both must accept serverless jobs"
+        default=True,
+        db_default=True,
+        help_text="the agent's hello: both must accept serverless jobs",
     )
     paused = models.BooleanField(default=False, help_text="paused by its owner")
     host_paused = models.BooleanField(default=False, help_text="paused by the agent")
@@ -112,7 +114,7 @@ class Device(models.Model):
         db_index=True,
         help_text="a spot check is to be sent after this",
     )
-    spot_check_reason = models.CharField(max_length=16, blank=True)
+    spot_check_reason = models.CharField(max_length=16, blank=True, db_default="")
 
     class Meta:
         ordering = ["machine__name", "index"]

@@ -420,19 +420,56 @@ def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
     return min(Decimal(1), Decimal(str(round(online / total, 6))))
 
 
+MODEL_MEDIAN_TTL_S = 30.0
+_model_medians: dict[str, tuple[float, float | None]] = {}
+
+
+def model_ttft_median(*, model_id: str, now: datetime) -> float | None:
+    """The model's median time to first token (ms) over all devices, last hour.
+
+    Cached per process for 30 s: it moves slowly, and computing it scans every
+    outcome of the hour, which must not happen on every request.
+    """
+    import time
+
+    cached = _model_medians.get(model_id)
+    if cached and time.monotonic() - cached[0] < MODEL_MEDIAN_TTL_S:
+        return cached[1]
+    values = list(
+        DeviceOutcome.objects.filter(
+            model_id=model_id,
+            success=True,
+            ttft_ms__isnull=False,
+            created_at__gte=now - timedelta(hours=1),
+        ).values_list("ttft_ms", flat=True)
+    )
+    median = statistics.median(values) if values else None
+    _model_medians[model_id] = (time.monotonic(), median)
+    return median
+
+
+def device_ttft_median(*, device_id: int, model_id: str, now: datetime) -> float | None:
+    """This device's median time to first token (ms) for the model, last hour."""
+    values = list(
+        DeviceOutcome.objects.filter(
+            device_id=device_id,
+            model_id=model_id,
+            success=True,
+            ttft_ms__isnull=False,
+            created_at__gte=now - timedelta(hours=1),
+        ).values_list("ttft_ms", flat=True)
+    )
+    return statistics.median(values) if values else None
+
+
 def device_ttft_medians(
     *, device: Device, model_id: str, now: datetime
 ) -> tuple[float | None, float | None]:
     """Return (model median ttft ms over all devices, this device's median), last hour."""
-    since = now - timedelta(hours=1)
-    rows = DeviceOutcome.objects.filter(
-        model_id=model_id, success=True, ttft_ms__isnull=False, created_at__gte=since
-    ).values_list("device_id", "ttft_ms")
-    all_ttft = [t for _, t in rows]
-    mine = [t for d, t in rows if d == device.id]
-    model_median = statistics.median(all_ttft) if all_ttft else None
-    device_median = statistics.median(mine) if mine else None
-    return model_median, device_median
+    return (
+        model_ttft_median(model_id=model_id, now=now),
+        device_ttft_median(device_id=device.id, model_id=model_id, now=now),
+    )
 
 
 @transaction.atomic
@@ -459,15 +496,17 @@ def device_outcome_record(
         model_id=model_id,
         ttft_ms=ttft_ms,
     )
+    device_median = None
     if model_id and ttft_ms is not None:
-        device = Device.objects.get(id=device_id)
-        _, device_median = device_ttft_medians(
-            device=device, model_id=model_id, now=now
+        device_median = device_ttft_median(
+            device_id=device_id, model_id=model_id, now=now
         )
         DeviceModel.objects.filter(device_id=device_id, model_id=model_id).update(
             ttft_ms_recent=round(device_median) if device_median is not None else None
         )
-    score = device_score_recompute(device_id=device_id, now=now, model_id=model_id)
+    score = device_score_recompute(
+        device_id=device_id, now=now, model_id=model_id, device_median=device_median
+    )
     if not success:
         device_quarantine_judge(device_id=device_id, score=score, now=now)
     return score
@@ -515,9 +554,16 @@ def device_quarantine_release_judge(*, device_id: int) -> bool:
 
 
 def device_score_recompute(
-    *, device_id: int, now: datetime | None = None, model_id: str = ""
+    *,
+    device_id: int,
+    now: datetime | None = None,
+    model_id: str = "",
+    device_median: float | None = None,
 ) -> int:
-    """Recompute and store the device's score from its last 50 outcomes; return it."""
+    """Recompute and store the device's score from its last 50 outcomes; return it.
+
+    ``device_median`` (ms), when the caller just computed it, saves a query.
+    """
     now = now or timezone.now()
     device = Device.objects.select_related("machine").get(id=device_id)
     last = list(
@@ -525,7 +571,7 @@ def device_score_recompute(
             "success", flat=True
         )[:WINDOW]
     )
-    model_median = device_median = None
+    model_median = None
     if not model_id:  # the periodic recompute: the model the device served last
         model_id = (
             DeviceOutcome.objects.filter(device_id=device_id)
@@ -535,9 +581,11 @@ def device_score_recompute(
             or ""
         )
     if model_id:
-        model_median, device_median = device_ttft_medians(
-            device=device, model_id=model_id, now=now
-        )
+        model_median = model_ttft_median(model_id=model_id, now=now)
+        if device_median is None:
+            device_median = device_ttft_median(
+                device_id=device_id, model_id=model_id, now=now
+            )
     score = score_round(
         score_unrounded(
             outcomes=len(last),

@@ -21,6 +21,16 @@ REFERENCE_MODEL = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process_caches():
+    """Per-process caches (the model's median first-token time) start empty."""
+    from hosts import services
+
+    services._model_medians.clear()
+    yield
+    services._model_medians.clear()
+
+
 @pytest.fixture
 def catalog(db):
     """The reference model in the catalog (transactional tests flush the data migration)."""
