@@ -25,7 +25,7 @@ from hosts.models import Device, token_hash, token_new
 from hosts.services import device_outcome_record, spot_check_mark_due
 
 from .models import ApiKey, Attempt, CatalogModel, Job
-from .selectors import devices_eligible, requirement_unmet
+from .selectors import device_claim, devices_eligible_count, requirement_unmet
 from .tokens import token_count, token_count_believable
 
 log = logging.getLogger("ballast.jobs")
@@ -182,12 +182,8 @@ def job_dispatch(
             created_at__lt=job.created_at,
             lease_until__gt=now,
         ).count()
-    eligible = devices_eligible(job=job, model=model, now=now)
-    candidates = eligible
-    if connection.vendor == "postgresql":
-        candidates = candidates.select_for_update(skip_locked=True, of=("self",))
-    rows = list(candidates.select_related("machine")[: ahead + 1])
-    if len(rows) <= ahead:
+    device = device_claim(job=job, model=model, now=now, skip=ahead)
+    if device is None:
         unmet = requirement_unmet(
             model=model,
             placement=job.placement,
@@ -197,35 +193,31 @@ def job_dispatch(
         if unmet:
             return Dispatch(impossible=unmet)
         # rows another dispatch holds locked right now are capacity, not a wait
-        contended = connection.vendor == "postgresql" and eligible.count() > ahead
+        contended = (
+            connection.vendor == "postgresql"
+            and devices_eligible_count(job=job, model=model, now=now) > ahead
+        )
         return _dispatch_wait(job, waiting_channel, contended=contended)
-    for device in rows[ahead:] + rows[:ahead]:
-        taken = Device.objects.filter(
-            id=device.id, slots_used__lt=F("slots_total")
-        ).update(slots_used=F("slots_used") + 1)
-        if not taken:
-            continue
-        attempt = Attempt.objects.create(
-            job=job,
-            device=device,
-            kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
-            continue_from_chars=len(continue_from),
-            claim_deadline=now + timedelta(seconds=settings.BALLAST_CLAIM_TIMEOUT_S),
-        )
-        updates = {"status": Job.Status.RUNNING}
-        if continue_from:
-            updates["failed_over"] = True
-        Job.objects.filter(id=job.id).update(**updates)
-        if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
-            spot_check_mark_due(device_id=device.id, reason="rate", now=now)
-        return Dispatch(
-            attempt=attempt,
-            machine_channel=device.machine.channel_name,
-            offer=offer_frame(
-                job=job, attempt=attempt, device=device, continue_from=continue_from
-            ),
-        )
-    return _dispatch_wait(job, waiting_channel, contended=True)
+    attempt = Attempt.objects.create(
+        job=job,
+        device=device,
+        kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
+        continue_from_chars=len(continue_from),
+        claim_deadline=now + timedelta(seconds=settings.BALLAST_CLAIM_TIMEOUT_S),
+    )
+    updates = {"status": Job.Status.RUNNING}
+    if continue_from:
+        updates["failed_over"] = True
+    Job.objects.filter(id=job.id).update(**updates)
+    if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
+        spot_check_mark_due(device_id=device.id, reason="rate", now=now)
+    return Dispatch(
+        attempt=attempt,
+        machine_channel=device.machine.channel_name,
+        offer=offer_frame(
+            job=job, attempt=attempt, device=device, continue_from=continue_from
+        ),
+    )
 
 
 def _dispatch_wait(
