@@ -110,8 +110,23 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
-            while all(p.poll() is None for p in stack.processes.values()):
+            while stack.processes["coordinator"].poll() is None:
+                for name, process in list(stack.processes.items()):
+                    if process.poll() is not None and name != "coordinator":
+                        # a host vanishing is what Ballast survives: say so, keep serving
+                        print(
+                            f"{name} exited ({process.returncode}); restarting it",
+                            flush=True,
+                        )
+                        stack.processes.pop(name)
+                        if name == "agent":
+                            stack.start_agent("agent", token)
+                        else:
+                            stack.start_celery()
                 time.sleep(1)
+            print(
+                "the coordinator exited; see " + str(stack.log_dir / "coordinator.log")
+            )
         except KeyboardInterrupt:
             pass
         print("stopping ...")

@@ -235,6 +235,21 @@ def job_charge(*, job, now: datetime | None = None) -> LedgerTransaction | None:
                 tokens_billed=attempt.tokens_billed, token_count_flagged=True
             )
         tokens_total += attempt.tokens_billed
+    # never more than the renter's max_tokens, whatever a host sent: the excess is
+    # trimmed from the last segments (and flagged there)
+    excess = tokens_total - (job.params.get("max_tokens") or tokens_total)
+    for attempt in reversed(attempts):
+        if excess <= 0:
+            break
+        cut = min(excess, attempt.tokens_billed)
+        if cut:
+            attempt.tokens_billed -= cut
+            attempt.token_count_flagged = True
+            Attempt.objects.filter(id=attempt.id).update(
+                tokens_billed=attempt.tokens_billed, token_count_flagged=True
+            )
+            excess -= cut
+            tokens_total -= cut
     cost = tokens_total * price
     if (job.tokens_billed, job.cost_nano) != (tokens_total, cost):
         Job.objects.filter(id=job.id).update(tokens_billed=tokens_total, cost_nano=cost)

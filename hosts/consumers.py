@@ -125,16 +125,20 @@ class HostConsumer(AsyncWebsocketConsumer):
     async def frame_hello(self, frame: dict) -> None:
         hello = protocol.parse_hello(frame)
         try:
-            await db_call(services.machine_hello)(
+            previous = await db_call(services.machine_hello)(
                 machine_id=self.machine_id, channel_name=self.channel_name, hello=hello
             )
         except services.KeyMismatch as exc:
             await self.send_error(str(exc))
             await self.close(code=CLOSE_KEY_MISMATCH)
             return
+        if previous and previous != self.channel_name:
+            # one connection per machine: the newer one wins, the older is closed
+            await self.channel_layer.send(previous, {"type": "machine.replaced"})
         self.greeted = True
         self.heartbeat_memo = services.HeartbeatMemo()
         self.vram_needs_mb = await db_call(services.catalog_vram_needs_mb)()
+        self.catalog_ids = await db_call(services.catalog_model_ids)()
         await self.send_json(
             {
                 "type": "welcome",
@@ -198,14 +202,23 @@ class HostConsumer(AsyncWebsocketConsumer):
                 "spot check %s on machine %s failed to run", job.id, self.machine_name
             )
 
+    def _catalog_model(self, frame_type: str, model_id: str) -> None:
+        """Refuse a report about a model that is not in the catalog (bounded rows)."""
+        if model_id not in self.catalog_ids:
+            raise protocol.FrameError(
+                f"{frame_type}: model {model_id[:100]!r} is not in the catalog"
+            )
+
     async def frame_model_load_failed(self, frame: dict) -> None:
         report = protocol.parse_model_load_failed(frame)
+        self._catalog_model("model_load_failed", report["model"])
         await db_call(services.capability_failed_record)(
             machine_id=self.machine_id, report=report
         )
 
     async def frame_benchmark(self, frame: dict) -> None:
         report = protocol.parse_benchmark(frame)
+        self._catalog_model("benchmark", report["model"])
         saved = await db_call(services.benchmark_record)(
             machine_id=self.machine_id, report=report
         )
@@ -282,6 +295,13 @@ class HostConsumer(AsyncWebsocketConsumer):
             "claimed": False,
         }
         await self.send_json(message["frame"])
+
+    async def machine_replaced(self, message: dict) -> None:
+        """Another connection of this machine said hello: close this one."""
+        await self.send_error(
+            "another connection of this machine took over; closing this one"
+        )
+        await self.close(code=4409)
 
     async def attempt_cancel(self, message: dict) -> None:
         """Tell the host to stop an attempt; later frames of it are ignored.

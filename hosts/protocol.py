@@ -41,12 +41,28 @@ def _str(
         raise FrameError(
             f"{frame.get('type')}: field {field!r} is over {max_len} characters"
         )
+    return _utf8(value, f"{frame.get('type')}: field {field!r}")
+
+
+def _utf8(value: str, where: str) -> str:
+    """``value`` if it encodes as UTF-8 (no lone surrogates); FrameError otherwise."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FrameError(f"{where} is not valid UTF-8 text") from None
     return value
 
 
+MAX_INT = 2**31 - 1  # database integer columns
+
+
 def _nonneg_int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise FrameError(f"{where} must be a non-negative integer")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_INT
+    ):
+        raise FrameError(f"{where} must be an integer from 0 to {MAX_INT}")
     return value
 
 
@@ -79,6 +95,7 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
         name = dev.get("name")
         if not isinstance(name, str) or not name or len(name) > 200:
             raise FrameError(f"hello: devices[{i}].name must be 1-200 characters")
+        _utf8(name, f"hello: devices[{i}].name")
         vram = _nonneg_int(
             dev.get("vram_total_mb"), f"hello: devices[{i}].vram_total_mb"
         )
@@ -96,8 +113,8 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
         )
     return {
         "agent_version": _str(frame, "agent_version", max_len=32),
-        "engine_name": engine_name,
-        "engine_version": engine_version,
+        "engine_name": _utf8(engine_name, "hello: engine.name"),
+        "engine_version": _utf8(engine_version, "hello: engine.version"),
         "public_key": key,
         "accepts_serverless": accepts,
         "devices": cleaned,
@@ -136,7 +153,8 @@ def parse_heartbeat(frame: dict[str, Any]) -> dict[str, Any]:
         slots = _nonneg_int(dev.get("slots"), f"heartbeat: devices[{i}].slots")
         models_ = dev.get("loaded_models", [])
         if not isinstance(models_, list) or not all(
-            isinstance(m, str) and 0 < len(m) <= 100 for m in models_
+            isinstance(m, str) and 0 < len(m) <= 100 and m.isprintable()
+            for m in models_
         ):
             raise FrameError(
                 f"heartbeat: devices[{i}].loaded_models must be a list of model ids"
@@ -204,8 +222,12 @@ def parse_benchmark(frame: dict[str, Any]) -> dict[str, Any]:
     }
     for field in ("tokens_per_s", "ttft_ms"):
         value = frame.get(field)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise FrameError(f"benchmark: {field} must be a non-negative number")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 <= value <= 1e9  # NaN and infinities fail this too
+        ):
+            raise FrameError(f"benchmark: {field} must be a finite non-negative number")
         out[field] = float(value)
     vram = frame.get("vram_used_mb")
     out["vram_used_mb"] = (

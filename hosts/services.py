@@ -103,11 +103,13 @@ def machine_authenticate(*, token: str) -> Machine | None:
 @transaction.atomic
 def machine_hello(
     *, machine_id: str, channel_name: str, hello: dict, now: datetime | None = None
-) -> Machine:
+) -> str:
     """Record a ``hello``: pin or check the key, store the build, upsert devices.
 
-    Marks the machine connected on ``channel_name``. Raises KeyMismatch when a key
-    is already pinned and differs (DESIGN.md: refused until the owner resets it).
+    Marks the machine connected on ``channel_name`` and returns the channel of the
+    connection it replaces ('' if none), which the caller closes. Raises
+    KeyMismatch when a key is already pinned and differs (DESIGN.md: refused
+    until the owner resets it).
     """
     now = now or timezone.now()
     machine = Machine.objects.select_for_update().get(id=machine_id)
@@ -119,6 +121,7 @@ def machine_hello(
         machine.last_heartbeat_at is not None
         and now - machine.last_heartbeat_at > RETURN_AFTER
     )
+    previous_channel = machine.channel_name if machine.connected else ""
     machine.public_key = hello["public_key"]
     machine.agent_version = hello["agent_version"]
     machine.engine_name = hello["engine_name"]
@@ -136,7 +139,7 @@ def machine_hello(
         )
         if came_back:
             spot_check_mark_due(device_id=device.id, reason="return", now=now)
-    return machine
+    return previous_channel
 
 
 def spot_check_mark_due(
@@ -597,6 +600,13 @@ def device_score_recompute(
     )
     Device.objects.filter(id=device_id).update(score=score)
     return score
+
+
+def catalog_model_ids() -> frozenset[str]:
+    """The ids of the catalog's models."""
+    from jobs.models import CatalogModel
+
+    return frozenset(CatalogModel.objects.values_list("id", flat=True))
 
 
 def catalog_vram_needs_mb() -> tuple[int, ...]:

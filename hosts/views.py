@@ -27,9 +27,10 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def agent_command(request: HttpRequest, token: str) -> str:
-    """The exact command a host pastes to run the agent against this site."""
+    """The exact command a host pastes, in a checkout of Ballast on their machine
+    (``./dev`` sets up the agent and llama.cpp on its first run)."""
     base_url = request.build_absolute_uri("/").rstrip("/")
-    return f"python -m agent run --server {base_url} --token {token}"
+    return f"./dev agent run --server {base_url} --token {token}"
 
 
 @login_required

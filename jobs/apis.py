@@ -83,42 +83,72 @@ class JobSerializer(serializers.ModelSerializer):
         return _ts(obj.finished_at)
 
 
+def _model_object(model: CatalogModel, now) -> dict:
+    """A catalog model as ``/v1/models`` shows it, with live capacity.
+
+    ``devices_online``: live devices with the model loaded; ``slots_free``: the
+    free slots of those that can take serverless work now (not paused,
+    quarantined or rented).
+    """
+    from .selectors import devices_rented
+
+    live = devices_live(now=now).filter(models__model_id=model.id, models__loaded=True)
+    usable = live.filter(
+        paused=False,
+        quarantined=False,
+        machine__paused=False,
+        machine__host_paused=False,
+        machine__accepts_serverless=True,
+        machine__agent_accepts_serverless=True,
+    ).exclude(devices_rented())
+    online = live.aggregate(devices=Count("id", distinct=True))
+    slots = usable.aggregate(total=Sum("slots_total"), used=Sum("slots_used"))
+    return {
+        "id": model.id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "ballast",
+        "family": model.family,
+        "context_length": model.context_length,
+        "pricing": {
+            "prompt": nano_to_usd_str(model.price_prompt_nano),
+            "completion": nano_to_usd_str(model.price_completion_nano),
+        },
+        "capacity": {
+            "devices_online": online["devices"] or 0,
+            "slots_free": max(0, (slots["total"] or 0) - (slots["used"] or 0)),
+        },
+    }
+
+
 class ModelsApi(APIView):
     """``GET /v1/models``: catalog models with pricing and live capacity."""
 
     def get(self, request: Request) -> Response:
         now = timezone.now()
-        data = []
-        for model in CatalogModel.objects.filter(active=True):
-            live = devices_live(now=now).filter(
-                models__model_id=model.id, models__loaded=True
+        return Response(
+            {
+                "object": "list",
+                "data": [
+                    _model_object(m, now)
+                    for m in CatalogModel.objects.filter(active=True)
+                ],
+            }
+        )
+
+
+class ModelApi(APIView):
+    """``GET /v1/models/{id}``: one catalog model (the ``openai`` client's retrieve)."""
+
+    def get(self, request: Request, model_id: str) -> Response:
+        from .errors import ApiError
+
+        model = CatalogModel.objects.filter(id=model_id, active=True).first()
+        if model is None:
+            raise ApiError(
+                404, f"model '{model_id}' is not in the catalog", "model_not_found"
             )
-            capacity = live.aggregate(
-                devices=Count("id", distinct=True),
-                total=Sum("slots_total"),
-                used=Sum("slots_used"),
-            )
-            data.append(
-                {
-                    "id": model.id,
-                    "object": "model",
-                    "created": 0,
-                    "owned_by": "ballast",
-                    "family": model.family,
-                    "context_length": model.context_length,
-                    "pricing": {
-                        "prompt": nano_to_usd_str(model.price_prompt_nano),
-                        "completion": nano_to_usd_str(model.price_completion_nano),
-                    },
-                    "capacity": {
-                        "devices_online": capacity["devices"] or 0,
-                        "slots_free": max(
-                            0, (capacity["total"] or 0) - (capacity["used"] or 0)
-                        ),
-                    },
-                }
-            )
-        return Response({"object": "list", "data": data})
+        return Response(_model_object(model, timezone.now()))
 
 
 class JobApi(APIView):

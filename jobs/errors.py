@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import JsonResponse
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -14,6 +14,8 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
     429: "rate_limit_error",
     502: "upstream_error",
     503: "no_capacity",
@@ -68,8 +70,10 @@ def openai_exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
         response.status_code = 401
         code = "invalid_api_key"
-    elif isinstance(exc, exceptions.NotFound):
+    elif isinstance(exc, (exceptions.NotFound, Http404)):
         code = "not_found"
+        response.data = error_body(404, "not found (or not yours)", code)
+        return response
     else:
         code = getattr(exc, "default_code", "error")
     detail = getattr(exc, "detail", str(exc))

@@ -180,6 +180,21 @@ class JobRun:
                 continue_from=continue_from,
                 waiting_channel=self.channel,
             )
+            if dispatch.exhausted:
+                if continue_from:
+                    yield await self._fail(
+                        502,
+                        "continuation_failed",
+                        "no other device can continue the answer",
+                    )
+                else:
+                    yield await self._fail(
+                        502,
+                        "all_attempts_failed",
+                        f"{failures_before_output} attempt(s) failed before any output "
+                        "and no other device can serve the request; nothing was billed",
+                    )
+                return
             if dispatch.impossible:
                 yield await self._fail(503, "no_capacity", dispatch.impossible)
                 return

@@ -132,8 +132,10 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
     if not isinstance(body, dict):
         raise _bad("body", "the request body must be a JSON object")
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if model is None or model == "":
         raise _bad("model", "'model' is required")
+    if not isinstance(model, str) or len(model) > 100:
+        raise _bad("model", "'model' must be a model id string")
     messages = prompt = None
     if endpoint == "chat":
         messages = _messages(body.get("messages"))

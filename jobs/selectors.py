@@ -181,6 +181,19 @@ def devices_eligible_count(*, job: Job, model: CatalogModel, now: datetime) -> i
         return cursor.fetchone()[0]
 
 
+def devices_untried_exist(*, job: Job, model: CatalogModel, now: datetime) -> bool:
+    """True when a live device with the model, meeting the placement, has not yet
+    had an attempt of ``job`` (busy, hot or paused ones count: they may free up)."""
+    devices = devices_live(now=now).filter(_loaded(model.id))
+    if job.target_device_id:
+        devices = devices.filter(id=job.target_device_id)
+    return (
+        devices.filter(placement_filter(job.placement))
+        .exclude(Exists(Attempt.objects.filter(job=job, device=OuterRef("pk"))))
+        .exists()
+    )
+
+
 def requirement_unmet(
     *,
     model: CatalogModel,

@@ -25,7 +25,12 @@ from hosts.models import Device, token_hash, token_new
 from hosts.services import device_outcome_record, spot_check_mark_due
 
 from .models import ApiKey, Attempt, CatalogModel, Job
-from .selectors import device_claim, devices_eligible_count, requirement_unmet
+from .selectors import (
+    device_claim,
+    devices_eligible_count,
+    devices_untried_exist,
+    requirement_unmet,
+)
 from .tokens import token_count, token_count_believable
 
 log = logging.getLogger("ballast.jobs")
@@ -107,6 +112,7 @@ class Dispatch:
     offer: dict | None = None
     wait: bool = False
     contended: bool = False  # a free slot exists but another dispatch holds its row
+    exhausted: bool = False  # every device that could serve it was tried
     impossible: str = ""
 
 
@@ -192,6 +198,13 @@ def job_dispatch(
         )
         if unmet:
             return Dispatch(impossible=unmet)
+        if not devices_untried_exist(job=job, model=model, now=now):
+            # every live device that could serve it has already failed it
+            return Dispatch(
+                impossible="every live device that can serve this request has "
+                "already failed it",
+                exhausted=True,
+            )
         # rows another dispatch holds locked right now are capacity, not a wait
         contended = (
             connection.vendor == "postgresql"
@@ -439,14 +452,44 @@ def attempts_reap(*, now: datetime | None = None) -> int:
     return closed
 
 
+def prompt_tokens_estimate(*, model_id: str, request) -> int | None:
+    """Tokens the prompt will take on a host (the model's tokenizer), or None.
+
+    Chat messages are counted with a small allowance per message for the chat
+    template's role markers (SmolLM2's template adds about 5 tokens a message).
+    """
+    if request.messages is not None:
+        counts = [token_count(model_id, m["content"]) for m in request.messages]
+        if any(c is None for c in counts):
+            return None
+        return sum(counts) + 6 * len(request.messages) + 3
+    return token_count(model_id, request.prompt or "")
+
+
+def _reserved_nano(*, renter) -> int:
+    """The worst case (max_tokens × price) of the renter's jobs still open, nano-USD."""
+    prices = dict(CatalogModel.objects.values_list("id", "price_completion_nano"))
+    return sum(
+        (params.get("max_tokens") or 0) * prices.get(model_id, 0)
+        for model_id, params in Job.objects.filter(
+            renter=renter, status__in=Job.OPEN_STATUSES
+        ).values_list("model_id", "params")
+    )
+
+
+@transaction.atomic
 def job_submit(*, api_key: ApiKey, request) -> Job:
     """Store a renter's checked request (``jobs.requests.CompletionRequest``) as a job.
 
-    Raises ApiError 404 for a model not in the catalog and 402 when the renter's
-    balance cannot cover ``max_tokens`` at the model's price.
+    Raises ApiError 404 for a model not in the catalog, 400 when the prompt and
+    ``max_tokens`` do not fit the model's context, and 402 when the renter's
+    balance, less the worst case of their jobs still running, cannot cover
+    ``max_tokens`` at the model's price (the renter's credit account is locked
+    while this is checked, so parallel requests cannot overspend).
     """
+    from billing.models import Account
     from billing.money import nano_to_usd_str
-    from billing.services import renter_balance_nano
+    from billing.services import account_for, renter_balance_nano
 
     from .errors import ApiError
 
@@ -479,8 +522,25 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
                 "rental_not_live",
                 "placement.rental",
             )
+    prompt_tokens = prompt_tokens_estimate(model_id=model.id, request=request)
+    if (
+        prompt_tokens is not None
+        and prompt_tokens + request.params["max_tokens"] > model.context_length
+    ):
+        raise ApiError(
+            400,
+            f"the prompt (about {prompt_tokens} tokens) plus max_tokens="
+            f"{request.params['max_tokens']} exceed the model's context of "
+            f"{model.context_length} tokens",
+            "context_length_exceeded",
+            "messages" if request.messages is not None else "prompt",
+        )
     worst_case = request.params["max_tokens"] * model.price_completion_nano
-    balance = renter_balance_nano(user=api_key.user)
+    credit = account_for(kind=Account.Kind.RENTER_CREDIT, user=api_key.user)
+    Account.objects.select_for_update().filter(id=credit.id).first()  # serialise
+    balance = renter_balance_nano(user=api_key.user) - _reserved_nano(
+        renter=api_key.user
+    )
     if balance < worst_case:
         raise ApiError(
             402,

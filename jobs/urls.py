@@ -1,11 +1,12 @@
 """Renter API routes under ``/v1/``."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from . import apis, views
 
 urlpatterns = [
     path("models", apis.ModelsApi.as_view(), name="models"),
+    path("models/<path:model_id>", apis.ModelApi.as_view(), name="model"),
     path("chat/completions", views.chat_completions, name="chat-completions"),
     path("completions", views.completions, name="completions"),
     path("jobs/<uuid:job_id>", apis.JobApi.as_view(), name="job"),
@@ -13,4 +14,5 @@ urlpatterns = [
     path("devices", apis.DevicesApi.as_view(), name="devices"),
     path("rentals", apis.RentalsApi.as_view(), name="rentals"),
     path("rentals/<uuid:rental_id>", apis.RentalApi.as_view(), name="rental"),
+    re_path(r"^.*$", views.not_found, name="v1-not-found"),
 ]

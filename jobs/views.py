@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from channels.db import database_sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -113,7 +114,16 @@ async def _authorize_and_submit(
     if key is None:
         raise ApiError(401, "missing, invalid or revoked API key", "invalid_api_key")
     try:
-        body = json.loads(request.body or b"")
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError(
+            413,
+            "the request body is larger than the server accepts",
+            "body_too_large",
+            "body",
+        ) from None
+    try:
+        body = json.loads(raw or b"")
     except ValueError:
         raise ApiError(
             400, "the request body is not valid JSON", "invalid_json", "body"
@@ -200,6 +210,17 @@ async def _stream(
                 yield _sse("[DONE]")
                 return
             event = await anext(events)
+
+
+@csrf_exempt
+def not_found(request: HttpRequest) -> JsonResponse:
+    """Any other ``/v1/`` path: an OpenAI-shaped 404 (never an HTML page)."""
+    return JsonResponse(
+        error_body(
+            404, f"no such API endpoint: {request.method} {request.path}", "not_found"
+        ),
+        status=404,
+    )
 
 
 @csrf_exempt

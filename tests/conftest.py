@@ -14,7 +14,7 @@ from jobs.services import api_key_create
 REFERENCE_MODEL = {
     "id": "smollm2-135m-instruct",
     "family": "smollm2",
-    "context_length": 8192,
+    "context_length": 2048,
     "vram_per_request_mb": 256,
     "price_prompt_nano": 0,
     "price_completion_nano": 200,

@@ -141,7 +141,8 @@ def test_it_never_offers_a_job_twice_to_one_device(live_device, job, catalog):
     dispatch = job_dispatch(job_id=str(the_job.id))
     assert dispatch.attempt.device_id == device.id
     assert eligible(the_job, catalog) == []
-    assert job_dispatch(job_id=str(the_job.id)).wait
+    again = job_dispatch(job_id=str(the_job.id))
+    assert again.attempt is None and again.exhausted, "no other device: 502, not a wait"
 
 
 def test_it_ranks_by_score_then_first_token_time(live_device, job, catalog):

@@ -21,9 +21,7 @@ def test_it_registers_a_machine_and_shows_its_token_once(owner_client, owner):
     html = owner_client.get(response["Location"]).content.decode()
     start = html.index('id="agent-command">') + len('id="agent-command">')
     command = html[start : html.index("</pre>", start)]
-    assert command.startswith(
-        "python -m agent run --server http://testserver --token bm_"
-    )
+    assert command.startswith("./dev agent run --server http://testserver --token bm_")
     token = command.rsplit(" ", 1)[1]
     assert machine_authenticate(token=token) == machine
     again = owner_client.get(response["Location"]).content.decode()

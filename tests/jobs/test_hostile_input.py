@@ -1,0 +1,210 @@
+"""Findings of a hostile walk-through, each kept as the failing input (a regression
+test per bug): renters' requests that must be refused, hosts' frames that must be
+refused, and what must not happen to the money or the fleet."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from django.test import AsyncClient
+
+from billing.money import usd_to_nano
+from billing.services import renter_top_up
+from hosts.models import Benchmark, Device, FailedCapability
+from jobs.models import Attempt, Job
+from tests.hostsim import MODEL, HostSim
+
+from .helpers import chat_request, host_online, read_body, sse_events, sse_text
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+async def test_a_prompt_longer_than_the_context_is_a_400_and_costs_no_host_anything(
+    catalog, api_key, machine_token
+):
+    host = await host_online(machine_token, "rig")
+    response = await chat_request(api_key, content="word " * 2100, max_tokens=1)
+    assert response.status_code == 400
+    body = json.loads(response.content)
+    assert body["error"]["code"] == "context_length_exceeded"
+    assert body["error"]["param"] == "messages"
+    assert await host.ws.receive_nothing(timeout=0.2), "never offered to a host"
+    assert not await Attempt.objects.aexists()
+    await host.close()
+
+
+async def test_when_every_capable_device_failed_it_answers_502_at_once(
+    catalog, api_key, machine_token, settings
+):
+    settings.BALLAST_QUEUE_TIMEOUT_S = 60  # a wait would show as a test timeout
+    hosts = [
+        await host_online(machine_token, f"bad{i}", score=90 - i) for i in range(2)
+    ]
+    request = chat_request(api_key)
+    for host in hosts:
+        offer = await host.recv_type("offer")
+        await host.send({"type": "error", "job": offer["job"], "message": "boom"})
+    response = await asyncio.wait_for(request, 5)
+    assert response.status_code == 502
+    assert json.loads(response.content)["error"]["code"] == "all_attempts_failed"
+    for host in hosts:
+        await host.close()
+
+
+async def test_a_host_cannot_bill_past_max_tokens(catalog, api_key, machine_token):
+    host = await host_online(machine_token, "rig")
+    request = chat_request(api_key, stream=False, max_tokens=20)
+    offer = await host.recv_type("offer")
+    await host.answer(offer, ["x" * 500], tokens=500)
+    response = await request
+    job = await Job.objects.aget(id=response["x-ballast-job-id"])
+    assert (
+        job.tokens_billed <= 20 and job.cost_nano <= 20 * catalog.price_completion_nano
+    )
+    attempt = await Attempt.objects.aget(job=job)
+    assert attempt.token_count_flagged
+    await host.close()
+
+
+async def test_parallel_requests_cannot_overspend_the_credit(catalog, machine_token):
+    from hosts.services import user_get_or_create
+    from jobs.services import api_key_create
+
+    user = await database_sync_to_async(user_get_or_create)(email="tiny@example.com")
+    await database_sync_to_async(renter_top_up)(
+        user=user, amount_nano=usd_to_nano("0.000001"), key="tiny"
+    )  # enough for 5 tokens at 200 nano-USD
+    _, key = await database_sync_to_async(api_key_create)(user=user)
+    host = await host_online(machine_token, "rig", slots=8)
+    first = chat_request(key, stream=False, max_tokens=5)
+    offer = await host.recv_type(
+        "offer"
+    )  # the first job is running, its worst case reserved
+    second = await chat_request(key, stream=False, max_tokens=5)
+    assert second.status_code == 402
+    await host.answer(offer, ["ok"])
+    assert (await first).status_code == 200
+    await host.close()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {
+            "type": "heartbeat",
+            "devices": [{"index": 2**70, "temp_c": 50, "vram_free_mb": 1, "slots": 1}],
+        },
+        {
+            "type": "heartbeat",
+            "devices": [{"index": 0, "temp_c": 50, "vram_free_mb": 2**31, "slots": 1}],
+        },
+        {
+            "type": "benchmark",
+            "device": 0,
+            "model": MODEL,
+            "tokens_per_s": float("nan"),
+            "ttft_ms": 1,
+        },
+        {
+            "type": "benchmark",
+            "device": 0,
+            "model": MODEL,
+            "tokens_per_s": float("inf"),
+            "ttft_ms": 1,
+        },
+        {
+            "type": "benchmark",
+            "device": 0,
+            "model": "not-in-catalog",
+            "tokens_per_s": 1,
+            "ttft_ms": 1,
+        },
+        {
+            "type": "model_load_failed",
+            "device": 0,
+            "model": "not-in-catalog",
+            "error": "x",
+        },
+    ],
+    ids=[
+        "index 2**70",
+        "vram 2**31",
+        "NaN",
+        "Infinity",
+        "benchmark unknown model",
+        "load_failed unknown model",
+    ],
+)
+async def test_out_of_range_host_frames_get_an_error_and_keep_the_connection(
+    catalog, machine_token, frame
+):
+    host = await host_online(machine_token, "rig")
+    await host.ws.send_to(text_data=json.dumps(frame, allow_nan=True))
+    error = await host.recv_type("error")
+    assert error["message"].startswith(frame["type"])
+    await host.heartbeat()  # still served
+    assert (
+        not await Benchmark.objects.aexists()
+        and not await FailedCapability.objects.aexists()
+    )
+    await host.close()
+
+
+async def test_a_lone_surrogate_token_is_refused_and_the_answer_goes_on(
+    catalog, api_key, machine_token
+):
+    host = await host_online(machine_token, "rig")
+    request = chat_request(api_key)
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.ws.send_to(
+        text_data=json.dumps(
+            {"type": "token", "job": offer["job"], "text": "ok \ud800 bad"}
+        )
+    )
+    assert "not valid UTF-8" in (await host.recv_type("error"))["message"]
+    await host.token(offer["job"], "fine")
+    await host.done(offer["job"], 1)
+    response = await request
+    assert sse_text(sse_events(await read_body(response))) == "fine"
+    await host.close()
+
+
+async def test_a_second_connection_of_a_machine_replaces_the_first(
+    catalog, machine_token
+):
+    first = await host_online(machine_token, "rig")
+    second = HostSim(first.machine_token)
+    second.key = first.key
+    await second.connect()
+    error = await first.recv_type("error")
+    assert "took over" in error["message"]
+    assert (await first.ws.receive_output(timeout=2))["type"] == "websocket.close"
+    await second.heartbeat()
+    device = await Device.objects.select_related("machine").aget(machine=first.machine)
+    assert device.machine.connected
+    await second.close()
+
+
+async def test_unknown_v1_paths_and_big_bodies_answer_openai_shaped_json(
+    catalog, api_key
+):
+    client = AsyncClient()
+    auth = {"authorization": f"Bearer {api_key}"}
+    for path in ("/v1/embeddings", "/v1/jobs/xyz"):
+        response = await client.get(path, headers=auth)
+        assert response.status_code == 404
+        assert json.loads(response.content)["error"]["code"] == "not_found"
+    response = await client.get(f"/v1/models/{MODEL}", headers=auth)
+    assert json.loads(response.content)["id"] == MODEL
+    response = await client.post(
+        "/v1/chat/completions",
+        data=b'{"model": "' + b"x" * (11 * 1024 * 1024) + b'"}',
+        content_type="application/json",
+        headers=auth,
+    )
+    assert response.status_code == 413
+    assert json.loads(response.content)["error"]["code"] == "body_too_large"
