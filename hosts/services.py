@@ -374,6 +374,9 @@ def capability_failed_record(*, machine_id: str, report: dict) -> FailedCapabili
     return capability
 
 
+BENCHMARKS_KEPT = 20  # per device and model: a host cannot grow its page without end
+
+
 def benchmark_record(*, machine_id: str, report: dict) -> Benchmark | None:
     """Store a benchmark measured on the machine's own hardware; None for an unknown device."""
     device = Device.objects.filter(
@@ -381,13 +384,20 @@ def benchmark_record(*, machine_id: str, report: dict) -> Benchmark | None:
     ).first()
     if device is None:
         return None
-    return Benchmark.objects.create(
+    benchmark = Benchmark.objects.create(
         device=device,
         model_id=report["model"],
         tokens_per_s=report["tokens_per_s"],
         ttft_ms=report["ttft_ms"],
         vram_used_mb=report["vram_used_mb"],
     )
+    keep = Benchmark.objects.filter(device=device, model_id=report["model"]).values(
+        "id"
+    )[:BENCHMARKS_KEPT]
+    Benchmark.objects.filter(device=device, model_id=report["model"]).exclude(
+        id__in=list(keep.values_list("id", flat=True))
+    ).delete()
+    return benchmark
 
 
 def online_span_extend(*, machine_id: str, now: datetime) -> None:

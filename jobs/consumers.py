@@ -41,11 +41,19 @@ class RenterChatConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         token = bearer_token(self.scope)
         self.api_key = await db_call(api_key_from_request_header)(f"Bearer {token}")
-        if self.api_key is None:
-            await self.close(code=4401)
-            return
         self.task: asyncio.Task | None = None
         await self.accept()
+        if self.api_key is None:
+            await self._send(
+                {
+                    "type": "error",
+                    "status": 401,
+                    **error_body(
+                        401, "missing, invalid or revoked API key", "invalid_api_key"
+                    ),
+                }
+            )
+            await self.close(code=4401)
 
     async def disconnect(self, code: int) -> None:
         task = getattr(self, "task", None)
@@ -58,7 +66,11 @@ class RenterChatConsumer(AsyncWebsocketConsumer):
     ) -> None:
         if self.task is not None and not self.task.done():
             await self._send(
-                error_body(429, "one request at a time per connection", "busy")
+                {
+                    "type": "error",
+                    "status": 429,
+                    **error_body(429, "one request at a time per connection", "busy"),
+                }
             )
             return
         try:

@@ -214,8 +214,9 @@ class JobRun:
                         yield await self._fail(
                             504,
                             "queue_timeout",
-                            f"no slot for model '{self.job.model_id}' freed within "
-                            f"{settings.BALLAST_QUEUE_TIMEOUT_S:g} s",
+                            f"no device took the request for model "
+                            f"'{self.job.model_id}' within "
+                            f"{settings.BALLAST_QUEUE_TIMEOUT_S:g} s (all busy or unavailable)",
                             job_status=Job.Status.TIMED_OUT,
                         )
                     return

@@ -208,3 +208,17 @@ async def test_unknown_v1_paths_and_big_bodies_answer_openai_shaped_json(
     )
     assert response.status_code == 413
     assert json.loads(response.content)["error"]["code"] == "body_too_large"
+
+
+async def test_a_host_cannot_grow_its_benchmarks_without_end(catalog, machine_token):
+    host = await host_online(machine_token, "rig")
+    for i in range(25):
+        await host.send(
+            {"type": "benchmark", "device": 0, "model": MODEL, "tokens_per_s": i, "ttft_ms": 1}
+        )
+    await host.send({"type": "nonsense"})  # frames are handled in order: this one last
+    await host.recv_type("error")
+    assert await Benchmark.objects.acount() == 20
+    newest = await Benchmark.objects.order_by("-measured_at", "-id").afirst()
+    assert newest.tokens_per_s == 24
+    await host.close()
