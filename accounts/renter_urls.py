@@ -11,5 +11,7 @@ urlpatterns = [
     path("keys/", views.key_create, name="key_create"),
     path("keys/<int:key_id>/revoke/", views.key_revoke, name="key_revoke"),
     path("jobs/", views.jobs, name="jobs"),
+    path("rentals/", views.rental_create, name="rental_create"),
+    path("rentals/<uuid:rental_id>/end/", views.rental_end, name="rental_end"),
     path("jobs/<uuid:job_id>/", views.job_detail, name="job"),
 ]

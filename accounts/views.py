@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from billing.services import renter_balance_nano
+from jobs.rentals import rental_price_per_hour_nano
 from jobs.services import api_key_create
 
 from . import selectors, services
@@ -49,6 +50,8 @@ def overview(request: HttpRequest) -> HttpResponse:
             "balance_nano": renter_balance_nano(user=request.user),
             "keys": selectors.api_keys_of(user=request.user),
             "rentals": selectors.rentals_of(user=request.user),
+            "rentable": _rentable_devices(),
+            "rental_price_nano": rental_price_per_hour_nano(),
             "form": ApiKeyCreateForm(),
             "new_key": new_key,
             "api_base": request.build_absolute_uri("/v1/"),
@@ -97,3 +100,56 @@ def job_detail(request: HttpRequest, job_id) -> HttpResponse:
     """One of the renter's jobs with every attempt; another's is a 404."""
     job = selectors.job_of(user=request.user, job_id=job_id)
     return render(request, "accounts/job.html", {"job": job})
+
+
+def _rentable_devices():
+    from django.utils import timezone
+
+    from jobs.selectors import devices_live, devices_rented
+
+    return (
+        devices_live(now=timezone.now())
+        .filter(quarantined=False, paused=False)
+        .exclude(devices_rented())
+        .select_related("machine")[:200]
+    )
+
+
+@login_required
+@require_POST
+def rental_create(request: HttpRequest) -> HttpResponse:
+    """Rent a device for some hours (``jobs.rentals.rental_create``), from the form."""
+    from jobs.errors import ApiError
+    from jobs.rentals import rental_create as create
+
+    try:
+        device_id = int(request.POST.get("device", ""))
+        hours = int(request.POST.get("hours", ""))
+    except ValueError:
+        messages.error(request, "Pick a device and a whole number of hours.")
+        return redirect("renter:overview")
+    try:
+        rental = create(renter=request.user, device_id=device_id, hours=hours)
+    except ApiError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request,
+            f"Rental {rental.id} is pending: it goes live once the device passes a spot check.",
+        )
+    return redirect("renter:overview")
+
+
+@login_required
+@require_POST
+def rental_end(request: HttpRequest, rental_id) -> HttpResponse:
+    """End one of the user's rentals now (billed up to now); another's is a 404."""
+    from jobs.models import Rental
+    from jobs.rentals import rental_end as end
+
+    rental = Rental.objects.filter(id=rental_id, renter=request.user).first()
+    if rental is None:
+        raise Http404("no such rental")
+    end(rental=rental)
+    messages.success(request, "Rental ended.")
+    return redirect("renter:overview")
