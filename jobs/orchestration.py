@@ -25,7 +25,7 @@ from django.utils import timezone
 from ballast.db import db_call
 
 from . import services
-from .models import Attempt, Job
+from .models import Attempt, CatalogModel, Job
 
 log = logging.getLogger("ballast.jobs")
 
@@ -113,6 +113,7 @@ class JobRun:
     async def events(self) -> AsyncIterator[Token | Finished | Failed]:
         """Yield the job's events until it ends; see the class docstring."""
         self.channel = await self.layer.new_channel("job.")
+        self.model = await db_call(CatalogModel.objects.get)(id=self.job.model_id)
         self.inbox: deque[dict] = deque()
         self.arrived = asyncio.Event()
         reader = asyncio.create_task(self._read_channel())
@@ -179,6 +180,8 @@ class JobRun:
                 job_id=self.job_id,
                 continue_from=continue_from,
                 waiting_channel=self.channel,
+                job=self.job,
+                model=self.model,
             )
             if dispatch.exhausted:
                 if continue_from:

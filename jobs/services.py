@@ -167,9 +167,14 @@ def job_dispatch(
     job_id: str,
     continue_from: str = "",
     waiting_channel: str = "",
+    job: Job | None = None,
+    model: CatalogModel | None = None,
     now: datetime | None = None,
 ) -> Dispatch:
     """Pick an eligible device and claim one of its slots, in one transaction.
+
+    ``job`` and ``model`` may be passed by a caller that holds them (the job's
+    coroutine), saving two reads; only fields fixed at submission are used.
 
     A fresh dispatch waits behind older queued jobs of the same model (first come
     first served). Returns ``Dispatch(attempt=…)`` with the offer to send,
@@ -177,8 +182,8 @@ def job_dispatch(
     naming the requirement no live device meets (DESIGN.md "No eligible device").
     """
     now = now or timezone.now()
-    job = Job.objects.get(id=job_id)
-    model = CatalogModel.objects.get(id=job.model_id)
+    job = job if job is not None else Job.objects.get(id=job_id)
+    model = model if model is not None else CatalogModel.objects.get(id=job.model_id)
     ahead = 0
     if not continue_from:
         ahead = Job.objects.filter(
@@ -240,6 +245,7 @@ def _dispatch_wait(
         return Dispatch(wait=True, contended=True)
     if waiting_channel and job.waiting_channel != waiting_channel:
         Job.objects.filter(id=job.id).update(waiting_channel=waiting_channel)
+        job.waiting_channel = waiting_channel
     return Dispatch(wait=True)
 
 
