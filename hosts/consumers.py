@@ -15,10 +15,9 @@ import logging
 from contextlib import aclosing
 from typing import Any
 
-from channels.consumer import get_handler_name
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
+from ballast.consumers import DirectDispatchConsumer
 from ballast.db import db_call
 from jobs import services as job_services
 from jobs import spotchecks
@@ -44,18 +43,8 @@ def bearer_token(scope: dict) -> str:
     return ""
 
 
-class HostConsumer(AsyncWebsocketConsumer):
+class HostConsumer(DirectDispatchConsumer):
     """A machine's connection: hello, heartbeats, and the frames of its attempts."""
-
-    async def dispatch(self, message: dict) -> None:
-        """Call the message's handler, without Channels' per-message
-        ``close_old_connections`` hop to the database thread: every database call
-        here goes through ``ballast.db.db_call``, which does that itself. A token
-        frame is relayed with no database work at all."""
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"no handler for message type {message['type']}")
-        await handler(message)
 
     async def connect(self) -> None:
         machine = await db_call(services.machine_authenticate)(

@@ -11,9 +11,7 @@ import asyncio
 import json
 from contextlib import aclosing
 
-from channels.consumer import get_handler_name
-from channels.generic.websocket import AsyncWebsocketConsumer
-
+from ballast.consumers import DirectDispatchConsumer
 from ballast.db import db_call
 from hosts.consumers import bearer_token
 
@@ -25,18 +23,8 @@ from .services import job_submit
 from .views import ChunkWriter
 
 
-class RenterChatConsumer(AsyncWebsocketConsumer):
+class RenterChatConsumer(DirectDispatchConsumer):
     """One renter connection; runs one request at a time."""
-
-    async def dispatch(self, message: dict) -> None:
-        """Call the message's handler, without Channels' per-message
-        ``close_old_connections`` hop to the database thread: every database call
-        here goes through ``ballast.db.db_call``, which does that itself. A token
-        frame is relayed with no database work at all."""
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"no handler for message type {message['type']}")
-        await handler(message)
 
     async def connect(self) -> None:
         token = bearer_token(self.scope)

@@ -87,3 +87,21 @@ def sse_text(events: list) -> str:
         for e in events
         if e != "[DONE]" and e["choices"]
     )
+
+
+async def renter_ws(api_key: str, content: str = "Hi"):
+    """Open the renter websocket with ``api_key`` and send one chat request."""
+    from channels.testing import WebsocketCommunicator
+
+    from ballast.asgi import application
+
+    ws = WebsocketCommunicator(
+        application,
+        "/ws/v1/chat/",
+        headers=[(b"authorization", f"Bearer {api_key}".encode())],
+    )
+    assert (await ws.connect())[0]
+    await ws.send_json_to(
+        {"model": MODEL, "messages": [{"role": "user", "content": content}]}
+    )
+    return ws

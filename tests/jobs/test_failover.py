@@ -16,6 +16,7 @@ from hosts.models import DeviceOutcome
 from jobs.models import Attempt, Job
 
 from .helpers import chat_request, host_online, read_body, sse_events, sse_text
+from .helpers import renter_ws as renter_ws_open
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -186,23 +187,8 @@ async def test_it_ignores_late_frames_of_a_failed_attempt(
 async def test_it_frees_the_slot_and_cancels_when_the_renter_goes_away(
     catalog, api_key, machine_token
 ):
-    from channels.testing import WebsocketCommunicator
-
-    from ballast.asgi import application
-
     host = await host_online(machine_token, "rig")
-    renter_ws = WebsocketCommunicator(
-        application,
-        "/ws/v1/chat/",
-        headers=[(b"authorization", f"Bearer {api_key}".encode())],
-    )
-    assert (await renter_ws.connect())[0]
-    await renter_ws.send_json_to(
-        {
-            "model": "smollm2-135m-instruct",
-            "messages": [{"role": "user", "content": "Count"}],
-        }
-    )
+    renter_ws = await renter_ws_open(api_key, "Count")
     offer = await host.recv_type("offer")
     await host.claim(offer["job"])
     await host.token(offer["job"], "One,")
@@ -227,23 +213,8 @@ async def test_it_frees_the_slot_and_cancels_when_the_renter_goes_away(
 async def test_it_answers_the_renter_websocket_with_chunks_then_done(
     catalog, api_key, machine_token
 ):
-    from channels.testing import WebsocketCommunicator
-
-    from ballast.asgi import application
-
     host = await host_online(machine_token, "rig")
-    renter_ws = WebsocketCommunicator(
-        application,
-        "/ws/v1/chat/",
-        headers=[(b"authorization", f"Bearer {api_key}".encode())],
-    )
-    assert (await renter_ws.connect())[0]
-    await renter_ws.send_json_to(
-        {
-            "model": "smollm2-135m-instruct",
-            "messages": [{"role": "user", "content": "Hi"}],
-        }
-    )
+    renter_ws = await renter_ws_open(api_key, "Hi")
     offer = await host.recv_type("offer")
     await host.answer(offer, ["Hi", "!"])
     messages = []
@@ -274,8 +245,13 @@ async def test_it_refuses_a_renter_websocket_without_a_valid_key(catalog):
         application, "/ws/v1/chat/", headers=[(b"authorization", b"Bearer nope")]
     )
     connected, _ = await ws.connect()
-    assert connected, "accepted, to say why in a message (a refused handshake is a bare 403)"
+    assert connected, (
+        "accepted, to say why in a message (a refused handshake is a bare 403)"
+    )
     error = await ws.receive_json_from(timeout=5)
     assert error["type"] == "error" and error["status"] == 401
     assert error["error"]["code"] == "invalid_api_key"
-    assert (await ws.receive_output(timeout=5)) == {"type": "websocket.close", "code": 4401}
+    assert (await ws.receive_output(timeout=5)) == {
+        "type": "websocket.close",
+        "code": 4401,
+    }

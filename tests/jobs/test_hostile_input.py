@@ -214,7 +214,13 @@ async def test_a_host_cannot_grow_its_benchmarks_without_end(catalog, machine_to
     host = await host_online(machine_token, "rig")
     for i in range(25):
         await host.send(
-            {"type": "benchmark", "device": 0, "model": MODEL, "tokens_per_s": i, "ttft_ms": 1}
+            {
+                "type": "benchmark",
+                "device": 0,
+                "model": MODEL,
+                "tokens_per_s": i,
+                "ttft_ms": 1,
+            }
         )
     await host.send({"type": "nonsense"})  # frames are handled in order: this one last
     await host.recv_type("error")
