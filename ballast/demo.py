@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                             f"{name} exited ({process.returncode}); restarting it",
                             flush=True,
                         )
-                        stack.processes.pop(name)
+                        stack.kill(
+                            name
+                        )  # its whole process group (beat with the worker)
                         if name == "agent":
                             stack.start_agent("agent", token)
                         else:

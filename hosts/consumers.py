@@ -92,7 +92,7 @@ class HostConsumer(DirectDispatchConsumer):
             return
         try:
             frame = json.loads(text_data)
-        except ValueError:
+        except (ValueError, RecursionError):
             await self.send_error("frame is not valid JSON")
             return
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):

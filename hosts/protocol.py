@@ -45,7 +45,10 @@ def _str(
 
 
 def _utf8(value: str, where: str) -> str:
-    """``value`` if it encodes as UTF-8 (no lone surrogates); FrameError otherwise."""
+    """``value`` if it is storable text: valid UTF-8 (no lone surrogates) and no
+    NUL (PostgreSQL text cannot hold it); FrameError otherwise."""
+    if "\x00" in value:
+        raise FrameError(f"{where} must not contain NUL characters")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

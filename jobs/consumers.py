@@ -63,7 +63,7 @@ class RenterChatConsumer(DirectDispatchConsumer):
             return
         try:
             body = json.loads(text_data or "")
-        except ValueError:
+        except (ValueError, RecursionError):
             await self._send(
                 {
                     "type": "error",

@@ -23,6 +23,7 @@ from hosts.services import spot_check_mark_due
 from .errors import ApiError
 from .models import Rental
 from .selectors import devices_live
+from .services import credit_lock, credit_reserved_nano
 
 log = logging.getLogger("ballast.rentals")
 
@@ -84,7 +85,9 @@ def rental_create(
             409, f"device {device_id} is already rented", "device_rented", "device"
         )
     price = rental_price_per_hour_nano()
-    if renter_balance_nano(user=renter) < price * hours:
+    credit_lock(renter=renter)
+    available = renter_balance_nano(user=renter) - credit_reserved_nano(renter=renter)
+    if available < price * hours:
         raise ApiError(
             402, "balance cannot cover the rental's whole period", "insufficient_credit"
         )

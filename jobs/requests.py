@@ -34,6 +34,17 @@ def _bad(param: str, message: str) -> ApiError:
     return ApiError(400, message, "invalid_request", param=param)
 
 
+def _text(value: str, param: str) -> str:
+    """``value`` if it is storable text: valid UTF-8 (no lone surrogates), no NUL."""
+    if "\x00" in value:
+        raise _bad(param, f"'{param}' must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad(param, f"'{param}' is not valid UTF-8 text") from None
+    return value
+
+
 def _number(body: dict, name: str, lo: float, hi: float, default: Any) -> Any:
     value = body.get(name, default)
     if value is None:
@@ -79,6 +90,7 @@ def _messages(value: Any) -> list[dict]:
             raise _bad(
                 f"messages[{i}].content", f"'messages[{i}].content' must be a string"
             )
+        _text(content, f"messages[{i}].content")
         cleaned.append(
             {"role": "system" if role == "developer" else role, "content": content}
         )
@@ -107,7 +119,7 @@ def _placement(value: Any) -> dict:
                     f"placement.{name}",
                     f"'placement.{name}' must be a non-empty string",
                 )
-            out[name] = value[name]
+            out[name] = _text(value[name], f"placement.{name}")
     if value.get("min_vram_gb") is not None:
         gb = value["min_vram_gb"]
         if (
@@ -136,6 +148,7 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
         raise _bad("model", "'model' is required")
     if not isinstance(model, str) or len(model) > 100:
         raise _bad("model", "'model' must be a model id string")
+    _text(model, "model")
     messages = prompt = None
     if endpoint == "chat":
         messages = _messages(body.get("messages"))
@@ -145,6 +158,7 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
             prompt = prompt[0]
         if not isinstance(prompt, str) or not prompt:
             raise _bad("prompt", "'prompt' must be a non-empty string")
+        _text(prompt, "prompt")
     if body.get("n", 1) != 1:
         raise _bad("n", "only n=1 is supported")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -167,6 +181,8 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
         or not all(isinstance(s, str) and s for s in stop)
     ):
         raise _bad("stop", "'stop' must be a string or a list of at most 4 strings")
+    for item in stop or []:
+        _text(item, "stop")
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _bad("seed", "'seed' must be an integer")

@@ -472,15 +472,42 @@ def prompt_tokens_estimate(*, model_id: str, request) -> int | None:
     return token_count(model_id, request.prompt or "")
 
 
-def _reserved_nano(*, renter) -> int:
-    """The worst case (max_tokens × price) of the renter's jobs still open, nano-USD."""
+def credit_reserved_nano(*, renter) -> int:
+    """What the renter's open commitments may still cost, nano-USD.
+
+    The worst case (max_tokens × price) of their jobs still open, plus the unbilled
+    hours of their pending and live rentals. New requests and rentals are checked
+    against the balance less this, so nothing taken in parallel can overspend.
+    """
+    from .models import Rental
+
     prices = dict(CatalogModel.objects.values_list("id", "price_completion_nano"))
-    return sum(
+    jobs = sum(
         (params.get("max_tokens") or 0) * prices.get(model_id, 0)
         for model_id, params in Job.objects.filter(
             renter=renter, status__in=Job.OPEN_STATUSES
         ).values_list("model_id", "params")
     )
+    rentals = 0
+    for rental in Rental.objects.filter(
+        renter=renter, status__in=(Rental.Status.PENDING, Rental.Status.LIVE)
+    ):
+        hours_left = float(rental.hours)
+        if rental.billed_until and rental.starts_at:
+            billed = (rental.billed_until - rental.starts_at).total_seconds() / 3600
+            hours_left = max(0.0, rental.hours - billed)
+        rentals += int(hours_left * rental.price_per_hour_nano)
+    return jobs + rentals
+
+
+def credit_lock(*, renter) -> None:
+    """Lock the renter's credit account row until the transaction ends, so
+    concurrent checks of one renter's credit run one after the other."""
+    from billing.models import Account
+    from billing.services import account_for
+
+    credit = account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
+    Account.objects.select_for_update().filter(id=credit.id).first()
 
 
 @transaction.atomic
@@ -493,9 +520,8 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
     ``max_tokens`` at the model's price (the renter's credit account is locked
     while this is checked, so parallel requests cannot overspend).
     """
-    from billing.models import Account
     from billing.money import nano_to_usd_str
-    from billing.services import account_for, renter_balance_nano
+    from billing.services import renter_balance_nano
 
     from .errors import ApiError
 
@@ -542,9 +568,8 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
             "messages" if request.messages is not None else "prompt",
         )
     worst_case = request.params["max_tokens"] * model.price_completion_nano
-    credit = account_for(kind=Account.Kind.RENTER_CREDIT, user=api_key.user)
-    Account.objects.select_for_update().filter(id=credit.id).first()  # serialise
-    balance = renter_balance_nano(user=api_key.user) - _reserved_nano(
+    credit_lock(renter=api_key.user)
+    balance = renter_balance_nano(user=api_key.user) - credit_reserved_nano(
         renter=api_key.user
     )
     if balance < worst_case:

@@ -124,7 +124,7 @@ async def _authorize_and_submit(
         ) from None
     try:
         body = json.loads(raw or b"")
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ApiError(
             400, "the request body is not valid JSON", "invalid_json", "body"
         ) from None

@@ -228,3 +228,45 @@ async def test_a_host_cannot_grow_its_benchmarks_without_end(catalog, machine_to
     newest = await Benchmark.objects.order_by("-measured_at", "-id").afirst()
     assert newest.tokens_per_s == 24
     await host.close()
+
+
+@pytest.mark.parametrize(
+    "content, needle", [("hi\u0000there", "NUL"), ("hi \ud800", "not valid UTF-8")]
+)
+async def test_unstorable_text_in_a_request_is_a_400(catalog, api_key, content, needle):
+    response = await chat_request(api_key, content=content)
+    assert response.status_code == 400
+    body = json.loads(response.content)
+    assert (
+        needle in body["error"]["message"]
+        and body["error"]["param"] == "messages[0].content"
+    )
+
+
+async def test_deeply_nested_json_is_refused_cleanly(catalog, api_key, machine_token):
+    deep = '{"model": "x", "messages": ' + "[" * 50000 + "]" * 50000 + "}"
+    response = await AsyncClient().post(
+        "/v1/chat/completions",
+        data=deep,
+        content_type="application/json",
+        headers={"authorization": f"Bearer {api_key}"},
+    )
+    assert response.status_code == 400
+    host = await host_online(machine_token, "rig")
+    await host.ws.send_to(text_data="[" * 100000 + "]" * 100000)
+    assert (await host.recv_type("error"))["message"] == "frame is not valid JSON"
+    await host.heartbeat()  # the connection is still served
+    await host.close()
+
+
+async def test_a_nul_in_a_token_is_refused(catalog, api_key, machine_token):
+    host = await host_online(machine_token, "rig")
+    request = chat_request(api_key, stream=False)
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.send({"type": "token", "job": offer["job"], "text": "fi\u0000ne"})
+    assert "NUL" in (await host.recv_type("error"))["message"]
+    await host.token(offer["job"], "fine")
+    await host.done(offer["job"], 1)
+    assert (await request).status_code == 200
+    await host.close()

@@ -202,3 +202,33 @@ async def test_the_renter_ends_a_rental_early(canaries, api_key, machine_token):
     txn = await LedgerTransaction.objects.aget(kind="rental")
     assert txn is not None
     await host.close()
+
+
+async def test_rentals_cannot_commit_more_than_the_balance(
+    canaries, machine_token, settings
+):
+    """Open rentals reserve their unbilled hours: a second rental that the balance
+    could not also pay for is refused (no negative balance at settlement)."""
+    from hosts.services import user_get_or_create
+    from jobs.services import api_key_create
+
+    settings.BALLAST_RENTAL_USD_PER_HOUR = "0.20"
+    user = await database_sync_to_async(user_get_or_create)(email="neg@example.com")
+    from billing.services import renter_top_up
+
+    await database_sync_to_async(renter_top_up)(
+        user=user, amount_nano=250_000_000, key="neg"
+    )  # 0.25 USD: one hour, not two
+    _, key = await database_sync_to_async(api_key_create)(user=user)
+    first = await _passing_host(machine_token, "first")
+    second = await _passing_host(machine_token, "second")
+    response = await _api(
+        "post", "/v1/rentals", key, {"device": first.device.id, "hours": 1}
+    )
+    assert response.status_code == 201
+    response = await _api(
+        "post", "/v1/rentals", key, {"device": second.device.id, "hours": 1}
+    )
+    assert response.status_code == 402
+    await first.close()
+    await second.close()
