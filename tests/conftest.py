@@ -21,6 +21,21 @@ REFERENCE_MODEL = {
 }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_database_pools(django_db_setup, django_db_blocker):
+    """Close pooled PostgreSQL connections (threads of the pool) before the test
+    database is dropped, so the drop is not refused as still in use."""
+    yield
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for connection in connections.all():
+            close_pool = getattr(connection, "close_pool", None)
+            if close_pool is not None and connection.vendor == "postgresql":
+                close_pool()
+            connection.close()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_process_caches():
     """Per-process caches (the model's median first-token time) start empty."""

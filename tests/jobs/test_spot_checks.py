@@ -14,7 +14,6 @@ from django.utils import timezone
 from billing.models import Earning, LedgerTransaction
 from hosts.models import Device, DeviceOutcome, Machine
 from hosts.services import spot_check_mark_due
-from jobs.canaries import answer_appears
 from jobs.models import Job, SpotCheck
 from jobs.spotchecks import spot_checks_schedule
 from tests.hostsim import HostSim
@@ -53,13 +52,6 @@ async def _due(device_id: int, reason: str = "staff") -> None:
 
 async def _device(host: HostSim) -> Device:
     return await Device.objects.aget(machine=host.machine)
-
-
-def test_answers_appear_as_whole_words_in_any_case():
-    assert answer_appears("4", "The answer is 4.")
-    assert answer_appears("tokyo", "TOKYO,\n  of course")
-    assert not answer_appears("4", "It is 24.")
-    assert not answer_appears("cold", "It is colder")
 
 
 async def test_it_checks_a_device_when_a_model_first_loads(canaries, machine_token):
