@@ -26,6 +26,7 @@ from ballast.db import db_call
 
 from . import services
 from .models import Attempt, CatalogModel, Job
+from .tokens import token_count
 
 log = logging.getLogger("ballast.jobs")
 
@@ -104,6 +105,7 @@ class JobRun:
         self.channel = ""
         self.delivered: list[str] = []
         self.segment: _Segment | None = None
+        self.token_mark = (0, 0)  # (characters, tokens) of the answer at the last count
         self.finished = False
 
     @property
@@ -316,8 +318,27 @@ class JobRun:
                 if not segment.pieces:
                     segment.first_token_at = timezone.now()  # written when it ends
                 text = message["text"] + self._more_text(attempt_id)
-                segment.pieces.append(text)
-                yield text
+                text, over = self._within_max_tokens(segment, text)
+                if text:
+                    segment.pieces.append(text)
+                    yield text
+                if over:
+                    # the host ignores max_tokens: end the answer at the limit, unpaid
+                    segment.outcome = Attempt.Outcome.SUCCEEDED
+                    segment.done = {
+                        "finish_reason": "length",
+                        "prompt_tokens": 0,
+                        "completion_tokens": token_count(
+                            self.job.model_id, segment.text
+                        )
+                        or 0,
+                        "receipt": "",
+                    }
+                    await self.layer.send(
+                        segment.machine_channel,
+                        {"type": "attempt.cancel", "attempt": attempt_id},
+                    )
+                    return
                 deadline = loop.time() + settings.BALLAST_STALL_TIMEOUT_S
                 timeout_outcome = Attempt.Outcome.STALLED
             elif kind == "host.done":
@@ -336,6 +357,36 @@ class JobRun:
                 )
                 segment.error = message.get("message", "")
                 return
+
+    def _within_max_tokens(self, segment: _Segment, text: str) -> tuple[str, bool]:
+        """Cut ``text`` so the renter never receives more than ``max_tokens``.
+
+        Returns (the part to deliver, whether the limit was passed). Cheap while the
+        characters delivered are within ``max_tokens`` (a token is at least one
+        character); past that, the model's tokenizer counts the whole answer, and
+        the longest prefix of ``text`` that fits is found by bisection.
+        """
+        limit = self.job.params.get("max_tokens")
+        before = self.delivered_text + segment.text
+        total = len(before) + len(text)
+        marked_chars, marked_tokens = self.token_mark
+        # tokens(answer) <= tokens at the last count + characters since (+1 at the seam)
+        if not limit or marked_tokens + (total - marked_chars) + 1 <= limit:
+            return text, False
+        count = token_count(self.job.model_id, before + text)
+        if count is None:
+            return text, False
+        self.token_mark = (total, count)
+        if count <= limit:
+            return text, False
+        low, high = 0, len(text)  # the longest prefix that still fits
+        while low < high:
+            mid = (low + high + 1) // 2
+            if (token_count(self.job.model_id, before + text[:mid]) or 0) <= limit:
+                low = mid
+            else:
+                high = mid - 1
+        return text[:low], True
 
     async def _end_segment(self, segment: _Segment) -> None:
         """End a failed or cancelled attempt: record it, tell the host, free the slot."""

@@ -11,10 +11,12 @@ import pytest
 from channels.db import database_sync_to_async
 from django.test import AsyncClient
 
+from billing.models import Earning
 from billing.money import usd_to_nano
 from billing.services import renter_top_up
 from hosts.models import Benchmark, Device, FailedCapability
 from jobs.models import Attempt, Job
+from jobs.tokens import token_count
 from tests.hostsim import MODEL, HostSim
 
 from .helpers import chat_request, host_online, read_body, sse_events, sse_text
@@ -54,18 +56,27 @@ async def test_when_every_capable_device_failed_it_answers_502_at_once(
         await host.close()
 
 
-async def test_a_host_cannot_bill_past_max_tokens(catalog, api_key, machine_token):
+async def test_a_host_cannot_send_or_bill_past_max_tokens(
+    catalog, api_key, machine_token
+):
     host = await host_online(machine_token, "rig")
     request = chat_request(api_key, stream=False, max_tokens=20)
     offer = await host.recv_type("offer")
     await host.answer(offer, ["x" * 500], tokens=500)
     response = await request
+    body = json.loads(response.content)
+    assert body["choices"][0]["finish_reason"] == "length"
+    text = body["choices"][0]["message"]["content"]
+    assert 0 < token_count(MODEL, text) <= 20, "the renter never receives more"
+    assert (await host.recv_type("cancel"))["job"] == offer["job"]
     job = await Job.objects.aget(id=response["x-ballast-job-id"])
-    assert (
-        job.tokens_billed <= 20 and job.cost_nano <= 20 * catalog.price_completion_nano
-    )
+    assert job.tokens_billed <= 20
+    assert job.cost_nano <= 20 * catalog.price_completion_nano
     attempt = await Attempt.objects.aget(job=job)
-    assert attempt.token_count_flagged
+    assert attempt.receipt_valid is not True, (
+        "a host that ignores max_tokens is not paid"
+    )
+    assert not await Earning.objects.filter(attempt=attempt).aexists()
     await host.close()
 
 
