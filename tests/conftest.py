@@ -113,7 +113,7 @@ def live_device(owner, catalog):
     returns the Device.
     """
     from hosts.models import Device
-    from hosts.services import machine_heartbeat, machine_hello
+    from tests.devices import device_online
 
     def make(
         name: str = "rig",
@@ -129,34 +129,17 @@ def live_device(owner, catalog):
         paused: bool = False,
     ) -> Device:
         machine, _ = machine_create(owner_email=owner.email, name=name, region=region)
-        machine_hello(
-            machine_id=str(machine.id),
-            channel_name=f"test.{name}!x",
-            hello={
-                "agent_version": "t",
-                "engine_name": "scripted",
-                "engine_version": "1",
-                "public_key": "A" * 43 + "=",
-                "accepts_serverless": accepts_serverless,
-                "devices": [{"index": 0, "name": gpu, "vram_total_mb": vram_total_mb}],
-            },
+        return device_online(
+            machine,
+            gpu=gpu,
+            vram_total_mb=vram_total_mb,
+            accepts_serverless=accepts_serverless,
+            models=models,
+            temp_c=temp_c,
+            vram_free_mb=vram_free_mb,
+            slots=slots,
+            paused=paused,
         )
-        machine_heartbeat(
-            machine_id=str(machine.id),
-            heartbeat={
-                "paused": paused,
-                "devices": [
-                    {
-                        "index": 0,
-                        "temp_c": temp_c,
-                        "vram_free_mb": vram_free_mb,
-                        "loaded_models": list(models),
-                        "slots": slots,
-                    }
-                ],
-            },
-        )
-        return Device.objects.select_related("machine").get(machine=machine, index=0)
 
     return make
 

@@ -16,11 +16,10 @@ from hosts.services import (
     benchmark_record,
     capability_failed_record,
     device_outcome_record,
-    machine_heartbeat,
-    machine_hello,
     machine_register,
 )
 from jobs.models import Attempt, Job
+from tests.devices import device_online
 
 MODEL = "smollm2-135m-instruct"
 PASSWORD = "correct horse battery staple"
@@ -76,37 +75,19 @@ def connect(
     slots=2,
 ):
     """Say hello and send one heartbeat for ``machine``'s device 0 (as its agent would)."""
-    machine_hello(
-        machine_id=str(machine.id),
-        channel_name=f"test.{machine.id}",
-        hello={
-            "agent_version": "0.1.0",
-            "engine_name": "llamacpp",
-            "engine_version": "0.3.16",
-            "public_key": "A" * 43 + "=",
-            "accepts_serverless": True,
-            "devices": [{"index": 0, "name": gpu, "vram_total_mb": 24576}],
-        },
+    device = device_online(
+        machine,
+        gpu=gpu,
+        agent_version="0.1.0",
+        engine=("llamacpp", "0.3.16"),
         now=now,
-    )
-    machine_heartbeat(
-        machine_id=str(machine.id),
-        heartbeat={
-            "paused": False,
-            "devices": [
-                {
-                    "index": 0,
-                    "temp_c": temp_c,
-                    "vram_free_mb": vram_free_mb,
-                    "loaded_models": list(models),
-                    "slots": slots,
-                }
-            ],
-        },
-        now=now,
+        models=models,
+        temp_c=temp_c,
+        vram_free_mb=vram_free_mb,
+        slots=slots,
     )
     machine.refresh_from_db()
-    return machine.devices.get(index=0)
+    return device
 
 
 @pytest.fixture

@@ -1,0 +1,61 @@
+"""Bring a machine's device 0 online through the real services, as its agent would
+(one ``hello``, one heartbeat), without a websocket."""
+
+from __future__ import annotations
+
+from hosts.models import Device
+from hosts.services import machine_heartbeat, machine_hello
+
+MODEL = "smollm2-135m-instruct"
+
+
+def device_online(
+    machine,
+    *,
+    gpu: str = "NVIDIA GeForce RTX 4090",
+    vram_total_mb: int = 24576,
+    accepts_serverless: bool = True,
+    public_key: str = "A" * 43 + "=",
+    models=(MODEL,),
+    temp_c: float | None = 50.0,
+    vram_free_mb: int = 8000,
+    slots: int = 1,
+    paused: bool = False,
+    agent_version: str = "test",
+    engine: tuple[str, str] = ("scripted", "1"),
+    now=None,
+) -> Device:
+    """Say hello and send one heartbeat for ``machine``; return its device 0.
+
+    Sizes in MiB, temperature in °C (None: a CPU without a sensor).
+    """
+    machine_hello(
+        machine_id=str(machine.id),
+        channel_name=f"test.{machine.id}!x",
+        hello={
+            "agent_version": agent_version,
+            "engine_name": engine[0],
+            "engine_version": engine[1],
+            "public_key": public_key,
+            "accepts_serverless": accepts_serverless,
+            "devices": [{"index": 0, "name": gpu, "vram_total_mb": vram_total_mb}],
+        },
+        now=now,
+    )
+    machine_heartbeat(
+        machine_id=str(machine.id),
+        heartbeat={
+            "paused": paused,
+            "devices": [
+                {
+                    "index": 0,
+                    "temp_c": temp_c,
+                    "vram_free_mb": vram_free_mb,
+                    "loaded_models": list(models),
+                    "slots": slots,
+                }
+            ],
+        },
+        now=now,
+    )
+    return Device.objects.select_related("machine").get(machine=machine, index=0)
