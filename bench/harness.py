@@ -266,7 +266,7 @@ class StreamResult:
             self.tokens += 1
 
 
-def chat_body(max_tokens: int = 8192, content: str = "hello") -> dict:
+def chat_body(max_tokens: int = 2000, content: str = "hello") -> dict:
     return {"model": MODEL, "stream": True, "max_tokens": max_tokens,
             "messages": [{"role": "user", "content": content}]}
 

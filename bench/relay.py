@@ -116,7 +116,7 @@ async def run_once(base: str, key: str, sim: HostSimProcess, pid: int, *, transp
     sim.configure(streams, tokens, per_frame, pace_s)
     limits = httpx.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
     async with httpx.AsyncClient(limits=limits, timeout=180) as client:
-        body = chat_body(8192)
+        body = chat_body(2000)  # fits the 2,048-token context with the prompt
         if transport == "sse":
             coros = [sse_stream(client, base + "/v1/chat/completions", key, body) for _ in range(streams)]
         else:
