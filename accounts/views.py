@@ -105,14 +105,9 @@ def job_detail(request: HttpRequest, job_id) -> HttpResponse:
 def _rentable_devices():
     from django.utils import timezone
 
-    from jobs.selectors import devices_live, devices_rented
+    from jobs.selectors import devices_rentable
 
-    return (
-        devices_live(now=timezone.now())
-        .filter(quarantined=False, paused=False)
-        .exclude(devices_rented())
-        .select_related("machine")[:200]
-    )
+    return devices_rentable(now=timezone.now())[:200]
 
 
 @login_required

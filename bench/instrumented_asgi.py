@@ -79,7 +79,7 @@ def _install() -> None:
     import jobs.services
     import jobs.views
 
-    for name in ("job_dispatch", "attempt_claim", "attempt_first_token", "attempt_end", "job_finish",
+    for name in ("job_dispatch", "attempt_claim", "attempt_end", "job_finish",
                  "job_lease_renew", "jobs_waiting_channels"):
         _wrap(jobs.services, name, name)
     _wrap(jobs.views, "job_submit", "job_submit")

@@ -237,15 +237,9 @@ class DevicesApi(APIView):
     """``GET /v1/devices``: live devices a renter may rent (not rented, not quarantined)."""
 
     def get(self, request: Request) -> Response:
-        from .selectors import devices_rented
+        from .selectors import devices_rentable
 
-        devices = (
-            devices_live(now=timezone.now())
-            .filter(quarantined=False, paused=False)
-            .exclude(devices_rented())
-            .select_related("machine")
-            .prefetch_related("models")
-        )
+        devices = devices_rentable(now=timezone.now()).prefetch_related("models")
         return Response(
             {
                 "data": [

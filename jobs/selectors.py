@@ -181,6 +181,16 @@ def devices_eligible_count(*, job: Job, model: CatalogModel, now: datetime) -> i
         return cursor.fetchone()[0]
 
 
+def devices_rentable(*, now: datetime) -> QuerySet[Device]:
+    """Live devices a renter may rent: not paused, not quarantined, not rented."""
+    return (
+        devices_live(now=now)
+        .filter(quarantined=False, paused=False)
+        .exclude(devices_rented())
+        .select_related("machine")
+    )
+
+
 def devices_untried_exist(*, job: Job, model: CatalogModel, now: datetime) -> bool:
     """True when a live device with the model, meeting the placement, has not yet
     had an attempt of ``job`` (busy, hot or paused ones count: they may free up)."""

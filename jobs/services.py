@@ -270,16 +270,6 @@ def attempt_claim(
     )
 
 
-def attempt_first_token(*, attempt_id: str, now: datetime | None = None) -> bool:
-    """Record the first token of a claimed attempt (claimed → streaming)."""
-    now = now or timezone.now()
-    return bool(
-        Attempt.objects.filter(
-            id=attempt_id, state__in=(Attempt.State.OFFERED, Attempt.State.CLAIMED)
-        ).update(state=Attempt.State.STREAMING, first_token_at=now)
-    )
-
-
 def _segment_tokens(
     *, model_id: str, text: str, reported: int | None
 ) -> tuple[int, bool]:

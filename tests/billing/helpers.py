@@ -2,7 +2,7 @@
 
 ``Rig`` registers machines with ``machine_create`` + ``machine_hello`` +
 ``machine_heartbeat``, creates jobs and plays their attempts through
-``job_dispatch`` / ``attempt_claim`` / ``attempt_first_token`` / ``attempt_end`` /
+``job_dispatch`` / ``attempt_claim`` / ``attempt_end`` /
 ``job_finish``, the same calls the orchestration makes.
 """
 
@@ -25,7 +25,6 @@ from jobs.models import Attempt, CatalogModel, Job
 from jobs.services import (
     attempt_claim,
     attempt_end,
-    attempt_first_token,
     job_create,
     job_dispatch,
     job_finish,
@@ -184,10 +183,6 @@ class Rig:
         Other outcomes send no ``done``.
         """
         attempt, host = self.attempt(job, continue_from=continue_from, device=device)
-        if text:
-            attempt_first_token(
-                attempt_id=str(attempt.id)
-            )  # real time: offered_at is real time too
         done = None
         if outcome == Attempt.Outcome.SUCCEEDED:
             done = {
@@ -201,6 +196,8 @@ class Rig:
             outcome=outcome,
             output_text=text,
             done=done,
+            # real time: offered_at is real time too
+            first_token_at=timezone.now() if text else None,
             now=self.now,
         )
         assert ended is not None
