@@ -185,11 +185,13 @@ def job_dispatch(
     job = job if job is not None else Job.objects.get(id=job_id)
     model = model if model is not None else CatalogModel.objects.get(id=job.model_id)
     ahead = 0
-    if not continue_from:
+    if not continue_from and not job.target_device_id:
+        # FCFS among serverless jobs only: a spot check or a rental's job runs on
+        # its own device and neither waits behind nor holds back the others
         ahead = Job.objects.filter(
             model_id=job.model_id,
             status=Job.Status.QUEUED,
-            is_spot_check=False,
+            target_device__isnull=True,
             created_at__lt=job.created_at,
             lease_until__gt=now,
         ).count()

@@ -192,3 +192,15 @@ def test_it_serves_queued_jobs_first_come_first_served(live_device, job, catalog
         "the younger job must not jump the queue"
     )
     assert job_dispatch(job_id=str(older.id)).attempt is not None
+
+
+def test_a_spot_check_never_waits_behind_queued_renter_jobs(live_device, job, catalog):
+    """A queued renter job that cannot use a quarantined device must not hold back
+    the spot check that targets it (found as a flaky CI run)."""
+    device = live_device()
+    Device.objects.filter(id=device.id).update(quarantined=True)
+    assert job_dispatch(job_id=str(job().id)).wait  # a renter job, queued
+    check = job()
+    Job.objects.filter(id=check.id).update(is_spot_check=True, target_device=device)
+    dispatch = job_dispatch(job_id=str(check.id))
+    assert dispatch.attempt is not None and dispatch.attempt.device_id == device.id
