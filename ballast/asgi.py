@@ -12,14 +12,44 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from hosts.consumers import HostConsumer  # noqa: E402
 from jobs.consumers import RenterChatConsumer  # noqa: E402
 
+
+class ApiHandler(ASGIHandler):
+    """Django's ASGI handler with no middleware, for the renter completions.
+
+    The page middleware (sessions, CSRF, messages, …) is sync-only: under ASGI
+    each of its hooks is a hop to the one sync thread, a dozen per request, all
+    requests of the process queueing for it. The completions need none of it
+    (API-key auth, no cookies, CSRF-exempt), so their requests skip it.
+    """
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        self._view_middleware = []
+        self._template_response_middleware = []
+        self._exception_middleware = []
+        get_response = self._get_response_async if is_async else self._get_response
+        self._middleware_chain = convert_exception_to_response(get_response)
+
+
+API_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+api_asgi_app = ApiHandler()
+
+
+async def http_app(scope, receive, send) -> None:
+    """Route HTTP: the completions to ``ApiHandler``, everything else to Django."""
+    app = api_asgi_app if scope["path"] in API_PATHS else django_asgi_app
+    await app(scope, receive, send)
+
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_app,
         "websocket": URLRouter(
             [
                 path("ws/host/", HostConsumer.as_asgi()),

@@ -79,12 +79,13 @@ def _install() -> None:
     import jobs.services
     import jobs.views
 
-    for name in ("job_dispatch", "attempt_claim", "attempt_end", "job_finish",
+    for name in ("job_dispatch", "attempt_claim", "attempt_end", "job_finish", "job_succeed",
                  "job_lease_renew", "jobs_waiting_channels"):
         _wrap(jobs.services, name, name)
-    _wrap(jobs.views, "job_submit", "job_submit")
+    _wrap(jobs.views, "_job_open", "request step (http)")
     _wrap(jobs.views, "api_key_from_request_header", "api_key (http)")
-    _wrap(jobs.consumers, "job_submit", "job_submit (ws)")
+    _wrap(jobs.services, "_job_submit", "job_submit")
+    _wrap(jobs.consumers, "job_open", "job_open (ws)")
     _wrap(jobs.consumers, "api_key_from_request_header", "api_key (ws)")
     for name in ("machine_heartbeat", "machine_hello", "machine_authenticate", "machine_disconnect"):
         _wrap(hosts.services, name, name)

@@ -60,6 +60,9 @@ def account_for(*, kind: str, user: AbstractBaseUser | None = None) -> Account:
     Created on first use; a concurrent first use is settled by the unique
     constraints on (kind, user).
     """
+    account = Account.objects.filter(kind=kind, user=user).first()
+    if account is not None:  # the usual case: one read, no savepoint
+        return account
     try:
         with transaction.atomic():
             account, _ = Account.objects.get_or_create(kind=kind, user=user)

@@ -57,6 +57,7 @@ class HostConsumer(DirectDispatchConsumer):
         self.machine_name = machine.name
         self.greeted = False
         self.spot_check_tasks: set[asyncio.Task] = set()
+        self.background_tasks: set[asyncio.Task] = set()
         # attempt id -> {"reply": channel of the job's coroutine, "claimed": bool}
         self.open_attempts: dict[str, dict[str, Any]] = {}
         subprotocols = self.scope.get("subprotocols") or []
@@ -225,17 +226,29 @@ class HostConsumer(DirectDispatchConsumer):
                 f"claim: job {attempt_id[:40]} is not offered to this machine"
             )
             return
-        claimed = await db_call(job_services.attempt_claim)(
-            attempt_id=attempt_id, machine_id=self.machine_id
-        )
-        if not claimed:
-            self.open_attempts.pop(attempt_id, None)
-            await self.send_json({"type": "cancel", "job": attempt_id})
-            return
+        # the offer reached this connection and the attempt is still open on it:
+        # relay the claim at once and record it off the token path (the agent
+        # streams right after its claim; a database step here would hold them)
         info["claimed"] = True
         await self.channel_layer.send(
             info["reply"], {"type": "host.claim", "attempt": attempt_id}
         )
+        task = asyncio.create_task(self._claim_record(attempt_id))
+        self.background_tasks.add(task)
+        task.add_done_callback(self.background_tasks.discard)
+
+    async def _claim_record(self, attempt_id: str) -> None:
+        """Record a relayed claim (compare-and-set offered → claimed); when the
+        attempt was ended meanwhile, stop the host (its frames are no longer relayed)."""
+        try:
+            claimed = await db_call(job_services.attempt_claim)(
+                attempt_id=attempt_id, machine_id=self.machine_id
+            )
+        except Exception:
+            log.exception("claim of %s on machine %s", attempt_id, self.machine_name)
+            return
+        if not claimed and self.open_attempts.pop(attempt_id, None) is not None:
+            await self.send_json({"type": "cancel", "job": attempt_id})
 
     async def frame_token(self, frame: dict) -> None:
         attempt_id, info = self._open(frame)

@@ -17,9 +17,9 @@ from hosts.consumers import bearer_token
 
 from .auth import api_key_from_request_header
 from .errors import ApiError, error_body
-from .orchestration import Failed, Finished, JobRun, Token
+from .orchestration import Failed, Finished, JobRun, Token, channel_release
 from .requests import completion_request_parse
-from .services import job_submit
+from .services import job_open
 from .views import ChunkWriter
 
 
@@ -76,14 +76,21 @@ class RenterChatConsumer(DirectDispatchConsumer):
         self.task = asyncio.create_task(self._run(body))
 
     async def _run(self, body) -> None:
+        channel = await self.channel_layer.new_channel("job.")
         try:
             parsed = completion_request_parse(body, endpoint="chat")
-            job = await db_call(job_submit)(api_key=self.api_key, request=parsed)
-        except ApiError as exc:
+            job, model, dispatch = await db_call(job_open)(
+                api_key=self.api_key, request=parsed, waiting_channel=channel
+            )
+        except BaseException as exc:
+            await channel_release(self.channel_layer, channel)
+            if not isinstance(exc, ApiError):
+                raise
             await self._send({"type": "error", "status": exc.status, **exc.body()})
             return
         writer = ChunkWriter(job, parsed)
-        async with aclosing(JobRun(job).events()) as events:
+        run = JobRun(job, model=model, channel=channel, dispatch=dispatch)
+        async with aclosing(run.events()) as events:
             async for event in events:
                 if isinstance(event, Token):
                     await self._send(writer.chunk(event.text))

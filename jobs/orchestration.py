@@ -11,6 +11,7 @@ the continuation's ``continue_from`` are both the renter's own text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections import deque
@@ -50,6 +51,20 @@ async def slots_announce(model_ids, *, slots: int = 1) -> None:
             await layer.send(channel, {"type": "slot.free"})
 
 
+async def channel_release(layer, channel: str) -> None:
+    """Give back a channel made by ``new_channel`` that will never be read.
+
+    The Redis pub/sub layer subscribes in ``new_channel`` and unsubscribes only
+    when a pending ``receive`` is cancelled; without this, every refused request
+    would leave a subscription behind.
+    """
+    reader = asyncio.ensure_future(layer.receive(channel))
+    await asyncio.sleep(0)  # let the receive start, so its cancel cleans up
+    reader.cancel()
+    with contextlib.suppress(BaseException):
+        await reader
+
+
 @dataclass
 class Token:
     """A piece of output text delivered to the renter."""
@@ -84,6 +99,7 @@ class _Segment:
     outcome: str = ""
     error: str = ""
     done: dict | None = None
+    claimed_at: datetime | None = None
     first_token_at: datetime | None = None
 
     @property
@@ -98,11 +114,24 @@ class JobRun:
     told to stop, the slot frees, and the renter is billed for what was delivered.
     """
 
-    def __init__(self, job: Job) -> None:
+    def __init__(
+        self,
+        job: Job,
+        *,
+        model: CatalogModel | None = None,
+        channel: str = "",
+        dispatch: services.Dispatch | None = None,
+    ) -> None:
+        """``model``, ``channel`` (made by the layer's ``new_channel``, so replies to
+        it are kept from the start) and the first ``dispatch`` may come from the
+        request path's single database step (``services.job_open``); what is not
+        given is fetched or made when ``events()`` starts."""
         self.job = job
         self.job_id = str(job.id)
         self.layer = get_channel_layer()
-        self.channel = ""
+        self.channel = channel
+        self.model = model
+        self.first_dispatch = dispatch
         self.delivered: list[str] = []
         self.segment: _Segment | None = None
         self.token_mark = (0, 0)  # (characters, tokens) of the answer at the last count
@@ -114,8 +143,10 @@ class JobRun:
 
     async def events(self) -> AsyncIterator[Token | Finished | Failed]:
         """Yield the job's events until it ends; see the class docstring."""
-        self.channel = await self.layer.new_channel("job.")
-        self.model = await db_call(CatalogModel.objects.get)(id=self.job.model_id)
+        if not self.channel:
+            self.channel = await self.layer.new_channel("job.")
+        if self.model is None:
+            self.model = await db_call(CatalogModel.objects.get)(id=self.job.model_id)
         self.inbox: deque[dict] = deque()
         self.arrived = asyncio.Event()
         reader = asyncio.create_task(self._read_channel())
@@ -178,13 +209,20 @@ class JobRun:
             continue_from = self.delivered_text
             if continue_from and loop.time() > queue_deadline:
                 queue_deadline = loop.time() + settings.BALLAST_CLAIM_TIMEOUT_S
-            dispatch = await db_call(services.job_dispatch)(
-                job_id=self.job_id,
-                continue_from=continue_from,
-                waiting_channel=self.channel,
-                job=self.job,
-                model=self.model,
-            )
+            dispatch, self.first_dispatch = self.first_dispatch, None
+            if dispatch is not None and dispatch.wait:
+                # made in the transaction that stored the job: a slot that freed
+                # before that commit announced itself to nobody (the job was not
+                # visible yet), so look once more before waiting for a wake-up
+                dispatch = None
+            if dispatch is None:
+                dispatch = await db_call(services.job_dispatch)(
+                    job_id=self.job_id,
+                    continue_from=continue_from,
+                    waiting_channel=self.channel,
+                    job=self.job,
+                    model=self.model,
+                )
             if dispatch.exhausted:
                 if continue_from:
                     yield await self._fail(
@@ -312,6 +350,7 @@ class JobRun:
                 continue  # late frames of an earlier attempt, or a stray wake-up
             kind = message["type"]
             if kind == "host.claim":
+                segment.claimed_at = timezone.now()  # the consumer records it too
                 deadline = loop.time() + settings.BALLAST_FIRST_TOKEN_TIMEOUT_S
                 timeout_outcome = Attempt.Outcome.FIRST_TOKEN_TIMEOUT
             elif kind == "host.token":
@@ -395,6 +434,7 @@ class JobRun:
             outcome=segment.outcome,
             output_text=segment.text,
             error=segment.error,
+            claimed_at=segment.claimed_at,
             first_token_at=segment.first_token_at,
         )
         await self.layer.send(
@@ -404,21 +444,17 @@ class JobRun:
         await slots_announce([self.job.model_id])
 
     async def _succeed(self, segment: _Segment) -> Finished:
-        await db_call(services.attempt_end)(
+        job = await db_call(services.job_succeed)(
+            job_id=self.job_id,
             attempt_id=str(segment.attempt.id),
-            outcome=Attempt.Outcome.SUCCEEDED,
-            output_text=segment.text,
+            segment_text=segment.text,
             done=segment.done,
+            answer_text=self.delivered_text,
+            claimed_at=segment.claimed_at,
             first_token_at=segment.first_token_at,
         )
-        await slots_announce([self.job.model_id])
-        job = await db_call(services.job_finish)(
-            job_id=self.job_id,
-            status=Job.Status.SUCCEEDED,
-            output_text=self.delivered_text,
-            finish_reason=segment.done["finish_reason"],
-        )
         self.finished = True
+        await slots_announce([self.job.model_id])
         return Finished(finish_reason=job.finish_reason, usage=_usage(job))
 
     async def _fail(

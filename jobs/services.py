@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing.models import ReceiptCheck
@@ -79,9 +80,18 @@ def job_create(
     placement: dict,
     stream: bool,
     is_spot_check: bool = False,
+    rental=None,
+    waiting_channel: str = "",
 ) -> Job:
-    """Store a new queued job with a lease held by the coroutine that will run it."""
+    """Store a new queued job with a lease held by the coroutine that will run it.
+
+    A rental's job runs only on the rented device (``target_device``);
+    ``waiting_channel`` is the channel of that coroutine, woken when a slot frees.
+    """
     return Job.objects.create(
+        rental=rental,
+        target_device_id=rental.device_id if rental is not None else None,
+        waiting_channel=waiting_channel,
         renter=renter,
         api_key=api_key,
         model_id=model.id,
@@ -258,11 +268,17 @@ def attempt_claim(
     """Move an offered attempt of this machine to claimed; False if it is not open.
 
     Sets the first-token deadline (claim + ``BALLAST_FIRST_TOKEN_TIMEOUT_S``).
+    The state test stays in the UPDATE's own WHERE (the machine's devices are a
+    subquery, not a join): a join makes Django update ``WHERE id IN (SELECT …)``,
+    which PostgreSQL does not re-check against a row another transaction just
+    ended, so a late claim could reopen an ended attempt.
     """
     now = now or timezone.now()
     return bool(
         Attempt.objects.filter(
-            id=attempt_id, device__machine_id=machine_id, state=Attempt.State.OFFERED
+            id=attempt_id,
+            state=Attempt.State.OFFERED,
+            device_id__in=Device.objects.filter(machine_id=machine_id).values("id"),
         ).update(
             state=Attempt.State.CLAIMED,
             claimed_at=now,
@@ -291,21 +307,23 @@ def _segment_tokens(
     return min(fallback, len(text)), reported is not None
 
 
-@transaction.atomic
-def attempt_end(
+def _attempt_end(
     *,
     attempt_id: str,
     outcome: str,
     output_text: str = "",
     error: str = "",
     done: dict | None = None,
+    claimed_at: datetime | None = None,
     first_token_at: datetime | None = None,
     now: datetime | None = None,
 ) -> Attempt | None:
     """End an open attempt with ``outcome``; free its slot; record the outcome.
 
     ``output_text`` is exactly what this attempt delivered to the renter;
-    ``first_token_at`` when its first token reached the coordinator (kept in
+    ``claimed_at`` when the host's claim reached the job's coroutine (kept unless
+    the consumer recorded it first), ``first_token_at`` when its first token
+    reached the coordinator (kept in
     memory while streaming, so a token costs no database write). With a
     ``done`` (finish_reason, prompt/completion tokens, receipt) the receipt is
     verified against the machine's pinned key over that exact text and the count
@@ -323,6 +341,12 @@ def attempt_end(
         output_chars=len(output_text),
         error_message=error[:2000],
         **({"first_token_at": first_token_at} if first_token_at else {}),
+        # the consumer records a claim off the token path; a fast answer may end first
+        **(
+            {"claimed_at": Coalesce("claimed_at", Value(claimed_at))}
+            if claimed_at
+            else {}
+        ),
     )
     if not updated:
         return None
@@ -381,8 +405,10 @@ def attempt_end(
     return attempt
 
 
-@transaction.atomic
-def job_finish(
+attempt_end = transaction.atomic(_attempt_end)
+
+
+def _job_finish(
     *,
     job_id: str,
     status: str,
@@ -425,6 +451,42 @@ def job_finish(
     job.save()
     job_charge(job=job, now=now)
     return job
+
+
+job_finish = transaction.atomic(_job_finish)
+
+
+@transaction.atomic
+def job_succeed(
+    *,
+    job_id: str,
+    attempt_id: str,
+    segment_text: str,
+    done: dict,
+    answer_text: str,
+    claimed_at: datetime | None = None,
+    first_token_at: datetime | None = None,
+) -> Job:
+    """End a job's last attempt as succeeded and close the job, in one transaction.
+
+    ``segment_text`` is what that attempt delivered, ``answer_text`` the whole
+    answer (a continuation's prefix included), ``done`` the host's done frame;
+    see ``attempt_end`` and ``job_finish``. Returns the finished job, billed.
+    """
+    _attempt_end(
+        attempt_id=attempt_id,
+        outcome=Attempt.Outcome.SUCCEEDED,
+        output_text=segment_text,
+        done=done,
+        claimed_at=claimed_at,
+        first_token_at=first_token_at,
+    )
+    return _job_finish(
+        job_id=job_id,
+        status=Job.Status.SUCCEEDED,
+        output_text=answer_text,
+        finish_reason=done["finish_reason"],
+    )
 
 
 def attempts_reap(*, now: datetime | None = None) -> int:
@@ -473,12 +535,23 @@ def credit_reserved_nano(*, renter) -> int:
     """
     from .models import Rental
 
-    prices = dict(CatalogModel.objects.values_list("id", "price_completion_nano"))
+    open_jobs = list(
+        Job.objects.filter(renter=renter, status__in=Job.OPEN_STATUSES).values_list(
+            "model_id", "params"
+        )
+    )
+    prices = (
+        dict(
+            CatalogModel.objects.filter(
+                id__in={model_id for model_id, _ in open_jobs}
+            ).values_list("id", "price_completion_nano")
+        )
+        if open_jobs
+        else {}
+    )
     jobs = sum(
         (params.get("max_tokens") or 0) * prices.get(model_id, 0)
-        for model_id, params in Job.objects.filter(
-            renter=renter, status__in=Job.OPEN_STATUSES
-        ).values_list("model_id", "params")
+        for model_id, params in open_jobs
     )
     rentals = 0
     for rental in Rental.objects.filter(
@@ -492,14 +565,80 @@ def credit_reserved_nano(*, renter) -> int:
     return jobs + rentals
 
 
-def credit_lock(*, renter) -> None:
+def credit_available_nano(*, renter, account_id: int) -> int:
+    """The renter's balance less ``credit_reserved_nano``, nano-USD, in one read.
+
+    ``account_id`` is the renter's credit account (``credit_lock``). The balance
+    and the worst case of the open jobs are summed by the database; open rentals,
+    rare, are added by ``credit_reserved_nano``'s own reads only when there are any.
+    """
+    from .models import Rental
+
+    if connection.vendor == "postgresql":
+        max_tokens = "(j.params->>'max_tokens')::bigint"
+    else:
+        max_tokens = "CAST(json_extract(j.params, '$.max_tokens') AS INTEGER)"
+    open_rental = (Rental.Status.PENDING, Rental.Status.LIVE)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT COALESCE(SUM(e.amount_nano), 0) FROM billing_entry e"
+            "  WHERE e.account_id = %s),"
+            f" (SELECT COALESCE(SUM(COALESCE({max_tokens}, 0)"
+            "  * c.price_completion_nano), 0)"
+            "  FROM jobs_job j JOIN jobs_catalogmodel c ON c.id = j.model_id"
+            "  WHERE j.renter_id = %s AND j.status IN (%s, %s)),"
+            " EXISTS (SELECT 1 FROM jobs_rental r WHERE r.renter_id = %s"
+            "  AND r.status IN (%s, %s))",
+            [account_id, renter.pk, *Job.OPEN_STATUSES, renter.pk, *open_rental],
+        )
+        balance, jobs_reserved, rentals_open = cursor.fetchone()
+    if rentals_open:
+        return balance - credit_reserved_nano(renter=renter)
+    return balance - jobs_reserved
+
+
+def credit_lock(*, renter) -> int:
     """Lock the renter's credit account row until the transaction ends, so
-    concurrent checks of one renter's credit run one after the other."""
+    concurrent checks of one renter's credit run one after the other; return its id
+    (the account is made on the renter's first request)."""
     from billing.models import Account
     from billing.services import account_for
 
-    credit = account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
-    Account.objects.select_for_update().filter(id=credit.id).first()
+    def lock() -> int | None:
+        return (
+            Account.objects.select_for_update()
+            .filter(kind=Account.Kind.RENTER_CREDIT, user=renter)
+            .values_list("id", flat=True)
+            .first()
+        )
+
+    account_id = lock()
+    if account_id is None:  # a renter's first request: make the account, lock it
+        account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
+        account_id = lock()
+    return account_id
+
+
+@transaction.atomic
+def job_open(
+    *, api_key: ApiKey, request, waiting_channel: str
+) -> tuple[Job, CatalogModel, Dispatch]:
+    """Submit a renter's request and make its first dispatch, in one transaction.
+
+    The request path's one database step before the offer goes out (DESIGN.md "How a
+    request flows"): the job is stored with ``waiting_channel`` (the channel of the
+    coroutine that will run it) and, when a device is free, its first attempt is
+    claimed in the same commit. Returns (job, its catalog model, the dispatch: an
+    attempt with its offer, a wait or an impossibility, as ``job_dispatch``).
+    Raises ApiError as ``job_submit`` does; then nothing is stored.
+    """
+    job, model = _job_submit(
+        api_key=api_key, request=request, waiting_channel=waiting_channel
+    )
+    dispatch = job_dispatch(
+        job_id=str(job.id), waiting_channel=waiting_channel, job=job, model=model
+    )
+    return job, model, dispatch
 
 
 @transaction.atomic
@@ -512,8 +651,14 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
     ``max_tokens`` at the model's price (the renter's credit account is locked
     while this is checked, so parallel requests cannot overspend).
     """
+    return _job_submit(api_key=api_key, request=request)[0]
+
+
+def _job_submit(
+    *, api_key: ApiKey, request, waiting_channel: str = ""
+) -> tuple[Job, CatalogModel]:
+    """``job_submit``'s work inside the caller's transaction; returns the job and model."""
     from billing.money import nano_to_usd_str
-    from billing.services import renter_balance_nano
 
     from .errors import ApiError
 
@@ -560,10 +705,8 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
             "messages" if request.messages is not None else "prompt",
         )
     worst_case = request.params["max_tokens"] * model.price_completion_nano
-    credit_lock(renter=api_key.user)
-    balance = renter_balance_nano(user=api_key.user) - credit_reserved_nano(
-        renter=api_key.user
-    )
+    account_id = credit_lock(renter=api_key.user)
+    balance = credit_available_nano(renter=api_key.user, account_id=account_id)
     if balance < worst_case:
         raise ApiError(
             402,
@@ -582,13 +725,10 @@ def job_submit(*, api_key: ApiKey, request) -> Job:
         params=request.params,
         placement=request.placement,
         stream=request.stream,
+        rental=rental,
+        waiting_channel=waiting_channel,
     )
-    if rental is not None:
-        Job.objects.filter(id=job.id).update(
-            rental=rental, target_device_id=rental.device_id
-        )
-        job.rental, job.target_device_id = rental, rental.device_id
-    return job
+    return job, model
 
 
 def _uuid_or_none(value: str):

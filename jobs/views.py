@@ -13,17 +13,19 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from ballast.db import db_call
+
 from .auth import api_key_from_request_header
 from .errors import ApiError, error_body, error_response
-from .models import Job
-from .orchestration import Failed, Finished, JobRun, Token
+from .models import CatalogModel, Job
+from .orchestration import Failed, Finished, JobRun, Token, channel_release
 from .requests import CompletionRequest, completion_request_parse
-from .services import job_submit
+from .services import Dispatch, job_open
 
 
 class ChunkWriter:
@@ -105,23 +107,17 @@ def _sse(data: dict | str) -> bytes:
     return f"data: {payload}\n\n".encode()
 
 
-async def _authorize_and_submit(
-    request: HttpRequest, endpoint: str
-) -> tuple[Job, CompletionRequest]:
-    key = await database_sync_to_async(api_key_from_request_header)(
-        request.headers.get("Authorization", "")
-    )
+def _job_open(
+    authorization: str, raw: bytes, endpoint: str, channel: str
+) -> tuple[Job, CatalogModel, CompletionRequest, Dispatch]:
+    """Authorize, parse, store and first-dispatch a request: the request path's one
+    database step (one worker thread, one transaction for the job and its claim).
+
+    Raises ApiError 401 (key), 400 (body), and as ``services.job_open``.
+    """
+    key = api_key_from_request_header(authorization)
     if key is None:
         raise ApiError(401, "missing, invalid or revoked API key", "invalid_api_key")
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise ApiError(
-            413,
-            "the request body is larger than the server accepts",
-            "body_too_large",
-            "body",
-        ) from None
     try:
         body = json.loads(raw or b"")
     except (ValueError, RecursionError):
@@ -129,8 +125,10 @@ async def _authorize_and_submit(
             400, "the request body is not valid JSON", "invalid_json", "body"
         ) from None
     parsed = completion_request_parse(body, endpoint=endpoint)
-    job = await database_sync_to_async(job_submit)(api_key=key, request=parsed)
-    return job, parsed
+    job, model, dispatch = job_open(
+        api_key=key, request=parsed, waiting_channel=channel
+    )
+    return job, model, parsed, dispatch
 
 
 async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
@@ -139,11 +137,29 @@ async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
             error_body(405, "use POST", "method_not_allowed"), status=405
         )
     try:
-        job, parsed = await _authorize_and_submit(request, endpoint)
-    except ApiError as exc:
-        return error_response(exc)
+        raw = request.body
+    except RequestDataTooBig:
+        return error_response(
+            ApiError(
+                413,
+                "the request body is larger than the server accepts",
+                "body_too_large",
+                "body",
+            )
+        )
+    layer = get_channel_layer()
+    channel = await layer.new_channel("job.")
+    try:
+        job, model, parsed, dispatch = await db_call(_job_open)(
+            request.headers.get("Authorization", ""), raw, endpoint, channel
+        )
+    except BaseException as exc:
+        await channel_release(layer, channel)
+        if isinstance(exc, ApiError):
+            return error_response(exc)
+        raise
     writer = ChunkWriter(job, parsed)
-    events = JobRun(job).events()
+    events = JobRun(job, model=model, channel=channel, dispatch=dispatch).events()
     headers = {"x-ballast-job-id": str(job.id)}
     try:
         first = await anext(events)

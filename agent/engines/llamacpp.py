@@ -279,6 +279,11 @@ class LlamaCppEngine(Engine):
         stops = request.stop()
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pending = ""  # decoded text held back while it may start a stop sequence
+        # evaluate the whole prompt every time: reusing the cached prefix of the
+        # last answer evaluates its tail in a smaller batch, whose slightly different
+        # arithmetic can flip a near-tie, so the same request at temperature 0 gave
+        # two answers (and a calibrated canary could fail an honest host)
+        llama.reset()
         sampled = llama.generate(
             tokens,
             temp=_float(params.get("temperature"), 1.0),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -78,6 +79,9 @@ async def test_a_waiting_request_starts_when_a_slot_frees_without_polling(
     first = chat_request(api_key, stream=False)
     offer = await host.recv_type("offer")
     second = chat_request(api_key, stream=False, content="second")
+    # requests are stored on a pool of database threads: "second" comes first
+    # only once it is stored
+    await jobs_stored(2)
     third = chat_request(api_key, stream=False, content="third")
     assert await host.ws.receive_nothing(timeout=0.3), "one slot: the others wait"
     await host.answer(offer, ["one"])
@@ -147,3 +151,12 @@ async def test_the_reaper_closes_jobs_whose_coordinator_died(
     assert device.slots_used == 0
     assert attempt.outcome == "cancelled" and job.status == Job.Status.FAILED
     assert job.error_code == "coordinator_lost"
+
+
+async def jobs_stored(count: int, timeout: float = 5.0) -> None:
+    """Wait until ``count`` jobs are stored (a state, not a sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while await Job.objects.acount() < count:
+        assert loop.time() < deadline, f"{count} jobs were never stored"
+        await asyncio.sleep(0.01)
