@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from .models import ApiKey
 from .services import api_key_authenticate
-
-LAST_USED_EVERY = timedelta(minutes=1)  # last_used_at is written at most this often
 
 
 def bearer_from_header(value: str) -> str:
@@ -22,10 +18,8 @@ def bearer_from_header(value: str) -> str:
 def api_key_from_request_header(header: str) -> ApiKey | None:
     """The live API key named by an Authorization header value, or None; marks it used."""
     key = api_key_authenticate(plain=bearer_from_header(header))
-    if key is not None:
-        now = timezone.now()
-        if key.last_used_at is None or now - key.last_used_at > LAST_USED_EVERY:
-            ApiKey.objects.filter(id=key.id).update(last_used_at=now)
+    if key is not None and key.last_used_stale:
+        ApiKey.objects.filter(id=key.id).update(last_used_at=timezone.now())
     return key
 
 

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from ballast.db import row_insert
 from billing.models import ReceiptCheck
 from billing.services import job_charge, receipt_check
 from hosts.models import Device, token_hash, token_new
@@ -37,6 +39,7 @@ from .tokens import token_count, token_count_believable
 log = logging.getLogger("ballast.jobs")
 
 JOB_LEASE_S = 30.0
+API_KEY_LAST_USED_EVERY = timedelta(minutes=1)  # last_used_at is written this often
 
 
 # --- API keys ---------------------------------------------------------------------
@@ -55,16 +58,40 @@ def api_key_create(
 
 
 def api_key_authenticate(*, plain: str) -> ApiKey | None:
-    """Return the live (not revoked) key for a plain API key, or None."""
+    """Return the live (not revoked) key for a plain API key, or None.
+
+    The key comes with ``user`` (its renter) and ``last_used_stale`` (True when
+    ``last_used_at`` is older than ``API_KEY_LAST_USED_EVERY`` or unset).
+    """
     if not plain:
         return None
-    return (
-        ApiKey.objects.select_related("user")
-        .filter(
-            key_hash=token_hash(plain), revoked_at__isnull=True, user__is_active=True
+    # one fixed statement (the request path): the key, its renter, and whether its
+    # last_used_at is due for a rewrite (``jobs.auth.LAST_USED_EVERY``)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT k.id, k.user_id, k.name, k.prefix,"
+            " (k.last_used_at IS NULL OR k.last_used_at < %s)"
+            " FROM jobs_apikey k JOIN auth_user u ON u.id = k.user_id"
+            " WHERE k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active",
+            [
+                connection.ops.adapt_datetimefield_value(
+                    timezone.now() - API_KEY_LAST_USED_EVERY
+                ),
+                token_hash(plain),
+            ],
         )
-        .first()
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    key_id, user_id, name, prefix, stale = row
+    # the fields not read here are deferred: loaded from the database if touched
+    alias = connection.alias
+    key = ApiKey.from_db(
+        alias, ["id", "user_id", "name", "prefix"], [key_id, user_id, name, prefix]
     )
+    key.user = get_user_model().from_db(alias, ["id", "is_active"], [user_id, True])
+    key.last_used_stale = bool(stale)
+    return key
 
 
 # --- jobs ---------------------------------------------------------------------------
@@ -88,7 +115,7 @@ def job_create(
     A rental's job runs only on the rented device (``target_device``);
     ``waiting_channel`` is the channel of that coroutine, woken when a slot frees.
     """
-    return Job.objects.create(
+    job = Job(
         rental=rental,
         target_device_id=rental.device_id if rental is not None else None,
         waiting_channel=waiting_channel,
@@ -104,6 +131,8 @@ def job_create(
         is_spot_check=is_spot_check,
         lease_until=timezone.now() + timedelta(seconds=JOB_LEASE_S),
     )
+    row_insert(job)  # the request path: no ORM compile (ballast.db)
+    return job
 
 
 def job_lease_renew(*, job_id: str) -> None:
@@ -604,18 +633,24 @@ def credit_lock(*, renter) -> int:
     from billing.models import Account
     from billing.services import account_for
 
-    def lock() -> int | None:
-        return (
-            Account.objects.select_for_update()
-            .filter(kind=Account.Kind.RENTER_CREDIT, user=renter)
-            .values_list("id", flat=True)
-            .first()
-        )
+    lock = (
+        " FOR UPDATE" if connection.vendor == "postgresql" else ""
+    )  # SQLite: one writer
 
-    account_id = lock()
+    def locked_id() -> int | None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM billing_account WHERE kind = %s AND user_id = %s"
+                + lock,
+                [Account.Kind.RENTER_CREDIT, renter.pk],
+            )
+            row = cursor.fetchone()
+        return row[0] if row else None
+
+    account_id = locked_id()
     if account_id is None:  # a renter's first request: make the account, lock it
         account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
-        account_id = lock()
+        account_id = locked_id()
     return account_id
 
 
@@ -662,7 +697,7 @@ def _job_submit(
 
     from .errors import ApiError
 
-    model = CatalogModel.objects.filter(id=request.model, active=True).first()
+    model = catalog_model_active(model_id=request.model)
     if model is None:
         raise ApiError(
             404,
@@ -729,6 +764,18 @@ def _job_submit(
         waiting_channel=waiting_channel,
     )
     return job, model
+
+
+def catalog_model_active(*, model_id: str) -> CatalogModel | None:
+    """The active catalog model ``model_id``, or None (one fixed statement)."""
+    names = ("id", "context_length", "vram_per_request_mb", "price_completion_nano")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(names)} FROM jobs_catalogmodel WHERE id = %s AND active",
+            [model_id],
+        )
+        row = cursor.fetchone()
+    return CatalogModel.from_db(connection.alias, names, row) if row else None
 
 
 def _uuid_or_none(value: str):

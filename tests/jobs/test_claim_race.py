@@ -56,9 +56,7 @@ def test_a_claim_after_the_end_changes_nothing(catalog, renter, live_device):
     assert attempt.state == Attempt.State.ENDED and attempt.outcome == "host_error"
 
 
-def test_a_claim_racing_the_end_never_reopens_the_attempt(
-    catalog, renter, live_device
-):
+def test_a_claim_racing_the_end_never_reopens_the_attempt(catalog, renter, live_device):
     """The end holds the row when the claim's UPDATE starts (PostgreSQL)."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite runs one write transaction at a time: no such race")
