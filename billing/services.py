@@ -124,7 +124,7 @@ def renter_top_up(
 
 
 # --- receipts ------------------------------------------------------------------------
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # inside a job's end: no savepoint of its own
 def receipt_check(
     *,
     attempt,
@@ -197,7 +197,9 @@ def _segment_paid(attempt) -> bool:
 
 
 @transaction.atomic
-def job_charge(*, job, now: datetime | None = None) -> LedgerTransaction | None:
+def job_charge(
+    *, job, now: datetime | None = None, price_nano: int | None = None
+) -> LedgerTransaction | None:
     """Charge the renter for what a finished job delivered; credit hosts' holds.
 
     Token sanity runs first: a segment's billed tokens never exceed the characters
@@ -208,8 +210,10 @@ def job_charge(*, job, now: datetime | None = None) -> LedgerTransaction | None:
     (``BALLAST_HOST_SHARE``, rounded down per segment) into an ``Earning`` held
     ``BALLAST_HOLD_HOURS``; the platform the rest. A segment is paid only with a
     valid receipt and a believable token count. Spot checks, jobs without a
-    renter and zero costs post nothing. Returns None when nothing was posted
-    (nothing to charge, or charged before). Raises ValueError for an open job.
+    renter and zero costs post nothing. ``price_nano``: the model's completion
+    price per token when the caller has just read it. Returns None when nothing
+    was posted (nothing to charge, or charged before). Raises ValueError for an
+    open job.
     """
     from jobs.models import Attempt, CatalogModel, Job
 
@@ -223,7 +227,11 @@ def job_charge(*, job, now: datetime | None = None) -> LedgerTransaction | None:
             Job.objects.filter(id=job.id).update(cost_nano=0)
             job.cost_nano = 0
         return None
-    price = CatalogModel.objects.get(id=job.model_id).price_completion_nano
+    price = (
+        price_nano
+        if price_nano is not None
+        else CatalogModel.objects.get(id=job.model_id).price_completion_nano
+    )
     attempts = list(
         job.attempts.select_related("device__machine__owner", "receipt_check").order_by(
             "offered_at", "id"

@@ -485,7 +485,7 @@ def device_ttft_medians(
     )
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # usually inside an attempt's end
 def device_outcome_record(
     *,
     device_id: int,

@@ -459,12 +459,13 @@ def _job_finish(
         return job
     model = CatalogModel.objects.get(id=job.model_id)
     attempts = list(job.attempts.all())
-    for attempt in attempts:
-        if attempt.state in Attempt.OPEN_STATES:
-            attempt_end(
-                attempt_id=str(attempt.id), outcome=Attempt.Outcome.CANCELLED, now=now
-            )
-    attempts = list(job.attempts.all())
+    still_open = [a for a in attempts if a.state in Attempt.OPEN_STATES]
+    for attempt in still_open:
+        attempt_end(
+            attempt_id=str(attempt.id), outcome=Attempt.Outcome.CANCELLED, now=now
+        )
+    if still_open:
+        attempts = list(job.attempts.all())
     job.tokens_billed = sum(a.tokens_billed for a in attempts)
     job.cost_nano = (
         0 if job.is_spot_check else job.tokens_billed * model.price_completion_nano
@@ -478,7 +479,7 @@ def _job_finish(
     job.error_message = error_message[:2000]
     job.finished_at = now
     job.save()
-    job_charge(job=job, now=now)
+    job_charge(job=job, now=now, price_nano=model.price_completion_nano)
     return job
 
 
