@@ -116,13 +116,28 @@ def main() -> int:
         ids = jobs_make(args.claims + 20)
         for job_id in ids[:10]:  # warm up: connection, caches
             claim(job_id)
-        with CaptureQueriesContext(connection) as ctx:
+        statements = []  # (seconds, sql, params): what the driver was sent
+
+        def record(execute, sql, params, many, context):
+            start = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                statements.append((time.perf_counter() - start, sql, params))
+
+        with (
+            CaptureQueriesContext(connection) as ctx,
+            connection.execute_wrapper(record),
+        ):
             captured = job_dispatch(job_id=ids[10])
         Device.objects.filter(id=captured.attempt.device_id).update(slots_used=0)
-        print(f"queries in one job_dispatch: {len(ctx.captured_queries)}")
-        for q in ctx.captured_queries:
-            print(f"  {float(q['time']) * 1000:7.2f} ms  {q['sql'][:150]}")
-        slowest = max(ctx.captured_queries, key=lambda q: float(q["time"]))
+        print(
+            f"round trips in one job_dispatch: {len(ctx.captured_queries)}"
+            " (incl. BEGIN/COMMIT if any)"
+        )
+        for seconds, sql, _ in statements:
+            print(f"  {seconds * 1000:7.2f} ms  {' '.join(sql.split())[:150]}")
+        slowest = max(statements, key=lambda q: q[0])
 
         # driver time vs the rest, over many claims
         driver = [0.0]
@@ -149,12 +164,14 @@ def main() -> int:
             f"(round trip + server) {driver[0] / n * 1000:.2f} ms, Python {(wall - driver[0]) / n * 1000:.2f} ms"
         )
 
-        with connection.cursor() as cur:
+        import psycopg
+
+        with psycopg.Cursor(connection.connection) as cur:  # server-side binding
             cur.execute("BEGIN")
-            # replaying the captured statement: free its attempt id and slot first
+            # replaying the captured statement: free its attempt id first
             cur.execute("DELETE FROM jobs_attempt WHERE id = %s", [captured.attempt.id])
-            sql = slowest["sql"]
-            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
+            _, sql, params = slowest
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
             print("EXPLAIN ANALYZE of the slowest query:")
             for (row,) in cur.fetchall():
                 print("   ", row)
