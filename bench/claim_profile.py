@@ -40,19 +40,41 @@ def fleet_fill_orm(devices: int) -> None:
     owner = user_get_or_create(email="bench@example.com")
     now = timezone.now()
     machines = Machine.objects.bulk_create(
-        Machine(owner=owner, name=f"m{i}", region="eu", token_hash=f"{i:064d}", token_prefix="bm",
-                connected=True, channel_name=f"bench!{i}", connected_at=now,
-                last_heartbeat_at=now + timedelta(days=1))
+        Machine(
+            owner=owner,
+            name=f"m{i}",
+            region="eu",
+            token_hash=f"{i:064d}",
+            token_prefix="bm",
+            connected=True,
+            channel_name=f"bench!{i}",
+            connected_at=now,
+            last_heartbeat_at=now + timedelta(days=1),
+        )
         for i in range(devices)
     )
     rows = Device.objects.bulk_create(
-        Device(machine=m, index=0, name="Bench GPU", vram_total_mb=24576, vram_free_mb=20000, temp_c=50,
-               slots_total=1, slots_used=0, score=50 + (hash(m.name) % 50))
+        Device(
+            machine=m,
+            index=0,
+            name="Bench GPU",
+            vram_total_mb=24576,
+            vram_free_mb=20000,
+            temp_c=50,
+            slots_total=1,
+            slots_used=0,
+            score=50 + (hash(m.name) % 50),
+        )
         for m in machines
     )
     DeviceModel.objects.bulk_create(
-        DeviceModel(device=d, model_id=MODEL, loaded=True, first_loaded_at=now,
-                    ttft_ms_recent=None if d.id % 3 == 0 else 100 + d.id % 400)
+        DeviceModel(
+            device=d,
+            model_id=MODEL,
+            loaded=True,
+            first_loaded_at=now,
+            ttft_ms_recent=None if d.id % 3 == 0 else 100 + d.id % 400,
+        )
         for d in rows
     )
     with connection.cursor() as cur:
@@ -82,7 +104,9 @@ def main() -> int:
         call_command("migrate", verbosity=0)
         fleet_fill_orm(args.devices)
         print(f"machine: {machine_line()}")
-        print(f"settings: {args.devices} devices, {args.claims} claims, PostgreSQL scratch db, DEBUG off")
+        print(
+            f"settings: {args.devices} devices, {args.claims} claims, PostgreSQL scratch db, DEBUG off"
+        )
 
         def claim(job_id: str) -> None:
             dispatch = job_dispatch(job_id=job_id)
@@ -92,13 +116,28 @@ def main() -> int:
         ids = jobs_make(args.claims + 20)
         for job_id in ids[:10]:  # warm up: connection, caches
             claim(job_id)
-        with CaptureQueriesContext(connection) as ctx:
-            dispatch = job_dispatch(job_id=ids[10])
-        Device.objects.filter(id=dispatch.attempt.device_id).update(slots_used=0)
-        print(f"queries in one job_dispatch: {len(ctx.captured_queries)}")
-        for q in ctx.captured_queries:
-            print(f"  {float(q['time']) * 1000:7.2f} ms  {q['sql'][:150]}")
-        slowest = max(ctx.captured_queries, key=lambda q: float(q["time"]))
+        statements = []  # (seconds, sql, params): what the driver was sent
+
+        def record(execute, sql, params, many, context):
+            start = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                statements.append((time.perf_counter() - start, sql, params))
+
+        with (
+            CaptureQueriesContext(connection) as ctx,
+            connection.execute_wrapper(record),
+        ):
+            captured = job_dispatch(job_id=ids[10])
+        Device.objects.filter(id=captured.attempt.device_id).update(slots_used=0)
+        print(
+            f"round trips in one job_dispatch: {len(ctx.captured_queries)}"
+            " (incl. BEGIN/COMMIT if any)"
+        )
+        for seconds, sql, _ in statements:
+            print(f"  {seconds * 1000:7.2f} ms  {' '.join(sql.split())[:150]}")
+        slowest = max(statements, key=lambda q: q[0])
 
         # driver time vs the rest, over many claims
         driver = [0.0]
@@ -115,16 +154,24 @@ def main() -> int:
             start = time.perf_counter()
             for job_id in todo:
                 dispatch = job_dispatch(job_id=job_id)
-                Device.objects.filter(id=dispatch.attempt.device_id).update(slots_used=0)
+                Device.objects.filter(id=dispatch.attempt.device_id).update(
+                    slots_used=0
+                )
             wall = time.perf_counter() - start
         n = len(todo)
-        print(f"per claim (incl. the slot reset): wall {wall / n * 1000:.2f} ms, in the driver "
-              f"(round trip + server) {driver[0] / n * 1000:.2f} ms, Python {(wall - driver[0]) / n * 1000:.2f} ms")
+        print(
+            f"per claim (incl. the slot reset): wall {wall / n * 1000:.2f} ms, in the driver "
+            f"(round trip + server) {driver[0] / n * 1000:.2f} ms, Python {(wall - driver[0]) / n * 1000:.2f} ms"
+        )
 
-        with connection.cursor() as cur:
+        import psycopg
+
+        with psycopg.Cursor(connection.connection) as cur:  # server-side binding
             cur.execute("BEGIN")
-            sql = slowest["sql"]
-            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
+            # replaying the captured statement: free its attempt id first
+            cur.execute("DELETE FROM jobs_attempt WHERE id = %s", [captured.attempt.id])
+            _, sql, params = slowest
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
             print("EXPLAIN ANALYZE of the slowest query:")
             for (row,) in cur.fetchall():
                 print("   ", row)
@@ -139,6 +186,8 @@ def main() -> int:
         print("cProfile, cumulative, top 25:")
         stats = pstats.Stats(profile)
         stats.sort_stats("cumulative").print_stats(25)
+        print("cProfile, own time, top 25:")
+        stats.sort_stats("tottime").print_stats(25)
     return 0
 
 

@@ -141,6 +141,20 @@ class DeviceModel(models.Model):
 
     ``ttft_ms_recent`` is the device's median time to first token for this model
     over the last hour (ms), or null when unknown (sorts after known ones).
+
+    ``score`` and ``tiebreak`` are the rest of the ranking key of DESIGN.md
+    "Picking a device", kept here so that one index (``devicemodel_ranking``:
+    model, score desc, first-token time nulls last, tie-break; loaded rows only)
+    serves the pick whatever the fleet size. Database triggers keep them
+    (migration ``hosts.0006_devicemodel_ranking``):
+
+    * ``score`` is a copy of the device's score, written wherever the device's
+      score is written (any UPDATE of ``hosts_device.score``, and at insert);
+    * ``tiebreak`` is the random tie-break: the claim adds an Exp(1) draw to it
+      (``jobs.selectors.TIEBREAK_STEP``), so among tied devices each claim takes
+      each one with the same chance (the next event of independent Poisson
+      clocks); a row entering a tie group (insert, score or first-token time
+      change, loaded again) restarts at the group's lowest key plus a fresh draw.
     """
 
     device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="models")
@@ -148,6 +162,12 @@ class DeviceModel(models.Model):
     loaded = models.BooleanField(default=False)
     ttft_ms_recent = models.PositiveIntegerField(null=True, blank=True)
     first_loaded_at = models.DateTimeField(null=True, blank=True)
+    score = models.PositiveSmallIntegerField(
+        default=60, db_default=60, help_text="copy of the device's score (trigger)"
+    )
+    tiebreak = models.FloatField(
+        default=0.0, db_default=0.0, help_text="random tie-break key (see above)"
+    )
 
     class Meta:
         constraints = [

@@ -514,12 +514,15 @@ def device_outcome_record(
         device_median = device_ttft_median(
             device_id=device_id, model_id=model_id, now=now
         )
-        DeviceModel.objects.filter(device_id=device_id, model_id=model_id).update(
-            ttft_ms_recent=round(device_median) if device_median is not None else None
-        )
+    # the device row before its device-model rows, the order of the claim (which
+    # locks the device, then moves the row's tie-break key): no lock cycle
     score = device_score_recompute(
         device_id=device_id, now=now, model_id=model_id, device_median=device_median
     )
+    if model_id and ttft_ms is not None:
+        DeviceModel.objects.filter(device_id=device_id, model_id=model_id).update(
+            ttft_ms_recent=round(device_median) if device_median is not None else None
+        )
     if not success:
         device_quarantine_judge(device_id=device_id, score=score, now=now)
     return score

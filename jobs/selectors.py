@@ -5,6 +5,7 @@ DESIGN.md "Picking a device" — the numbered eligibility rules are marked below
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -78,8 +79,8 @@ def _eligible_where(
         "NOT m.host_paused",
         # rule 3: a free slot by the coordinator's own claims; the model loaded
         "d.slots_used < d.slots_total",
-        "EXISTS (SELECT 1 FROM hosts_devicemodel l WHERE l.device_id = d.id"
-        " AND l.model_id = %s AND l.loaded)",
+        "dm.model_id = %s",
+        "dm.loaded",
         # rule 4: under the temperature limit; free VRAM for one request
         "(d.temp_c IS NULL OR d.temp_c < %s)",
         "d.vram_free_mb >= %s",
@@ -117,18 +118,32 @@ def _eligible_where(
         where.append("UPPER(m.region) = %s")
         params.append(str(placement["region"]).upper())
     sql = (
-        " FROM hosts_device d JOIN hosts_machine m ON m.id = d.machine_id"
+        " FROM hosts_devicemodel dm"
+        " JOIN hosts_device d ON d.id = dm.device_id"
+        " JOIN hosts_machine m ON m.id = d.machine_id"
         " WHERE " + " AND ".join(where)
     )
     return sql, params
 
 
-RANKING = (
-    " ORDER BY d.score DESC,"
-    " (SELECT t.ttft_ms_recent FROM hosts_devicemodel t WHERE t.device_id = d.id"
-    " AND t.model_id = %s) ASC NULLS LAST,"
-    " random()"
-)
+# The ranking of DESIGN.md "Picking a device" on the device-model row: the
+# device's score (copied there by a trigger), the device's median first-token
+# time for the model (unknown last), the random tie-break key. It is the order of
+# the index ``devicemodel_ranking`` (hosts.0006), so ``LIMIT 1`` reads about one
+# entry whatever the fleet size; the rules above filter rows as the walk goes.
+RANKING = " ORDER BY dm.score DESC, dm.ttft_ms_recent ASC NULLS LAST, dm.tiebreak"
+
+
+def tiebreak_step() -> float:
+    """The amount (> 0) a claim adds to the claimed row's tie-break key: Exp(1).
+
+    Each tied row's key is then the next event of its own Poisson clock, and by
+    memorylessness the next claim among tied rows takes each with the same chance
+    (a uniform redraw instead would settle on one device: the lowest key is the
+    one just drawn). Keys only grow; a row entering a tie group is re-based by
+    the trigger of hosts.0006.
+    """
+    return random.expovariate(1.0)
 
 
 def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> list[Device]:
@@ -136,41 +151,70 @@ def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> list[De
 
     Rules 1–6 of DESIGN.md "Picking a device"; ranking: score, then the device's
     median time to first token for the model over the last hour (unknown last),
-    then random. A spot check runs on its target device whatever its quarantine or
-    rental; a rental's job only on the rented device.
+    then random (``RANKING``). A spot check runs on its target device whatever its
+    quarantine or rental; a rental's job only on the rented device.
     """
     where, params = _eligible_where(job=job, model=model, now=now)
-    return list(Device.objects.raw("SELECT d.*" + where + RANKING, [*params, model.id]))
+    return list(Device.objects.raw("SELECT d.*" + where + RANKING, params))
+
+
+def device_pick_sql(
+    *,
+    job: Job,
+    model: CatalogModel,
+    now: datetime,
+    columns: str = "d.id AS device_id, dm.id AS dm_id",
+    offset: str = "%s",
+) -> tuple[str, list]:
+    """The SELECT of the best eligible device after the first ``offset``, and its params.
+
+    Returns ``(sql, params)``; the SQL selects ``columns`` (``d`` is the device,
+    ``dm`` its row for the model, ``m`` its machine), ranks by ``RANKING`` and
+    ends with ``LIMIT 1 OFFSET <offset>`` (``%s`` by default: the caller appends
+    the number of devices to leave to older queued jobs) and, on PostgreSQL, ``FOR NO KEY UPDATE OF d SKIP LOCKED``:
+    concurrent claims pass over each other's device rows, while inserts that
+    only reference the device (outcomes, attempts) do not hide it.
+    """
+    where, params = _eligible_where(job=job, model=model, now=now)
+    lock = (
+        " FOR NO KEY UPDATE OF d SKIP LOCKED"
+        if connection.vendor == "postgresql"
+        else ""
+    )
+    sql = "SELECT " + columns + where + RANKING + " LIMIT 1 OFFSET " + offset + lock
+    return sql, params
 
 
 def device_claim(
     *, job: Job, model: CatalogModel, now: datetime, skip: int = 0
 ) -> Device | None:
     """Pick the best eligible device (after the first ``skip``) and take one of its
-    slots, in one statement: the pick and the claim are one database step.
+    slots: the pick and the claim are one database step.
 
-    PostgreSQL locks the picked row with ``FOR UPDATE SKIP LOCKED`` (concurrent
-    claims pass over each other's rows); SQLite's write transactions are serial.
-    The slot is taken only while ``slots_used < slots_total``. Returns the device
-    (with its machine) or None when no eligible device was free to lock.
+    PostgreSQL locks the picked row with ``SKIP LOCKED`` (concurrent claims pass
+    over each other's rows); SQLite's write transactions are serial. The slot is
+    taken only while ``slots_used < slots_total``, and the claimed row's tie-break
+    key moves on by ``tiebreak_step()``. Returns the device (with its machine) or
+    None when no eligible device was free to lock.
+    (``job_dispatch`` does the same and more in one statement on PostgreSQL.)
     """
-    where, params = _eligible_where(job=job, model=model, now=now)
-    lock = " FOR UPDATE OF d SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    pick, params = device_pick_sql(job=job, model=model, now=now, columns="d.id")
     sql = (
         "UPDATE hosts_device SET slots_used = slots_used + 1"
-        " WHERE slots_used < slots_total AND id = (SELECT d.id"
-        + where
-        + RANKING
-        + " LIMIT 1 OFFSET %s"
-        + lock
-        + ") RETURNING id"
+        " WHERE slots_used < slots_total AND id = (" + pick + ") RETURNING id"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, model.id, skip])
+        cursor.execute(sql, [*params, skip])
         row = cursor.fetchone()
-    if row is None:
-        return None
-    return Device.objects.select_related("machine").get(id=row[0])
+        if row is None:
+            return None
+        device_id = row[0]
+        cursor.execute(
+            "UPDATE hosts_devicemodel SET tiebreak = tiebreak + %s"
+            " WHERE device_id = %s AND model_id = %s",
+            [tiebreak_step(), device_id, model.id],
+        )
+    return Device.objects.select_related("machine").get(id=device_id)
 
 
 def devices_eligible_count(*, job: Job, model: CatalogModel, now: datetime) -> int:

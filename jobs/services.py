@@ -24,15 +24,17 @@ from django.utils import timezone
 from ballast.db import row_insert
 from billing.models import ReceiptCheck
 from billing.services import job_charge, receipt_check
-from hosts.models import Device, token_hash, token_new
+from hosts.models import Device, Machine, token_hash, token_new
 from hosts.services import device_outcome_record, spot_check_mark_due
 
 from .models import ApiKey, Attempt, CatalogModel, Job
 from .selectors import (
     device_claim,
+    device_pick_sql,
     devices_eligible_count,
     devices_untried_exist,
     requirement_unmet,
+    tiebreak_step,
 )
 from .tokens import token_count, token_count_believable
 
@@ -200,7 +202,6 @@ def jobs_waiting_channels(*, model_id: str, limit: int) -> list[str]:
     )
 
 
-@transaction.atomic
 def job_dispatch(
     *,
     job_id: str,
@@ -210,7 +211,7 @@ def job_dispatch(
     model: CatalogModel | None = None,
     now: datetime | None = None,
 ) -> Dispatch:
-    """Pick an eligible device and claim one of its slots, in one transaction.
+    """Pick an eligible device and claim one of its slots, atomically.
 
     ``job`` and ``model`` may be passed by a caller that holds them (the job's
     coroutine), saving two reads; only fields fixed at submission are used.
@@ -219,22 +220,61 @@ def job_dispatch(
     first served). Returns ``Dispatch(attempt=…)`` with the offer to send,
     ``Dispatch(wait=True)`` when capacity may come, or ``Dispatch(impossible=…)``
     naming the requirement no live device meets (DESIGN.md "No eligible device").
+
+    On PostgreSQL the claim — queue count, pick, slot, attempt, job status — is
+    one statement (``_dispatch_claim_statement``), atomic by itself: no
+    transaction round trips, and inside a caller's transaction it simply joins
+    it. On SQLite the same steps run in one (IMMEDIATE) transaction.
     """
+    args = dict(
+        job_id=job_id,
+        continue_from=continue_from,
+        waiting_channel=waiting_channel,
+        job=job,
+        model=model,
+        now=now,
+    )
+    if connection.vendor == "postgresql":
+        return _job_dispatch(**args)
+    with transaction.atomic():
+        return _job_dispatch(**args)
+
+
+def _job_dispatch(
+    *,
+    job_id: str,
+    continue_from: str,
+    waiting_channel: str,
+    job: Job | None,
+    model: CatalogModel | None,
+    now: datetime | None,
+) -> Dispatch:
     now = now or timezone.now()
     job = job if job is not None else Job.objects.get(id=job_id)
     model = model if model is not None else CatalogModel.objects.get(id=job.model_id)
-    ahead = 0
-    if not continue_from and not job.target_device_id:
-        # FCFS among serverless jobs only: a spot check or a rental's job runs on
-        # its own device and neither waits behind nor holds back the others
-        ahead = Job.objects.filter(
-            model_id=job.model_id,
-            status=Job.Status.QUEUED,
-            target_device__isnull=True,
-            created_at__lt=job.created_at,
-            lease_until__gt=now,
-        ).count()
-    device = device_claim(job=job, model=model, now=now, skip=ahead)
+    # FCFS among serverless jobs only: a spot check or a rental's job runs on its
+    # own device and neither waits behind nor holds back the others
+    fcfs = not continue_from and not job.target_device_id
+    attempt = Attempt(
+        job=job,
+        kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
+        continue_from_chars=len(continue_from),
+        claim_deadline=now + timedelta(seconds=settings.BALLAST_CLAIM_TIMEOUT_S),
+    )
+    if connection.vendor == "postgresql":
+        ahead, device = _dispatch_claim_statement(
+            job=job, model=model, now=now, fcfs=fcfs, attempt=attempt
+        )
+    else:
+        ahead = _jobs_ahead(job=job, now=now).count() if fcfs else 0
+        device = device_claim(job=job, model=model, now=now, skip=ahead)
+        if device is not None:
+            attempt.device = device
+            attempt.save(force_insert=True)
+            updates = {"status": Job.Status.RUNNING}
+            if continue_from:
+                updates["failed_over"] = True
+            Job.objects.filter(id=job.id).update(**updates)
     if device is None:
         unmet = requirement_unmet(
             model=model,
@@ -257,17 +297,6 @@ def job_dispatch(
             and devices_eligible_count(job=job, model=model, now=now) > ahead
         )
         return _dispatch_wait(job, waiting_channel, contended=contended)
-    attempt = Attempt.objects.create(
-        job=job,
-        device=device,
-        kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
-        continue_from_chars=len(continue_from),
-        claim_deadline=now + timedelta(seconds=settings.BALLAST_CLAIM_TIMEOUT_S),
-    )
-    updates = {"status": Job.Status.RUNNING}
-    if continue_from:
-        updates["failed_over"] = True
-    Job.objects.filter(id=job.id).update(**updates)
     if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
         spot_check_mark_due(device_id=device.id, reason="rate", now=now)
     return Dispatch(
@@ -277,6 +306,136 @@ def job_dispatch(
             job=job, attempt=attempt, device=device, continue_from=continue_from
         ),
     )
+
+
+def _jobs_ahead(*, job: Job, now: datetime):
+    """Serverless jobs of the same model queued before ``job`` with a live lease."""
+    return Job.objects.filter(
+        model_id=job.model_id,
+        status=Job.Status.QUEUED,
+        target_device__isnull=True,
+        created_at__lt=job.created_at,
+        lease_until__gt=now,
+    )
+
+
+try:
+    import psycopg
+
+    class _PreparedCursor(psycopg.Cursor):
+        """A server-side binding cursor whose statements are always prepared."""
+
+        def execute(self, query, params=None, **kwargs):
+            return super().execute(query, params, prepare=True)
+
+except ImportError:  # the embedded default (SQLite) needs no psycopg
+    _PreparedCursor = None
+
+
+def _execute_prepared(sql: str, params: list) -> tuple:
+    """Run ``sql`` with server-side parameters as a prepared statement; one row.
+
+    The claim statement is planned once per connection and shape instead of on
+    every dispatch (planning it cost about as much as running it). Django's
+    cursors bind client-side (literals in the text, never prepared), so this
+    wraps a plain psycopg cursor in Django's cursor wrapper: query logging and
+    ``execute_wrapper`` still see it.
+    """
+    connection.ensure_connection()
+    pg = connection.connection
+    if pg.prepare_threshold is None:
+        # Django opens connections with preparing off (None); a threshold no
+        # statement reaches keeps it off for every other statement, while
+        # ``prepare=True`` below prepares this one
+        pg.prepare_threshold = 2**31 - 1
+    with connection._prepare_cursor(_PreparedCursor(pg)) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def _dispatch_claim_statement(
+    *, job: Job, model: CatalogModel, now: datetime, fcfs: bool, attempt: Attempt
+) -> tuple[int, Device | None]:
+    """PostgreSQL: the whole claim of ``job_dispatch`` in one statement.
+
+    One data-modifying CTE counts the jobs ahead (FCFS), picks and locks the best
+    eligible device after them (``device_pick_sql``), takes its slot, moves its
+    tie-break key on, inserts ``attempt`` (its fields as built by the caller, the
+    device filled in) and marks the job running (``failed_over`` for a
+    continuation). Returns ``(ahead, device)``: device (with its machine) is None
+    when nothing was claimed, and then nothing was written.
+    """
+    qn = connection.ops.quote_name
+    if fcfs:  # the query of _jobs_ahead, raw: it runs on every dispatch
+        ahead_cte = (
+            "SELECT count(*) AS n FROM jobs_job WHERE model_id = %s AND status = %s"
+            " AND target_device_id IS NULL AND created_at < %s AND lease_until > %s"
+        )
+        ahead_params = [job.model_id, Job.Status.QUEUED, job.created_at, now]
+    else:
+        ahead_cte, ahead_params = "SELECT 0 AS n", []
+    pick, pick_params = device_pick_sql(
+        job=job, model=model, now=now, offset="(SELECT n FROM ahead)"
+    )
+    attempt.offered_at = timezone.now()
+    columns, values, attempt_params = [], [], []
+    for field in Attempt._meta.concrete_fields:
+        columns.append(qn(field.column))
+        if field.attname == "device_id":
+            values.append("slot.id")
+            continue
+        values.append("%s")
+        attempt_params.append(
+            field.get_db_prep_save(getattr(attempt, field.attname), connection)
+        )
+    device_fields = Device._meta.concrete_fields
+    machine_fields = Machine._meta.concrete_fields
+    job_set = "status = %s"
+    if attempt.kind == Attempt.Kind.CONTINUATION:
+        job_set += ", failed_over = true"
+    sql = (
+        f"WITH ahead AS ({ahead_cte}),"
+        f" pick AS ({pick}),"
+        " slot AS (UPDATE hosts_device d SET slots_used = d.slots_used + 1 FROM pick"
+        " WHERE d.id = pick.device_id AND d.slots_used < d.slots_total"
+        " RETURNING " + ", ".join(f"d.{qn(f.column)}" for f in device_fields) + "),"
+        " bump AS (UPDATE hosts_devicemodel dm SET tiebreak = dm.tiebreak + %s"
+        " FROM pick, slot WHERE dm.id = pick.dm_id),"
+        f" attempt AS (INSERT INTO jobs_attempt ({', '.join(columns)})"
+        f" SELECT {', '.join(values)} FROM slot),"
+        f" job AS (UPDATE jobs_job j SET {job_set} FROM slot WHERE j.id = %s)"
+        " SELECT (SELECT n FROM ahead), "
+        + ", ".join(f"slot.{qn(f.column)}" for f in device_fields)
+        + ", "
+        + ", ".join(f"m.{qn(f.column)}" for f in machine_fields)
+        + " FROM (SELECT 1) one LEFT JOIN slot ON true"
+        " LEFT JOIN hosts_machine m ON m.id = slot.machine_id"
+    )
+    params = [
+        *ahead_params,
+        *pick_params,
+        tiebreak_step(),
+        *attempt_params,
+        Job.Status.RUNNING,
+        job.pk,
+    ]
+    row = _execute_prepared(sql, params)
+    ahead = row[0]
+    device_values = row[1 : 1 + len(device_fields)]
+    if device_values[0] is None:
+        return ahead, None
+    device = Device.from_db(
+        connection.alias, [f.attname for f in device_fields], device_values
+    )
+    device.machine = Machine.from_db(
+        connection.alias,
+        [f.attname for f in machine_fields],
+        row[1 + len(device_fields) :],
+    )
+    attempt.device = device
+    attempt._state.adding = False
+    attempt._state.db = connection.alias
+    return ahead, device
 
 
 def _dispatch_wait(
