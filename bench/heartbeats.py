@@ -15,6 +15,15 @@ handled, and SQL INSERT/UPDATE/DELETE statements per heartbeat (an
 ``execute_wrapper`` on every connection), cross-checked with the rows of
 ``pg_stat_user_tables`` (n_tup_ins + n_tup_upd + n_tup_del; read after the stats
 are flushed). Every loop is bounded in count and time.
+
+Steady state: the counters are reset after every machine has said hello and sent
+its first heartbeat (the liveness writes of a connection) and 12 s more, so the
+window holds only steady heartbeats. Telemetry is rewritten at most every 60 s
+per device (``hosts.services.TELEMETRY_REFRESH``): a window of ``--seconds`` ≥ 60
+includes that refresh for every machine; a shorter one may miss it (use a smaller
+``--machines`` for a long window). The process lease's renewals
+(``hosts.liveness``, one write per process per ``BALLAST_LEASE_RENEW_S``) are
+counted as writes like any other.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -121,6 +132,10 @@ def main() -> int:
           f"a heartbeat per machine every {args.interval:g} s for {args.seconds:g} s (offered "
           f"{args.machines / args.interval:.0f}/s); channel layer {args.layer}; one uvicorn process; "
           f"PostgreSQL scratch db; DJANGO_DEBUG=0", flush=True)
+    lease = {k: os.environ.get(k, d) for k, d in (("BALLAST_LEASE_S", "5"), ("BALLAST_LEASE_RENEW_S", "1"),
+                                                   ("BALLAST_HEARTBEAT_MAX_AGE_S", "30"))}
+    print("liveness: " + ", ".join(f"{k}={v}" for k, v in lease.items()) + "; telemetry rewritten on "
+          "eligibility-visible changes or every 60 s", flush=True)
     with tempfile.TemporaryDirectory() as tmp, scratch_postgres() as db:
         if args.layer != "inmem":
             redis_flush()
@@ -140,6 +155,7 @@ def main() -> int:
                     cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True))
             connected = sum(int(c.stdout.readline().split()[1]) for c in clients)
             connect_s = time.perf_counter() - t_connect
+            t_ready = time.time()
             print(f"connected {connected} machines in {connect_s:.1f} s "
                   f"({connected / connect_s:.0f} connects+hellos/s)", flush=True)
             time.sleep(12)  # let pg statistics of the connect phase flush (idle backends flush after 10 s)
@@ -157,7 +173,10 @@ def main() -> int:
             deadline = time.monotonic() + 120
             last = -1
             while time.monotonic() < deadline:
-                stats = bench_stats(url)
+                try:
+                    stats = bench_stats(url)
+                except httpx.TimeoutException:  # the coordinator is still busy draining
+                    continue
                 if stats["heartbeats"] == last and stats["heartbeats"] >= sent:
                     break
                 last = stats["heartbeats"]
@@ -180,6 +199,11 @@ def main() -> int:
     rows = {t: pg_after.get(t, 0) - pg_before.get(t, 0) for t in pg_after}
     rows = {t: n for t, n in rows.items() if n}
     hb = stats["calls"].get("machine_heartbeat", [0, 0.0, 0])
+    print(f"window: counters reset {go - t_ready:.1f} s after the last machine's first heartbeat; "
+          f"measured from the first send to the last heartbeat handled ({span:.1f} s)")
+    print("liveness writes in the window: " + ", ".join(
+        f"{name} {stats['calls'].get(name, [0])[0]} calls" for name in
+        ("lease_renew", "machines_stale_mark", "machine_heartbeat", "machine_hello", "machine_disconnect")))
     print(f"sent {sent} heartbeats in {args.seconds:g} s (offered {sent / args.seconds:.0f}/s); "
           f"handled {handled} by {span:.1f} s after the start -> {handled / span:.0f} heartbeats/s")
     print(f"coordinator CPU {cpu * 1000 / max(handled, 1):.2f} ms per heartbeat; machine_heartbeat "
