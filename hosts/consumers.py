@@ -139,6 +139,7 @@ class HostConsumer(DirectDispatchConsumer):
             await self.channel_layer.send(previous, {"type": "machine.replaced"})
         self.greeted = True
         self.heartbeat_memo = services.HeartbeatMemo()
+        self.liveness_lock = asyncio.Lock()
         self.lease = lease
         lease.join(self.machine_id, self)
         self.vram_needs_mb = await db_call(services.catalog_vram_needs_mb)()
@@ -169,8 +170,8 @@ class HostConsumer(DirectDispatchConsumer):
         )
         if not (liveness or reports):
             return
-        # un-marking stale is ordered with the lease loop's marks and renewals
-        async with self.lease.lock if liveness else contextlib.nullcontext():
+        # an un-mark in flight is waited for by a lease tick that must mark it stale
+        async with self.liveness_lock if liveness else contextlib.nullcontext():
             if (
                 liveness
                 and memo.stale

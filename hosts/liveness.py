@@ -19,8 +19,8 @@ heartbeat, kept in memory, is older than ``stale_after_s()`` = max age − lease
 margin, and only then renews ``lease_until = t + BALLAST_LEASE_S``. So while the
 lease holds, every non-stale machine of the process had a heartbeat within
 ``stale_after_s() + BALLAST_LEASE_S`` < max age. A heartbeat on a stale machine
-un-marks it (under the same lock, and only while that heartbeat is younger than
-``stale_after_s()``). If the loop stalls or the process dies, the lease lapses and
+un-marks it (under its connection's lock, which a tick that must mark the machine
+waits for; and only while that heartbeat is younger than ``stale_after_s()``). If the loop stalls or the process dies, the lease lapses and
 its machines stop being eligible at once; ``hello`` on another process takes them
 over. Steady heartbeats cost no database write: one lease write per process per
 renewal, amortised over all its machines.
@@ -97,9 +97,12 @@ class ProcessLease:
 
     ``connections`` maps a machine id (str) to its consumer, which has
     ``channel_name``, ``heartbeat_memo`` (a ``hosts.services.HeartbeatMemo``: the
-    last heartbeat time and whether the machine is marked stale) and
-    ``spot_checks_poke()``. ``lock`` orders stale marks, renewals and un-marks.
-    One instance per event loop (``process_lease``).
+    last heartbeat time and whether the machine is marked stale),
+    ``liveness_lock`` (an ``asyncio.Lock`` held by its un-mark writes) and
+    ``spot_checks_poke()``. ``lock`` is held by each tick (one at a time). Un-marks
+    of different machines run concurrently: a tick waits only for the un-marks in
+    flight of machines it must mark stale. One instance per event loop
+    (``process_lease``).
     """
 
     def __init__(self) -> None:
@@ -142,18 +145,38 @@ class ProcessLease:
         limit = stale_after_s()
         async with self.lock:
             t = timezone.now()  # before the checks, after any wait for the lock
-            marks = []
+            due = []
             for machine_id, consumer in list(self.connections.items()):
                 memo = consumer.heartbeat_memo
                 if (
-                    not memo.stale
-                    and memo.last_beat_at is not None
-                    and (t - memo.last_beat_at).total_seconds() > limit
+                    memo.last_beat_at is None
+                    or (t - memo.last_beat_at).total_seconds() <= limit
                 ):
-                    memo.stale = True  # before the write: a heartbeat now must un-mark
-                    marks.append((machine_id, consumer.channel_name, memo.last_beat_at))
-            if marks:
-                await db_call(services.machines_stale_mark)(marks=marks)
+                    continue
+                if memo.stale and not consumer.liveness_lock.locked():
+                    continue  # stale in the database, no un-mark in flight
+                due.append((machine_id, consumer))
+            held, marks, marked = [], [], []
+            try:
+                for machine_id, consumer in due:  # wait for un-marks in flight
+                    await consumer.liveness_lock.acquire()
+                    held.append(consumer)
+                    memo = consumer.heartbeat_memo
+                    if (
+                        not memo.stale
+                        and (t - memo.last_beat_at).total_seconds() > limit
+                    ):
+                        marks.append(
+                            (machine_id, consumer.channel_name, memo.last_beat_at)
+                        )
+                        marked.append(memo)
+                if marks:
+                    await db_call(services.machines_stale_mark)(marks=marks)
+                    for memo in marked:  # only once written: a failed write retries
+                        memo.stale = True
+            finally:
+                for consumer in held:
+                    consumer.liveness_lock.release()
             await db_call(services.lease_renew)(
                 lease_id=self.id,
                 name=self.name,

@@ -388,10 +388,21 @@ def machines_stale_mark(*, marks: list[tuple[str, str, datetime]]) -> int:
     return marked
 
 
+LEASES_KEPT = timedelta(days=1)
+
+
 def lease_renew(*, lease_id, name: str, until: datetime) -> None:
-    """Set the process lease's ``lease_until`` (created if missing, e.g. pruned)."""
-    if not CoordinatorLease.objects.filter(id=lease_id).update(lease_until=until):
-        CoordinatorLease.objects.create(id=lease_id, name=name, lease_until=until)
+    """Set the process lease's ``lease_until`` (created if missing: a new process).
+
+    On creation, prunes the leases that lapsed over a day ago and vouch for no
+    machine (one row per process start would otherwise pile up).
+    """
+    if CoordinatorLease.objects.filter(id=lease_id).update(lease_until=until):
+        return
+    CoordinatorLease.objects.create(id=lease_id, name=name, lease_until=until)
+    CoordinatorLease.objects.filter(
+        lease_until__lt=timezone.now() - LEASES_KEPT, machines__isnull=True
+    ).delete()
 
 
 def machines_spot_check_due(*, lease_id, now: datetime) -> list[str]:

@@ -393,3 +393,20 @@ def test_offline_alerts_count_from_the_end_of_a_lapsed_lease(vouched_device, set
     )
     assert machines_offline_alert(now=now) == (0, 0), "seen 200 s ago"
     assert machines_offline_alert(now=now + timedelta(seconds=101)) == (1, 0)
+
+
+@pytest.mark.django_db
+def test_a_new_process_prunes_old_leases_that_vouch_for_nobody(vouched_device):
+    from hosts.services import lease_renew
+
+    device, lease = vouched_device
+    now = timezone.now()
+    old = now - timedelta(days=2)
+    CoordinatorLease.objects.filter(id=lease.id).update(lease_until=old)
+    orphan = CoordinatorLease.objects.create(name="gone", lease_until=old)
+    recent = CoordinatorLease.objects.create(name="recent", lease_until=now)
+    new_id = liveness.uuid.uuid4()
+    lease_renew(lease_id=new_id, name="new", until=now + timedelta(seconds=5))
+    left = set(CoordinatorLease.objects.values_list("id", flat=True))
+    assert left == {lease.id, recent.id, new_id}, "the one a machine points at stays"
+    assert orphan.id not in left
