@@ -181,13 +181,14 @@ class HostConsumer(DirectDispatchConsumer):
                 liveness = False  # too old to un-mark by now; the next one will
             if not (liveness or reports):
                 return
-            result = await db_call(services.machine_heartbeat)(
-                machine_id=self.machine_id,
-                heartbeat={"paused": heartbeat["paused"], "devices": reports},
-                now=now,
-                liveness=liveness,
-                channel_name=self.channel_name,
-            )
+            async with self.lease.write_gate:
+                result = await db_call(services.machine_heartbeat)(
+                    machine_id=self.machine_id,
+                    heartbeat={"paused": heartbeat["paused"], "devices": reports},
+                    now=now,
+                    liveness=liveness,
+                    channel_name=self.channel_name,
+                )
             services.heartbeat_memo_update(
                 memo,
                 liveness=liveness,

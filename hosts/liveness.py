@@ -92,6 +92,9 @@ def live_sql(now: datetime, alias: str = "m") -> tuple[str, list]:
     ]
 
 
+HEARTBEAT_WRITES = 3  # heartbeat writes in flight per process (the pool has cores + 4)
+
+
 class ProcessLease:
     """This coordinator process's lease and the machines connected to it (in memory).
 
@@ -99,7 +102,10 @@ class ProcessLease:
     ``channel_name``, ``heartbeat_memo`` (a ``hosts.services.HeartbeatMemo``: the
     last heartbeat time and whether the machine is marked stale),
     ``liveness_lock`` (an ``asyncio.Lock`` held by its un-mark writes) and
-    ``spot_checks_poke()``. ``lock`` is held by each tick (one at a time). Un-marks
+    ``spot_checks_poke()``. ``lock`` is held by each tick (one at a time).
+    ``write_gate`` bounds the heartbeat writes in flight (``HEARTBEAT_WRITES``), so
+    a storm of them (every machine reconnecting) waits here, not in the shared
+    thread pool's queue where it would delay the renewals past the lease. Un-marks
     of different machines run concurrently: a tick waits only for the un-marks in
     flight of machines it must mark stale. One instance per event loop
     (``process_lease``).
@@ -109,6 +115,7 @@ class ProcessLease:
         self.id = uuid.uuid4()
         self.name = f"{socket.gethostname()} pid {os.getpid()}"[:200]
         self.lock = asyncio.Lock()
+        self.write_gate = asyncio.Semaphore(HEARTBEAT_WRITES)
         self.connections: dict[str, Any] = {}
         self.task: asyncio.Task | None = None
         self.renewed_at: datetime | None = None
