@@ -10,7 +10,6 @@ the attempt is open on *this* connection; a token costs no database write.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from contextlib import aclosing
@@ -140,6 +139,7 @@ class HostConsumer(DirectDispatchConsumer):
         self.greeted = True
         self.heartbeat_memo = services.HeartbeatMemo()
         self.liveness_lock = asyncio.Lock()
+        self.heartbeat_tasks: set[asyncio.Task] = set()
         self.lease = lease
         lease.join(self.machine_id, self)
         self.vram_needs_mb = await db_call(services.catalog_vram_needs_mb)()
@@ -170,35 +170,57 @@ class HostConsumer(DirectDispatchConsumer):
         )
         if not (liveness or reports):
             return
-        # an un-mark in flight is waited for by a lease tick that must mark it stale
-        async with self.liveness_lock if liveness else contextlib.nullcontext():
-            if (
-                liveness
-                and memo.stale
-                and (timezone.now() - now).total_seconds()
-                > liveness_lease.stale_after_s()
-            ):
-                liveness = False  # too old to un-mark by now; the next one will
-            if not (liveness or reports):
-                return
-            async with self.lease.write_gate:
-                result = await db_call(services.machine_heartbeat)(
-                    machine_id=self.machine_id,
-                    heartbeat={"paused": heartbeat["paused"], "devices": reports},
+        # written in the background: later frames (and their times) are not held up
+        # behind a write, so a backlog of writes never makes a live machine look silent
+        task = asyncio.create_task(self._heartbeat_store(heartbeat, now))
+        self.heartbeat_tasks.add(task)
+        task.add_done_callback(self.heartbeat_tasks.discard)
+
+    async def _heartbeat_store(self, heartbeat: dict, now) -> None:
+        """Write what a heartbeat received at ``now`` changed, one write at a time per
+        connection (``liveness_lock``, which a lease tick that must mark the machine
+        stale waits for), at most ``HEARTBEAT_WRITES`` per process at once."""
+        memo = self.heartbeat_memo
+        try:
+            async with self.liveness_lock:
+                # what the writes before this one left to do
+                liveness, reports = services.heartbeat_changes(
+                    memo=memo,
+                    heartbeat=heartbeat,
                     now=now,
-                    liveness=liveness,
-                    channel_name=self.channel_name,
+                    vram_needs_mb=self.vram_needs_mb,
                 )
-            services.heartbeat_memo_update(
-                memo,
-                liveness=liveness,
-                paused=heartbeat["paused"],
-                reports=reports,
-                now=now,
-            )
-        if result.models_with_capacity:
-            await slots_announce(result.models_with_capacity, slots=result.slots_gained)
-        await self._spot_checks_start()
+                if (
+                    liveness
+                    and memo.stale
+                    and (timezone.now() - now).total_seconds()
+                    > liveness_lease.stale_after_s()
+                ):
+                    liveness = False  # too old to un-mark by now; the next one will
+                if not (liveness or reports):
+                    return
+                async with self.lease.write_gate:
+                    result = await db_call(services.machine_heartbeat)(
+                        machine_id=self.machine_id,
+                        heartbeat={"paused": heartbeat["paused"], "devices": reports},
+                        now=now,
+                        liveness=liveness,
+                        channel_name=self.channel_name,
+                    )
+                services.heartbeat_memo_update(
+                    memo,
+                    liveness=liveness,
+                    paused=heartbeat["paused"],
+                    reports=reports,
+                    now=now,
+                )
+            if result.models_with_capacity:
+                await slots_announce(
+                    result.models_with_capacity, slots=result.slots_gained
+                )
+            await self._spot_checks_start()
+        except Exception:
+            log.exception("heartbeat of machine %s not stored", self.machine_name)
 
     def spot_checks_poke(self) -> None:
         """Take this machine's due spot checks soon (called by the lease loop)."""
