@@ -177,19 +177,33 @@ class HostConsumer(DirectDispatchConsumer):
         task.add_done_callback(self.heartbeat_tasks.discard)
 
     async def _heartbeat_store(self, heartbeat: dict, now) -> None:
-        """Write what a heartbeat received at ``now`` changed, one write at a time per
-        connection (``liveness_lock``, which a lease tick that must mark the machine
-        stale waits for), at most ``HEARTBEAT_WRITES`` per process at once."""
+        """Write what a heartbeat received at ``now`` changed.
+
+        At most ``HEARTBEAT_WRITES`` per process at once (``write_gate``, first come
+        first served); the write itself holds the connection's ``liveness_lock``,
+        which a lease tick that must mark the machine stale waits for (one database
+        call, never the queue). What to write is decided under that lock, against
+        what the writes before this one left (never an older heartbeat over a newer
+        one), and an un-mark only while the heartbeat is younger than
+        ``stale_after_s`` at that moment (``hosts.liveness``).
+        """
         memo = self.heartbeat_memo
         try:
-            async with self.liveness_lock:
-                # what the writes before this one left to do
+            async with self.lease.write_gate, self.liveness_lock:
                 liveness, reports = services.heartbeat_changes(
                     memo=memo,
                     heartbeat=heartbeat,
                     now=now,
                     vram_needs_mb=self.vram_needs_mb,
                 )
+                reports = [
+                    r
+                    for r in reports
+                    if memo.written_at.get(r["index"]) is None
+                    or memo.written_at[r["index"]] <= now
+                ]
+                if memo.recorded_at is not None and memo.recorded_at > now:
+                    liveness = False  # a newer heartbeat was recorded already
                 if (
                     liveness
                     and memo.stale
@@ -199,14 +213,13 @@ class HostConsumer(DirectDispatchConsumer):
                     liveness = False  # too old to un-mark by now; the next one will
                 if not (liveness or reports):
                     return
-                async with self.lease.write_gate:
-                    result = await db_call(services.machine_heartbeat)(
-                        machine_id=self.machine_id,
-                        heartbeat={"paused": heartbeat["paused"], "devices": reports},
-                        now=now,
-                        liveness=liveness,
-                        channel_name=self.channel_name,
-                    )
+                result = await db_call(services.machine_heartbeat)(
+                    machine_id=self.machine_id,
+                    heartbeat={"paused": heartbeat["paused"], "devices": reports},
+                    now=now,
+                    liveness=liveness,
+                    channel_name=self.channel_name,
+                )
                 services.heartbeat_memo_update(
                     memo,
                     liveness=liveness,

@@ -101,7 +101,7 @@ class ProcessLease:
     ``connections`` maps a machine id (str) to its consumer, which has
     ``channel_name``, ``heartbeat_memo`` (a ``hosts.services.HeartbeatMemo``: the
     last heartbeat time and whether the machine is marked stale),
-    ``liveness_lock`` (an ``asyncio.Lock`` held by its heartbeat writes) and
+    ``liveness_lock`` (an ``asyncio.Lock`` held by its heartbeat write in flight) and
     ``spot_checks_poke()``. ``lock`` is held by each tick (one at a time).
     ``write_gate`` bounds the heartbeat writes in flight (``HEARTBEAT_WRITES``), so
     a storm of them (every machine reconnecting) waits here, not in the shared
