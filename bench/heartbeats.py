@@ -20,8 +20,8 @@ rows of ``pg_stat_user_tables`` (n_tup_ins + n_tup_upd + n_tup_del, read 12 s
 after the window, before any socket closes). Every loop is bounded in count and
 time.
 
-Telemetry is rewritten at most every 60 s per device
-(``hosts.services.TELEMETRY_REFRESH``): a window of ``--seconds`` ≥ 60 includes
+Unchanged telemetry is rewritten every 60 s per device at the 2 s interval
+(``hosts.services.telemetry_refresh``: 60 s or 25 intervals): a window of ``--seconds`` ≥ 60 includes
 that refresh for every machine; a shorter one may miss it (use a smaller
 ``--machines`` for a long window). The process lease's renewals
 (``hosts.liveness``, one write per process per ``BALLAST_LEASE_RENEW_S``) are

@@ -179,6 +179,20 @@ def spot_check_mark_due(
 TEMP_STEP_C = 2.0
 VRAM_STEP_MB = 256
 TELEMETRY_REFRESH = timedelta(seconds=60)
+TELEMETRY_REFRESH_BEATS = 25
+
+
+def telemetry_refresh() -> timedelta:
+    """How long unchanged telemetry may go unwritten: 60 s, or 25 heartbeat intervals
+    if longer, so a steady machine's refreshes stay ≤ 1/25 write per heartbeat
+    (issue 8: ≤ 0.05 with the lease's share). Eligibility never waits for it: a
+    change it can see is written at once."""
+    return max(
+        TELEMETRY_REFRESH,
+        timedelta(
+            seconds=TELEMETRY_REFRESH_BEATS * settings.BALLAST_HEARTBEAT_INTERVAL_S
+        ),
+    )
 
 
 @dataclass
@@ -217,10 +231,12 @@ def heartbeat_changes(
     ``hosts.liveness``). A device's report is
     written when its slots or models change, its temperature moves ≥ 2 °C or crosses
     ``BALLAST_MAX_GPU_TEMP_C``, its free VRAM moves ≥ 256 MiB or crosses a catalog
-    model's need, or it was last written over 60 s ago. Pure: touches nothing.
+    model's need, or it was last written longer than ``telemetry_refresh()`` ago.
+    Pure: touches nothing.
     """
     liveness = memo.stale or memo.paused != heartbeat["paused"]
     changed = []
+    refresh = telemetry_refresh()
     for report in heartbeat["devices"]:
         last = memo.devices.get(report["index"])
         written = memo.written_at.get(report["index"])
@@ -233,7 +249,7 @@ def heartbeat_changes(
         if (
             last is None
             or written is None
-            or now - written >= TELEMETRY_REFRESH
+            or now - written >= refresh
             or (slots, models_) != (last[2], last[3])
             or _crosses(last[0], temp, (settings.BALLAST_MAX_GPU_TEMP_C,))
             or (
