@@ -247,4 +247,5 @@ class CoordinatorLeaseAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """Each coordinator process's liveness lease (``hosts.liveness``)."""
 
     list_display = ["name", "id", "started_at", "lease_until"]
+    list_filter = ["lease_until"]
     search_fields = ["name", "id"]
