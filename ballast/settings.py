@@ -260,6 +260,12 @@ BALLAST_HEARTBEAT_MAX_AGE_S = env_float("BALLAST_HEARTBEAT_MAX_AGE_S", 30.0)
 BALLAST_HEARTBEAT_INTERVAL_S = env_float(
     "BALLAST_HEARTBEAT_INTERVAL_S", 10.0, minimum=0.05
 )
+# Liveness lease of each coordinator process (hosts.liveness): renewed every
+# BALLAST_LEASE_RENEW_S to BALLAST_LEASE_S ahead; a machine silent for longer than
+# max age − lease − margin is marked stale before each renewal.
+BALLAST_LEASE_S = env_float("BALLAST_LEASE_S", 5.0, minimum=0.1)
+BALLAST_LEASE_RENEW_S = env_float("BALLAST_LEASE_RENEW_S", 1.0, minimum=0.02)
+BALLAST_LEASE_MARGIN_S = env_float("BALLAST_LEASE_MARGIN_S", 1.0)
 BALLAST_MAX_GPU_TEMP_C = env_float("BALLAST_MAX_GPU_TEMP_C", 88.0)
 BALLAST_SPOT_CHECKS = env_bool("BALLAST_SPOT_CHECKS", True)
 BALLAST_CANARY_RATE = env_float("BALLAST_CANARY_RATE", 0.02)

@@ -1,20 +1,31 @@
 """Heartbeats per second one coordinator process takes from many machines, and writes per heartbeat.
 
 Usage: ``.venv/bin/python bench/heartbeats.py [--machines 5000] [--clients 2]
-[--interval 2] [--seconds 15] [--layer inmem]``
+[--interval 2] [--seconds 15] [--settle 12] [--layer inmem]``
 
 Registers ``--machines`` machines in bulk in a scratch PostgreSQL database, starts one
 coordinator process (``bench.instrumented_asgi``: Ballast's app plus counters), then
 ``--clients`` helper processes open one websocket per machine (hello, first
-heartbeat) and, once all are connected, send a heartbeat from every machine every
-``--interval`` s for ``--seconds`` s (offered load = machines ÷ interval per
-second, phases spread evenly). Heartbeats carry the same telemetry each time (the
-steady state). Measured on the coordinator: heartbeats handled (a counter after
-``frame_heartbeat`` returns) ÷ the time from the first send to the last one
-handled, and SQL INSERT/UPDATE/DELETE statements per heartbeat (an
-``execute_wrapper`` on every connection), cross-checked with the rows of
-``pg_stat_user_tables`` (n_tup_ins + n_tup_upd + n_tup_del; read after the stats
-are flushed). Every loop is bounded in count and time.
+heartbeat). Once every machine is connected they send a heartbeat from each
+machine every ``--interval`` s (phases spread at random; offered load = machines ÷
+interval per second), the same telemetry each time. The bench then waits
+``--settle`` s (at least two intervals: the machines that went stale while the
+others connected are un-marked, connect-phase writes are done, PostgreSQL
+statistics flushed), resets the counters and measures a window of ``--seconds`` s
+of this steady state: heartbeats handled (a counter after ``frame_heartbeat`` returns) ÷
+the window (the offered load keeps coming: a coordinator that cannot keep up
+handles less than it is sent), and SQL INSERT/UPDATE/DELETE statements per
+heartbeat (an ``execute_wrapper`` on every connection), cross-checked with the
+rows of ``pg_stat_user_tables`` (n_tup_ins + n_tup_upd + n_tup_del, read 12 s
+after the window, before any socket closes). Every loop is bounded in count and
+time.
+
+Unchanged telemetry is rewritten every 60 s per device at the 2 s interval
+(``hosts.services.telemetry_refresh``: 60 s or 25 intervals): a window of ``--seconds`` ≥ 60 includes
+that refresh for every machine; a shorter one may miss it (use a smaller
+``--machines`` for a long window). The process lease's renewals
+(``hosts.liveness``, one write per process per ``BALLAST_LEASE_RENEW_S``) are
+counted as writes like any other.
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -41,15 +54,32 @@ from bench.harness import (  # noqa: E402
 
 
 # --- client process ------------------------------------------------------------------------
-async def client(ws_url: str, tokens_file: str, interval: float, seconds: float) -> None:
-    """Connect every machine of the file; on ``go`` heartbeat each every ``interval`` s."""
+async def client(ws_url: str, tokens_file: str, interval: float) -> None:
+    """Connect every machine of the file (hello, first heartbeat); stdin ``beat`` starts
+    a heartbeat from each every ``interval`` s, ``go`` starts the count, ``stop``
+    prints it and stops the beats, ``quit`` closes the sockets. Bounded: the beats
+    end after one hour anyway."""
     from websockets.asyncio.client import connect
 
     tokens = json.loads(Path(tokens_file).read_text())
     frame = json.dumps({"type": "heartbeat", "paused": False, "devices": [
         {"index": 0, "temp_c": 55, "vram_free_mb": 20000, "loaded_models": [MODEL], "slots": 1}]})
-    sockets = []
+    sockets, beats = [], []
     gate = asyncio.Semaphore(20)
+    loop = asyncio.get_running_loop()
+    sent = 0
+    stop = asyncio.Event()
+    end = loop.time() + 3600
+
+    async def beat(ws) -> None:
+        nonlocal sent
+        start, n = loop.time(), 0
+        phase = random.random() * interval
+        while not stop.is_set() and loop.time() < end:
+            await ws.send(frame)
+            sent += 1
+            n += 1
+            await asyncio.sleep(max(0.0, start + phase + n * interval - loop.time()))
 
     async def open_one(token: str):
         async with gate:
@@ -67,27 +97,19 @@ async def client(ws_url: str, tokens_file: str, interval: float, seconds: float)
 
     await asyncio.gather(*(open_one(t) for t in tokens), return_exceptions=True)
     print(f"connected {len(sockets)}", flush=True)
-    loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    if (await reader.readline()).decode().strip() != "beat":
+        return
+    beats.extend(asyncio.create_task(beat(ws)) for ws in sockets)
     if (await reader.readline()).decode().strip() != "go":
         return
-    sent = 0
-    start = loop.time()
-
-    async def beat(ws, phase: float) -> None:
-        nonlocal sent
-        await asyncio.sleep(phase)
-        n = 0
-        while loop.time() - start < seconds:
-            await ws.send(frame)
-            sent += 1
-            n += 1
-            await asyncio.sleep(max(0.0, start + phase + n * interval - loop.time()))
-
-    await asyncio.gather(*(beat(ws, random.random() * interval) for ws in sockets), return_exceptions=True)
-    print(f"sent {sent}", flush=True)
-    await reader.readline()  # "quit": keep the sockets open until the server drained
+    at_go = sent
+    await reader.readline()  # "stop"
+    stop.set()
+    print(f"sent {sent - at_go}", flush=True)
+    await asyncio.gather(*beats, return_exceptions=True)
+    await reader.readline()  # "quit": keep the sockets open until the statistics are read
     for ws in sockets:
         await ws.close()
 
@@ -106,21 +128,27 @@ def main() -> int:
     parser.add_argument("--machines", type=int, default=5000)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--interval", type=float, default=2.0, help="s between a machine's heartbeats")
-    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--seconds", type=float, default=15.0, help="the measurement window (s)")
+    parser.add_argument("--settle", type=float, default=12.0,
+                        help="s of heartbeats between the last connect and the window (≥ 2 intervals)")
     parser.add_argument("--layer", default="inmem", choices=("inmem", "pubsub", "core"))
     parser.add_argument("--profile", metavar="DIR")
-    parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--client", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
-        asyncio.run(client(args.client[0], args.client[1], float(args.client[2]), float(args.client[3])))
+        asyncio.run(client(args.client[0], args.client[1], float(args.client[2])))
         return 0
     from ballast.stack import Stack
 
     print(f"machine: {machine_line()}")
     print(f"settings: {args.machines} machines (1 device, model loaded) over {args.clients} client processes; "
-          f"a heartbeat per machine every {args.interval:g} s for {args.seconds:g} s (offered "
-          f"{args.machines / args.interval:.0f}/s); channel layer {args.layer}; one uvicorn process; "
-          f"PostgreSQL scratch db; DJANGO_DEBUG=0", flush=True)
+          f"a heartbeat per machine every {args.interval:g} s once all are connected (offered "
+          f"{args.machines / args.interval:.0f}/s); window {args.seconds:g} s after {args.settle:g} s of settling; "
+          f"channel layer {args.layer}; one uvicorn process; PostgreSQL scratch db; DJANGO_DEBUG=0", flush=True)
+    lease = {k: os.environ.get(k, d) for k, d in (("BALLAST_LEASE_S", "5"), ("BALLAST_LEASE_RENEW_S", "1"),
+                                                   ("BALLAST_HEARTBEAT_MAX_AGE_S", "30"))}
+    print("liveness: " + ", ".join(f"{k}={v}" for k, v in lease.items()) + " (if the code has a lease); "
+          "telemetry rewritten on eligibility-visible changes or every 60 s", flush=True)
     with tempfile.TemporaryDirectory() as tmp, scratch_postgres() as db:
         if args.layer != "inmem":
             redis_flush()
@@ -136,58 +164,75 @@ def main() -> int:
                 path = Path(tmp) / f"tokens-{i}.json"
                 path.write_text(json.dumps(tokens[i::args.clients]))
                 clients.append(subprocess.Popen(
-                    [sys.executable, __file__, "--client", ws_url, str(path), str(args.interval), str(args.seconds)],
+                    [sys.executable, __file__, "--client", ws_url, str(path), str(args.interval)],
                     cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True))
             connected = sum(int(c.stdout.readline().split()[1]) for c in clients)
             connect_s = time.perf_counter() - t_connect
             print(f"connected {connected} machines in {connect_s:.1f} s "
                   f"({connected / connect_s:.0f} connects+hellos/s)", flush=True)
-            time.sleep(12)  # let pg statistics of the connect phase flush (idle backends flush after 10 s)
+            for c in clients:
+                c.stdin.write("beat\n")
+                c.stdin.flush()
+            time.sleep(max(args.settle, 2 * args.interval))
             pg_before = pg_rows(db)
-            stats0 = bench_stats(url, reset=True)
             pid = stack.processes["coordinator"].pid
-            spy = profile_start(pid, args.profile, f"heartbeats-{args.layer}")
-            cpu0 = cpu_seconds(pid)
-            go = time.time()
+
+            def stats_read(reset: bool = False) -> dict:
+                for _ in range(12):  # a coordinator far behind may answer late: bounded retries
+                    try:
+                        return bench_stats(url, reset=reset)
+                    except httpx.TimeoutException:
+                        continue
+                raise RuntimeError("the coordinator never answered /bench/stats")
+
+            stats_read(reset=True)
+            t0 = time.perf_counter()
             for c in clients:
                 c.stdin.write("go\n")
                 c.stdin.flush()
-            sent = sum(int(c.stdout.readline().split()[1]) for c in clients)
-            # drain: wait until the handled count stops moving (bounded)
-            deadline = time.monotonic() + 120
-            last = -1
-            while time.monotonic() < deadline:
-                stats = bench_stats(url)
-                if stats["heartbeats"] == last and stats["heartbeats"] >= sent:
-                    break
-                last = stats["heartbeats"]
-                time.sleep(1)
+            spy = profile_start(pid, args.profile, f"heartbeats-{args.layer}")
+            cpu0 = cpu_seconds(pid)
+            time.sleep(args.seconds)
+            stats = stats_read()
+            window = time.perf_counter() - t0
             cpu = cpu_seconds(pid) - cpu0
             profile_stop(spy)
             for c in clients:
+                c.stdin.write("stop\n")
+                c.stdin.flush()
+            sent = sum(int(c.stdout.readline().split()[1]) for c in clients)
+            time.sleep(12)  # idle backends flush their statistics; no machine is stale yet (< 24 s)
+            pg_after = pg_rows(db)
+            final = stats_read()
+            for c in clients:
                 c.stdin.write("quit\n")
                 c.stdin.flush()
-            time.sleep(12)
-            pg_after = pg_rows(db)
             for c in clients:
                 try:
-                    c.wait(30)
+                    c.wait(60)
                 except subprocess.TimeoutExpired:
                     c.kill()
     handled = stats["heartbeats"]
-    span = stats["last_heartbeat"] - go
     writes = sum(stats["writes"].values())
     rows = {t: pg_after.get(t, 0) - pg_before.get(t, 0) for t in pg_after}
     rows = {t: n for t, n in rows.items() if n}
     hb = stats["calls"].get("machine_heartbeat", [0, 0.0, 0])
-    print(f"sent {sent} heartbeats in {args.seconds:g} s (offered {sent / args.seconds:.0f}/s); "
-          f"handled {handled} by {span:.1f} s after the start -> {handled / span:.0f} heartbeats/s")
-    print(f"coordinator CPU {cpu * 1000 / max(handled, 1):.2f} ms per heartbeat; machine_heartbeat "
+    print(f"window: {window:.1f} s of steady state, after {max(args.settle, 2 * args.interval):g} s of heartbeats "
+          "from every machine")
+    print(f"sent {sent} heartbeats in the window ({sent / window:.0f}/s); handled {handled} "
+          f"-> {handled / window:.0f} heartbeats/s")
+    print("calls in the window: " + ", ".join(
+        f"{name} {stats['calls'].get(name, [0])[0]}" for name in
+        ("machine_heartbeat", "lease_renew", "machines_stale_mark", "machine_hello", "machine_disconnect")))
+    print(f"coordinator CPU {cpu * 1000 / max(handled, 1):.2f} ms per heartbeat handled; machine_heartbeat "
           f"{hb[1] / max(hb[0], 1) * 1000:.2f} ms and {hb[2] / max(hb[0], 1):.1f} SQL statements per call")
-    print(f"database writes per heartbeat: {writes / max(handled, 1):.2f} statements ("
-          + ", ".join(f"{t} {n / max(handled, 1):.2f}" for t, n in sorted(stats["writes"].items())) + ")")
-    print(f"pg_stat_user_tables rows written per heartbeat: {sum(rows.values()) / max(handled, 1):.2f} ("
-          + ", ".join(f"{t} {n / max(handled, 1):.2f}" for t, n in sorted(rows.items())) + ")")
+    print(f"database writes per heartbeat (window): {writes / max(handled, 1):.4f} statements, {writes} in all ("
+          + ", ".join(f"{t} {n}" for t, n in sorted(stats["writes"].items())) + ")")
+    fw = sum(final["writes"].values())
+    print(f"until the statistics were read ({final['heartbeats']} heartbeats handled): {fw} write statements "
+          f"= {fw / max(final['heartbeats'], 1):.4f}/heartbeat; pg_stat_user_tables rows written "
+          f"{sum(rows.values())} = {sum(rows.values()) / max(final['heartbeats'], 1):.4f}/heartbeat ("
+          + ", ".join(f"{t} {n}" for t, n in sorted(rows.items())) + ")")
     return 0
 
 

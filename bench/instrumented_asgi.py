@@ -87,7 +87,8 @@ def _install() -> None:
     _wrap(jobs.services, "_job_submit", "job_submit")
     _wrap(jobs.consumers, "job_open", "job_open (ws)")
     _wrap(jobs.consumers, "api_key_from_request_header", "api_key (ws)")
-    for name in ("machine_heartbeat", "machine_hello", "machine_authenticate", "machine_disconnect"):
+    for name in ("machine_heartbeat", "machine_hello", "machine_authenticate", "machine_disconnect",
+                 "machines_stale_mark", "lease_renew", "machines_spot_check_due"):
         _wrap(hosts.services, name, name)
 
     original = hosts.consumers.HostConsumer.frame_heartbeat

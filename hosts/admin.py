@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from .models import (
     Benchmark,
+    CoordinatorLease,
     Device,
     DeviceModel,
     DeviceOutcome,
@@ -51,6 +52,7 @@ class MachineAdmin(admin.ModelAdmin):
         "owner",
         "region",
         "connected",
+        "stale",
         "last_heartbeat_at",
         "paused",
         "host_paused",
@@ -78,6 +80,8 @@ class MachineAdmin(admin.ModelAdmin):
         "connected",
         "connected_at",
         "last_heartbeat_at",
+        "lease",
+        "stale",
         "offline_alert_sent_at",
         "agent_version",
         "engine_name",
@@ -236,3 +240,12 @@ class OnlineSpanAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["machine", "started_at", "ended_at"]
     list_filter = ["ended_at"]
     search_fields = ["machine__name"]
+
+
+@admin.register(CoordinatorLease)
+class CoordinatorLeaseAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """Each coordinator process's liveness lease (``hosts.liveness``)."""
+
+    list_display = ["name", "id", "started_at", "lease_until"]
+    list_filter = ["lease_until"]
+    search_fields = ["name", "id"]

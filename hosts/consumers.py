@@ -15,6 +15,7 @@ import logging
 from contextlib import aclosing
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from ballast.consumers import DirectDispatchConsumer
@@ -23,6 +24,7 @@ from jobs import services as job_services
 from jobs import spotchecks
 from jobs.orchestration import JobRun, slots_announce
 
+from . import liveness as liveness_lease
 from . import protocol, services
 
 log = logging.getLogger("ballast.hosts")
@@ -70,8 +72,14 @@ class HostConsumer(DirectDispatchConsumer):
     async def disconnect(self, code: int) -> None:
         if not hasattr(self, "machine_id"):
             return
+        memo = getattr(self, "heartbeat_memo", None)
+        lease = getattr(self, "lease", None)
+        if lease is not None:
+            lease.leave(self.machine_id, self)
         await db_call(services.machine_disconnect)(
-            machine_id=self.machine_id, channel_name=self.channel_name
+            machine_id=self.machine_id,
+            channel_name=self.channel_name,
+            last_heartbeat_at=memo.last_beat_at if memo else None,
         )
         for attempt_id, info in list(self.open_attempts.items()):
             await self.channel_layer.send(
@@ -114,9 +122,13 @@ class HostConsumer(DirectDispatchConsumer):
 
     async def frame_hello(self, frame: dict) -> None:
         hello = protocol.parse_hello(frame)
+        lease = await liveness_lease.process_lease()
         try:
             previous = await db_call(services.machine_hello)(
-                machine_id=self.machine_id, channel_name=self.channel_name, hello=hello
+                machine_id=self.machine_id,
+                channel_name=self.channel_name,
+                hello=hello,
+                lease_id=lease.id,
             )
         except services.KeyMismatch as exc:
             await self.send_error(str(exc))
@@ -127,6 +139,10 @@ class HostConsumer(DirectDispatchConsumer):
             await self.channel_layer.send(previous, {"type": "machine.replaced"})
         self.greeted = True
         self.heartbeat_memo = services.HeartbeatMemo()
+        self.liveness_lock = asyncio.Lock()
+        self.heartbeat_tasks: set[asyncio.Task] = set()
+        self.lease = lease
+        lease.join(self.machine_id, self)
         self.vram_needs_mb = await db_call(services.catalog_vram_needs_mb)()
         self.catalog_ids = await db_call(services.catalog_model_ids)()
         await self.send_json(
@@ -140,39 +156,96 @@ class HostConsumer(DirectDispatchConsumer):
     async def frame_heartbeat(self, frame: dict) -> None:
         """Check a heartbeat; write to the database only what changed (coalesced).
 
-        Steady heartbeats cost no database write: liveness is rewritten once the
-        recorded one ages past ``liveness_refresh_after``, telemetry on a change
-        that matters to eligibility (``hosts.services.heartbeat_changes``).
+        Steady heartbeats cost no database write: the time is kept in memory and
+        the process lease vouches for the machine (``hosts.liveness``); liveness is
+        written when the machine is marked stale (first heartbeat, or after a stale
+        mark) or its pause flag changes, telemetry on a change that matters to
+        eligibility (``hosts.services.heartbeat_changes``).
         """
         heartbeat = protocol.parse_heartbeat(frame)
         now = timezone.now()
+        memo = self.heartbeat_memo
+        memo.last_beat_at = now
         liveness, reports = services.heartbeat_changes(
-            memo=self.heartbeat_memo,
-            heartbeat=heartbeat,
-            now=now,
-            vram_needs_mb=self.vram_needs_mb,
+            memo=memo, heartbeat=heartbeat, now=now, vram_needs_mb=self.vram_needs_mb
         )
         if not (liveness or reports):
             return
-        result = await db_call(services.machine_heartbeat)(
-            machine_id=self.machine_id,
-            heartbeat={"paused": heartbeat["paused"], "devices": reports},
-            now=now,
-            liveness=liveness,
-        )
-        services.heartbeat_memo_update(
-            self.heartbeat_memo,
-            liveness=liveness,
-            paused=heartbeat["paused"],
-            reports=reports,
-            now=now,
-        )
-        if result.models_with_capacity:
-            await slots_announce(result.models_with_capacity, slots=result.slots_gained)
-        await self._spot_checks_start()
+        # written in the background: later frames (and their times) are not held up
+        # behind a write, so a backlog of writes never makes a live machine look silent
+        task = asyncio.create_task(self._heartbeat_store(heartbeat, now))
+        self.heartbeat_tasks.add(task)
+        task.add_done_callback(self.heartbeat_tasks.discard)
+
+    async def _heartbeat_store(self, heartbeat: dict, now) -> None:
+        """Write what a heartbeat received at ``now`` changed.
+
+        At most ``HEARTBEAT_WRITES`` per process at once (``write_gate``, first come
+        first served); the write itself holds the connection's ``liveness_lock``,
+        which a lease tick that must mark the machine stale waits for (one database
+        call, never the queue). What to write is decided under that lock, against
+        what the writes before this one left (never an older heartbeat over a newer
+        one), and an un-mark only while the heartbeat is younger than
+        ``stale_after_s`` at that moment (``hosts.liveness``).
+        """
+        memo = self.heartbeat_memo
+        try:
+            async with self.lease.write_gate, self.liveness_lock:
+                liveness, reports = services.heartbeat_changes(
+                    memo=memo,
+                    heartbeat=heartbeat,
+                    now=now,
+                    vram_needs_mb=self.vram_needs_mb,
+                )
+                reports = [
+                    r
+                    for r in reports
+                    if memo.written_at.get(r["index"]) is None
+                    or memo.written_at[r["index"]] <= now
+                ]
+                if memo.recorded_at is not None and memo.recorded_at > now:
+                    liveness = False  # a newer heartbeat was recorded already
+                if (
+                    liveness
+                    and memo.stale
+                    and (timezone.now() - now).total_seconds()
+                    > liveness_lease.stale_after_s()
+                ):
+                    liveness = False  # too old to un-mark by now; the next one will
+                if not (liveness or reports):
+                    return
+                result = await db_call(services.machine_heartbeat)(
+                    machine_id=self.machine_id,
+                    heartbeat={"paused": heartbeat["paused"], "devices": reports},
+                    now=now,
+                    liveness=liveness,
+                    channel_name=self.channel_name,
+                )
+                services.heartbeat_memo_update(
+                    memo,
+                    liveness=liveness,
+                    paused=heartbeat["paused"],
+                    reports=reports,
+                    now=now,
+                )
+            if result.models_with_capacity:
+                await slots_announce(
+                    result.models_with_capacity, slots=result.slots_gained
+                )
+            await self._spot_checks_start()
+        except Exception:
+            log.exception("heartbeat of machine %s not stored", self.machine_name)
+
+    def spot_checks_poke(self) -> None:
+        """Take this machine's due spot checks soon (called by the lease loop)."""
+        task = asyncio.create_task(self._spot_checks_start())
+        self.spot_check_tasks.add(task)
+        task.add_done_callback(self.spot_check_tasks.discard)
 
     async def _spot_checks_start(self) -> None:
         """Run the spot checks due on this machine's devices (a compare-and-set takes each)."""
+        if not settings.BALLAST_SPOT_CHECKS:
+            return  # (no thread hop for nothing on every written heartbeat)
         for job in await db_call(spotchecks.spot_checks_take_due)(
             machine_id=self.machine_id
         ):

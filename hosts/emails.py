@@ -24,7 +24,7 @@ def machine_offline(*, machine: Machine) -> None:
     send_templated(
         name="machine-offline",
         to=[machine.owner.email],
-        context={"machine": machine, "last_heartbeat_at": machine.last_heartbeat_at},
+        context={"machine": machine, "last_heartbeat_at": machine.seen_until()},
     )
 
 

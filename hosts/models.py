@@ -25,6 +25,28 @@ def token_new(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(32)}"
 
 
+class CoordinatorLease(models.Model):
+    """One coordinator process's liveness lease (DESIGN.md "Picking a device", rule 1).
+
+    Renewed by one loop of the process every ``BALLAST_LEASE_RENEW_S`` to
+    ``lease_until`` = (the time its check began) + ``BALLAST_LEASE_S``. It says: as of
+    ``lease_until``, every machine connected to this process, pointing at this lease
+    and not marked ``stale``, had a heartbeat under ``BALLAST_HEARTBEAT_MAX_AGE_S``
+    old. The loop marks stale, *before* renewing, every machine whose last heartbeat
+    is older than ``hosts.liveness.stale_after_s()``. If the process stalls or dies
+    the lease lapses and its machines are ineligible at once. ``name`` is for staff
+    (host and pid).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    lease_until = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name or self.id} until {self.lease_until:%H:%M:%S}"
+
+
 class Machine(models.Model):
     """One computer running one agent; authenticates with a machine token.
 
@@ -58,7 +80,24 @@ class Machine(models.Model):
     connected = models.BooleanField(default=False)
     channel_name = models.CharField(max_length=200, blank=True)
     connected_at = models.DateTimeField(null=True, blank=True)
-    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="a heartbeat at least this recent was received (written on changes)",
+    )
+    lease = models.ForeignKey(
+        CoordinatorLease,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="machines",
+        help_text="the coordinator process whose lease vouches for this connection",
+    )
+    stale = models.BooleanField(
+        default=True,
+        db_default=True,
+        help_text="no heartbeat recent enough for the lease to vouch for (or none yet)",
+    )
     offline_alert_sent_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -77,12 +116,38 @@ class Machine(models.Model):
         """True when the websocket is open and the last heartbeat is fresh.
 
         DESIGN.md "Picking a device", rule 1: heartbeat under
-        ``BALLAST_HEARTBEAT_MAX_AGE_S`` (30 s) old and the connection open.
+        ``BALLAST_HEARTBEAT_MAX_AGE_S`` (30 s) old and the connection open. Fresh
+        means either proof: the recorded ``last_heartbeat_at`` is under the max age,
+        or the machine is not ``stale`` and its process's lease runs past ``now``
+        (see ``CoordinatorLease``). The same rule as ``hosts.liveness.live_q`` and
+        the SQL of ``jobs.selectors``. Reads ``self.lease`` (select_related it).
         """
-        if not self.connected or self.last_heartbeat_at is None:
+        if not self.connected:
             return False
         max_age = timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
-        return now - self.last_heartbeat_at < max_age
+        if (
+            self.last_heartbeat_at is not None
+            and now - self.last_heartbeat_at < max_age
+        ):
+            return True
+        return (
+            not self.stale
+            and self.lease_id is not None
+            and self.lease.lease_until > now
+        )
+
+    def seen_until(self) -> datetime | None:
+        """The latest time this machine is known to have counted as online, or None.
+
+        The lease's end for a connected, non-stale machine it vouches for (a lapsed
+        lease: when its process stopped vouching), else the recorded last heartbeat.
+        Used for "gone more than 10 min" and the offline alerts. Reads ``self.lease``.
+        """
+        seen = self.last_heartbeat_at
+        if self.connected and not self.stale and self.lease_id is not None:
+            until = self.lease.lease_until
+            seen = until if seen is None else max(seen, until)
+        return seen
 
 
 class Device(models.Model):
@@ -265,10 +330,14 @@ class ScoreSample(models.Model):
 
 
 class OnlineSpan(models.Model):
-    """A stretch of time a machine was online, extended by its heartbeats.
+    """A stretch of time a machine was online, opened and closed on transitions.
 
-    A heartbeat within ``BALLAST_HEARTBEAT_MAX_AGE_S`` of the span's end extends it;
-    a longer gap starts a new span (DESIGN.md "Reliability score": gaps ≤ 30 s).
+    Opened when the machine becomes live (first heartbeat of a connection, or the
+    first after a stale mark) — or the previous span extended, when it ended within
+    ``BALLAST_HEARTBEAT_MAX_AGE_S`` (DESIGN.md "Reliability score": gaps ≤ 30 s) —
+    and ended at the last heartbeat on a stale mark or a disconnect, or at its
+    process lease's end when that lapsed. While the machine is live its latest span
+    counts until now (``hosts.services.device_online_fraction``).
     """
 
     machine = models.ForeignKey(

@@ -49,7 +49,10 @@ class MachineRow:
 
 
 def machine_status(machine: Machine, now: datetime) -> str:
-    """``offline`` (no fresh heartbeat or closed socket), ``paused`` (owner or agent), or ``online``."""
+    """``offline`` (no fresh heartbeat or closed socket), ``paused`` (owner or agent), or ``online``.
+
+    Liveness as in ``Machine.is_online`` (DESIGN.md rule 1, ``hosts.liveness``).
+    """
     if not machine.is_online(now):
         return "offline"
     if machine.paused or machine.host_paused:
@@ -59,7 +62,11 @@ def machine_status(machine: Machine, now: datetime) -> str:
 
 def machine_of_owner(*, user: AbstractBaseUser, machine_id) -> Machine:
     """The user's own machine; raises Http404 for anyone else's (no hint it exists)."""
-    machine = Machine.objects.filter(id=machine_id, owner_id=user.pk).first()
+    machine = (
+        Machine.objects.filter(id=machine_id, owner_id=user.pk)
+        .select_related("lease")
+        .first()
+    )
     if machine is None:
         raise Http404("no such machine")
     return machine
@@ -101,6 +108,7 @@ def machine_rows(*, user: AbstractBaseUser, now: datetime) -> list[MachineRow]:
     """The dashboard's rows: each of the user's machines with its live state."""
     machines = list(
         Machine.objects.filter(owner_id=user.pk)
+        .select_related("lease")
         .prefetch_related("devices")
         .order_by("name")
     )

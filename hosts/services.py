@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from .models import (
     Benchmark,
+    CoordinatorLease,
     Device,
     DeviceModel,
     DeviceOutcome,
@@ -102,14 +103,22 @@ def machine_authenticate(*, token: str) -> Machine | None:
 
 @transaction.atomic
 def machine_hello(
-    *, machine_id: str, channel_name: str, hello: dict, now: datetime | None = None
+    *,
+    machine_id: str,
+    channel_name: str,
+    hello: dict,
+    now: datetime | None = None,
+    lease_id=None,
 ) -> str:
     """Record a ``hello``: pin or check the key, store the build, upsert devices.
 
-    Marks the machine connected on ``channel_name`` and returns the channel of the
-    connection it replaces ('' if none), which the caller closes. Raises
-    KeyMismatch when a key is already pinned and differs (DESIGN.md: refused
-    until the owner resets it).
+    Marks the machine connected on ``channel_name``, vouched for by the process
+    lease ``lease_id`` (None: by its recorded heartbeats only) and ``stale`` until
+    its first heartbeat (``hosts.liveness``). Closes the online span of a previous
+    connection still counted online (a process that died: at its lease's end).
+    Returns the channel of the connection it replaces ('' if none), which the
+    caller closes. Raises KeyMismatch when a key is already pinned and differs
+    (DESIGN.md: refused until the owner resets it).
     """
     now = now or timezone.now()
     machine = Machine.objects.select_for_update().get(id=machine_id)
@@ -117,10 +126,10 @@ def machine_hello(
         raise KeyMismatch(
             "this machine's key differs from the pinned one; the owner must reset it"
         )
-    came_back = (
-        machine.last_heartbeat_at is not None
-        and now - machine.last_heartbeat_at > RETURN_AFTER
-    )
+    seen = machine.seen_until()
+    came_back = seen is not None and now - seen > RETURN_AFTER
+    if machine.connected and not machine.stale and seen is not None:
+        online_span_close(machine_id=machine_id, at=min(seen, now))
     previous_channel = machine.channel_name if machine.connected else ""
     machine.public_key = hello["public_key"]
     machine.agent_version = hello["agent_version"]
@@ -130,6 +139,8 @@ def machine_hello(
     machine.connected = True
     machine.channel_name = channel_name
     machine.connected_at = now
+    machine.lease_id = lease_id
+    machine.stale = True
     machine.save()
     for dev in hello["devices"]:
         device, _ = Device.objects.update_or_create(
@@ -168,36 +179,39 @@ def spot_check_mark_due(
 TEMP_STEP_C = 2.0
 VRAM_STEP_MB = 256
 TELEMETRY_REFRESH = timedelta(seconds=60)
+TELEMETRY_REFRESH_BEATS = 25
+
+
+def telemetry_refresh() -> timedelta:
+    """How long unchanged telemetry may go unwritten: 60 s, or 25 heartbeat intervals
+    if longer, so a steady machine's refreshes stay ≤ 1/25 write per heartbeat
+    (issue 8: ≤ 0.05 with the lease's share). Eligibility never waits for it: a
+    change it can see is written at once."""
+    return max(
+        TELEMETRY_REFRESH,
+        timedelta(
+            seconds=TELEMETRY_REFRESH_BEATS * settings.BALLAST_HEARTBEAT_INTERVAL_S
+        ),
+    )
 
 
 @dataclass
 class HeartbeatMemo:
-    """What a connection last wrote of its machine's heartbeats (in memory).
+    """A connection's heartbeats in memory (``hosts.liveness``).
 
-    ``recorded_at`` is the last liveness write; ``devices`` maps a device index to
-    the last written (temp °C, free VRAM MiB, slots, loaded models) and when.
+    ``last_beat_at`` is the time the last heartbeat was received; ``stale`` is True
+    until a liveness write un-marks the machine (and again once the lease loop marks
+    it stale); ``recorded_at`` is the last liveness write. ``devices`` maps a device
+    index to the last written (temp °C, free VRAM MiB, slots, loaded models) and
+    ``written_at`` to when.
     """
 
     recorded_at: datetime | None = None
     paused: bool | None = None
+    last_beat_at: datetime | None = None
+    stale: bool = True
     devices: dict[int, tuple] = field(default_factory=dict)
     written_at: dict[int, datetime] = field(default_factory=dict)
-
-
-def liveness_refresh_after() -> timedelta:
-    """How stale the recorded heartbeat may get before a heartbeat rewrites it.
-
-    ``max_age − 2 × interval`` (at least 0): a machine that keeps heartbeating is
-    always recorded fresher than the max age, and the recorded time is never later
-    than the real one, so a heartbeat 30 s old is never eligible.
-    """
-    return timedelta(
-        seconds=max(
-            0.0,
-            settings.BALLAST_HEARTBEAT_MAX_AGE_S
-            - 2 * settings.BALLAST_HEARTBEAT_INTERVAL_S,
-        )
-    )
 
 
 def _crosses(old: float | None, new: float | None, thresholds) -> bool:
@@ -211,18 +225,18 @@ def heartbeat_changes(
 ) -> tuple[bool, list[dict]]:
     """Decide what of a heartbeat must reach the database: (liveness, device reports).
 
-    Liveness is written when the recorded heartbeat is older than
-    ``liveness_refresh_after`` or the pause flag changed. A device's report is
+    Liveness is written when the machine is marked stale (the first heartbeat of a
+    connection, or the first after the lease loop's stale mark) or the pause flag
+    changed; a steady heartbeat writes none (the process lease vouches for it,
+    ``hosts.liveness``). A device's report is
     written when its slots or models change, its temperature moves ≥ 2 °C or crosses
     ``BALLAST_MAX_GPU_TEMP_C``, its free VRAM moves ≥ 256 MiB or crosses a catalog
-    model's need, or it was last written over 60 s ago. Pure: touches nothing.
+    model's need, or it was last written longer than ``telemetry_refresh()`` ago.
+    Pure: touches nothing.
     """
-    liveness = (
-        memo.recorded_at is None
-        or now - memo.recorded_at >= liveness_refresh_after()
-        or memo.paused != heartbeat["paused"]
-    )
+    liveness = memo.stale or memo.paused != heartbeat["paused"]
     changed = []
+    refresh = telemetry_refresh()
     for report in heartbeat["devices"]:
         last = memo.devices.get(report["index"])
         written = memo.written_at.get(report["index"])
@@ -235,7 +249,7 @@ def heartbeat_changes(
         if (
             last is None
             or written is None
-            or now - written >= TELEMETRY_REFRESH
+            or now - written >= refresh
             or (slots, models_) != (last[2], last[3])
             or _crosses(last[0], temp, (settings.BALLAST_MAX_GPU_TEMP_C,))
             or (
@@ -258,10 +272,11 @@ def heartbeat_memo_update(
     reports: list[dict],
     now: datetime,
 ) -> None:
-    """Record in ``memo`` what was just written."""
+    """Record in ``memo`` what was just written (liveness un-marks ``stale``)."""
     if liveness:
         memo.recorded_at = now
         memo.paused = paused
+        memo.stale = False
     for report in reports:
         memo.devices[report["index"]] = (
             report["temp_c"],
@@ -279,19 +294,27 @@ def machine_heartbeat(
     heartbeat: dict,
     now: datetime | None = None,
     liveness: bool = True,
+    channel_name: str | None = None,
 ) -> HeartbeatResult:
-    """Store a heartbeat: liveness (last heartbeat, online span) and device reports.
+    """Store a heartbeat: liveness (last heartbeat, un-mark stale, online span) and
+    device reports.
 
-    ``heartbeat["devices"]`` holds the reports to write (all of them, or those
-    ``heartbeat_changes`` picked). Returns the models that gained capacity (newly
-    loaded or more slots), so the caller can wake requests waiting for them.
+    ``now`` must be when the heartbeat was received (the recorded time never runs
+    ahead of the real one). With ``channel_name``, liveness is written only while
+    that is still the machine's connection. ``heartbeat["devices"]`` holds the
+    reports to write (all of them, or those ``heartbeat_changes`` picked). Returns
+    the models that gained capacity (newly loaded or more slots), so the caller can
+    wake requests waiting for them.
     """
     now = now or timezone.now()
     if liveness:
-        Machine.objects.filter(id=machine_id).update(
-            last_heartbeat_at=now, host_paused=heartbeat["paused"]
-        )
-        online_span_extend(machine_id=machine_id, now=now)
+        machines = Machine.objects.filter(id=machine_id)
+        if channel_name is not None:
+            machines = machines.filter(channel_name=channel_name)
+        if machines.update(
+            last_heartbeat_at=now, host_paused=heartbeat["paused"], stale=False
+        ):
+            online_span_extend(machine_id=machine_id, now=now)
     gained: set[str] = set()
     slots_gained = 0
     if not heartbeat["devices"]:
@@ -334,17 +357,82 @@ def machine_heartbeat(
     )
 
 
-def machine_disconnect(*, machine_id: str, channel_name: str) -> bool:
+@transaction.atomic
+def machine_disconnect(
+    *, machine_id: str, channel_name: str, last_heartbeat_at: datetime | None = None
+) -> bool:
     """Mark the machine offline if ``channel_name`` is still its connection.
 
     A compare-and-set, so an old connection closing never hides a newer one.
-    Returns True when this call took the machine offline.
+    ``last_heartbeat_at`` (the connection's last heartbeat, kept in memory) is
+    recorded and ends the online span. Returns True when this call took the
+    machine offline.
     """
-    return bool(
-        Machine.objects.filter(id=machine_id, channel_name=channel_name).update(
-            connected=False, channel_name=""
-        )
+    was_stale = (
+        Machine.objects.select_for_update()
+        .filter(id=machine_id, channel_name=channel_name)
+        .values_list("stale", flat=True)
+        .first()
     )
+    if was_stale is None:
+        return False
+    fields = {"connected": False, "channel_name": "", "stale": True}
+    if last_heartbeat_at is not None:
+        fields["last_heartbeat_at"] = last_heartbeat_at
+    Machine.objects.filter(id=machine_id, channel_name=channel_name).update(**fields)
+    if not was_stale and last_heartbeat_at is not None:
+        online_span_close(machine_id=machine_id, at=last_heartbeat_at)
+    return True
+
+
+@transaction.atomic
+def machines_stale_mark(*, marks: list[tuple[str, str, datetime]]) -> int:
+    """Mark machines stale: ``marks`` = [(machine id, channel name, last heartbeat)].
+
+    Called by the lease loop (``hosts.liveness``) before it renews its lease. Each
+    is a compare-and-set on the connection (a newer connection is untouched);
+    records the exact last heartbeat and ends the online span there. Returns how
+    many machines were marked.
+    """
+    marked = 0
+    for machine_id, channel_name, last_beat_at in marks:
+        if Machine.objects.filter(
+            id=machine_id, channel_name=channel_name, stale=False
+        ).update(stale=True, last_heartbeat_at=last_beat_at):
+            online_span_close(machine_id=machine_id, at=last_beat_at)
+            marked += 1
+    return marked
+
+
+LEASES_KEPT = timedelta(days=1)
+
+
+def lease_renew(*, lease_id, name: str, until: datetime) -> None:
+    """Set the process lease's ``lease_until`` (created if missing: a new process).
+
+    On creation, prunes the leases that lapsed over a day ago and vouch for no
+    machine (one row per process start would otherwise pile up).
+    """
+    if CoordinatorLease.objects.filter(id=lease_id).update(lease_until=until):
+        return
+    CoordinatorLease.objects.create(id=lease_id, name=name, lease_until=until)
+    CoordinatorLease.objects.filter(
+        lease_until__lt=timezone.now() - LEASES_KEPT, machines__isnull=True
+    ).delete()
+
+
+def machines_spot_check_due(*, lease_id, now: datetime) -> list[str]:
+    """Ids (str) of machines connected under this lease with a spot check due by ``now``."""
+    return [
+        str(mid)
+        for mid in Device.objects.filter(
+            machine__lease_id=lease_id,
+            machine__connected=True,
+            spot_check_due_at__lte=now,
+        )
+        .values_list("machine_id", flat=True)
+        .distinct()
+    ]
 
 
 @transaction.atomic
@@ -403,8 +491,11 @@ def benchmark_record(*, machine_id: str, report: dict) -> Benchmark | None:
 def online_span_extend(*, machine_id: str, now: datetime) -> None:
     """Extend the machine's latest online span to ``now``, or open a new one.
 
-    A gap longer than ``BALLAST_HEARTBEAT_MAX_AGE_S`` since the span's end starts a
-    new span, so offline time never counts as online.
+    Called when a machine becomes live (its first heartbeat, or the first after a
+    stale mark); the span is ended by ``online_span_close`` (stale, disconnect, or
+    the next ``hello`` after its process's lease lapsed), and a live machine's
+    latest span counts until now. A gap longer than ``BALLAST_HEARTBEAT_MAX_AGE_S``
+    since the span's end starts a new span, so offline time never counts as online.
     """
     gap = timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
     extended = OnlineSpan.objects.filter(
@@ -416,6 +507,16 @@ def online_span_extend(*, machine_id: str, now: datetime) -> None:
         OnlineSpan.objects.create(machine_id=machine_id, started_at=now, ended_at=now)
 
 
+def online_span_close(*, machine_id: str, at: datetime) -> None:
+    """End the machine's latest online span at ``at`` (never earlier than it ends)."""
+    OnlineSpan.objects.filter(
+        id__in=OnlineSpan.objects.filter(machine_id=machine_id)
+        .order_by("-ended_at")
+        .values("id")[:1],
+        ended_at__lt=at,
+    ).update(ended_at=at)
+
+
 def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
     """Fraction (0..1) of the last 24 h — or of the time since the device was first
     seen, if shorter — that its machine was online (heartbeat gaps ≤ 30 s)."""
@@ -424,11 +525,26 @@ def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
     if total <= 0:
         return Decimal(1)
     online = 0.0
-    live = device.machine.is_online(now)
-    spans = OnlineSpan.objects.filter(machine_id=device.machine_id, ended_at__gt=start)
+    machine = device.machine
+    live = machine.is_online(now)
+    # a connected machine not marked stale whose lease lapsed: online until then
+    vouched = machine.connected and not machine.stale
+    seen = machine.seen_until() if vouched and not live else None
+    spans = list(
+        OnlineSpan.objects.filter(machine_id=device.machine_id, ended_at__gt=start)
+    )
+    # the latest span stays open (ended at its start) while the machine is live
+    latest = OnlineSpan.objects.filter(machine_id=device.machine_id).first()
+    if latest is not None and (not spans or spans[0].id != latest.id):
+        spans.insert(0, latest)
     for i, span in enumerate(spans):  # newest first
         # the current span of a machine still online lasts until now
-        end = now if (i == 0 and live) else min(span.ended_at, now)
+        if i == 0 and live:
+            end = now
+        elif i == 0 and seen is not None:
+            end = min(max(span.ended_at, seen), now)
+        else:
+            end = min(span.ended_at, now)
         online += max(0.0, (end - max(span.started_at, start)).total_seconds())
     return min(Decimal(1), Decimal(str(round(online / total, 6))))
 
@@ -581,7 +697,9 @@ def device_score_recompute(
     ``device_median`` (ms), when the caller just computed it, saves a query.
     """
     now = now or timezone.now()
-    device = Device.objects.select_related("machine").get(id=device_id)
+    device = Device.objects.select_related("machine", "machine__lease").get(
+        id=device_id
+    )
     last = list(
         DeviceOutcome.objects.filter(device_id=device_id).values_list(
             "success", flat=True

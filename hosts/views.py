@@ -6,6 +6,7 @@ through ``selectors.machine_of_owner`` so another owner's machine is a 404.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -102,6 +103,8 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     context = {
         "machine": machine,
         "status": selectors.machine_status(machine, now),
+        "last_seen": machine.seen_until(),
+        "heartbeat_max_age_s": f"{settings.BALLAST_HEARTBEAT_MAX_AGE_S:g}",
         "devices": selectors.device_views(machine=machine, now=now),
         "attempts": selectors.machine_attempts(machine=machine),
         "earnings": earnings,

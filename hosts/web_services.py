@@ -13,10 +13,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from . import emails
+from .liveness import live_q
 from .models import Device, Machine, ScoreSample
 
 log = logging.getLogger("ballast.hosts")
@@ -54,6 +55,29 @@ def machine_key_reset(*, machine: Machine) -> bool:
 
 
 # --- offline alerts (DESIGN.md "What hosts and staff see") -------------------------
+def silent_q(now: datetime) -> Q:
+    """The Q of machines silent for over ``BALLAST_OFFLINE_ALERT_AFTER_S`` at ``now``.
+
+    Last seen (``Machine.seen_until``: the recorded heartbeat, or the lease's end
+    for a connected machine it vouched for) before the cutoff; a machine that never
+    sent a heartbeat is not silent.
+    """
+    cutoff = now - timedelta(seconds=settings.BALLAST_OFFLINE_ALERT_AFTER_S)
+    vouched_since = Q(
+        connected=True, stale=False, lease__isnull=False, lease__lease_until__gte=cutoff
+    )
+    return Q(last_heartbeat_at__lt=cutoff) & ~vouched_since
+
+
+def back_q(now: datetime) -> Q:
+    """The Q of alerted machines that are back: live now (DESIGN.md rule 1) with a
+    heartbeat recorded after the alert (the first heartbeat of the return)."""
+    return live_q(now) & Q(
+        offline_alert_sent_at__isnull=False,
+        last_heartbeat_at__gt=F("offline_alert_sent_at"),
+    )
+
+
 def machine_offline_alert_try(*, machine_id, now: datetime) -> bool:
     """Email the owner that the machine went silent, if nobody has yet for this outage.
 
@@ -62,12 +86,11 @@ def machine_offline_alert_try(*, machine_id, now: datetime) -> bool:
     transaction: if sending raises, the mark is rolled back and the next run
     retries. Returns True when this call sent it.
     """
-    cutoff = now - timedelta(seconds=settings.BALLAST_OFFLINE_ALERT_AFTER_S)
     with transaction.atomic():
         won = Machine.objects.filter(
-            id=machine_id,
-            offline_alert_sent_at__isnull=True,
-            last_heartbeat_at__lt=cutoff,
+            id__in=Machine.objects.filter(
+                silent_q(now), id=machine_id, offline_alert_sent_at__isnull=True
+            ).values("id")
         ).update(offline_alert_sent_at=now)
         if not won:
             return False
@@ -80,18 +103,14 @@ def machine_offline_alert_try(*, machine_id, now: datetime) -> bool:
 def machine_back_alert_try(*, machine_id, now: datetime) -> bool:
     """Email the owner that an alerted machine is back online, once.
 
-    Back means connected with a heartbeat newer than the alert and fresher than
-    ``BALLAST_HEARTBEAT_MAX_AGE_S``. A compare-and-set (alert mark → null), so one
-    email per outage's end. Returns True when this call sent it.
+    Back means live (``back_q``) with a heartbeat recorded after the alert. A
+    compare-and-set (alert mark → null), so one email per outage's end. Returns
+    True when this call sent it.
     """
-    fresh = now - timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
     with transaction.atomic():
         won = Machine.objects.filter(
-            id=machine_id,
+            id__in=Machine.objects.filter(back_q(now), id=machine_id).values("id"),
             offline_alert_sent_at__isnull=False,
-            connected=True,
-            last_heartbeat_at__gte=fresh,
-            last_heartbeat_at__gt=F("offline_alert_sent_at"),
         ).update(offline_alert_sent_at=None)
         if not won:
             return False
@@ -104,25 +123,18 @@ def machine_back_alert_try(*, machine_id, now: datetime) -> bool:
 def machines_offline_alert(*, now: datetime | None = None) -> tuple[int, int]:
     """Send due offline and back-online emails; return (offline sent, back sent).
 
-    Silent = last heartbeat older than ``BALLAST_OFFLINE_ALERT_AFTER_S`` (s). A
-    machine that never sent a heartbeat is not alerted. Safe to run on several
+    Silent = last seen (``silent_q``) longer than ``BALLAST_OFFLINE_ALERT_AFTER_S``
+    (s) ago. A machine that never sent a heartbeat is not alerted. Safe to run on several
     workers at once (each email is a compare-and-set).
     """
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.BALLAST_OFFLINE_ALERT_AFTER_S)
     silent = Machine.objects.filter(
-        offline_alert_sent_at__isnull=True, last_heartbeat_at__lt=cutoff
+        silent_q(now), offline_alert_sent_at__isnull=True
     ).values_list("id", flat=True)
     offline = sum(
         machine_offline_alert_try(machine_id=mid, now=now) for mid in list(silent)
     )
-    fresh = now - timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
-    returned = Machine.objects.filter(
-        offline_alert_sent_at__isnull=False,
-        connected=True,
-        last_heartbeat_at__gte=fresh,
-        last_heartbeat_at__gt=F("offline_alert_sent_at"),
-    ).values_list("id", flat=True)
+    returned = Machine.objects.filter(back_q(now)).values_list("id", flat=True)
     back = sum(
         machine_back_alert_try(machine_id=mid, now=now) for mid in list(returned)
     )

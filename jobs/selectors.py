@@ -6,23 +6,22 @@ DESIGN.md "Picking a device" — the numbered eligibility rules are marked below
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from hosts.liveness import live_q, live_sql
 from hosts.models import Device, DeviceModel
 
 from .models import Attempt, CatalogModel, Job
 
 
 def devices_live(*, now: datetime) -> QuerySet[Device]:
-    """Devices whose machine is connected with a heartbeat under 30 s old (rule 1)."""
-    cutoff = now - timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
-    return Device.objects.filter(
-        machine__connected=True, machine__last_heartbeat_at__gt=cutoff
-    )
+    """Devices whose machine is connected with a heartbeat under 30 s old (rule 1,
+    ``hosts.liveness.live_q``: recorded heartbeat or a process lease)."""
+    return Device.objects.filter(live_q(now, prefix="machine__"))
 
 
 def _loaded(model_id: str) -> Exists:
@@ -66,13 +65,11 @@ def _eligible_where(
     device"). Raw SQL because this runs on every dispatch: building the same query
     through the ORM cost ~5 ms of Python per claim (bench/claim_profile.py).
     """
-    ops = connection.ops
-    cutoff = now - timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
+    live, live_params = live_sql(now)  # rule 1 (hosts.liveness)
     job_pk = Attempt._meta.get_field("job").get_db_prep_value(job.id, connection)
     where = [
         # rule 1: websocket open and a heartbeat under 30 s old
-        "m.connected",
-        "m.last_heartbeat_at > %s",
+        live,
         # rule 2: not paused (staff, owner, agent)
         "NOT d.paused",
         "NOT m.paused",
@@ -89,7 +86,7 @@ def _eligible_where(
         " AND a.device_id = d.id)",
     ]
     params: list = [
-        ops.adapt_datetimefield_value(cutoff),
+        *live_params,
         model.id,
         settings.BALLAST_MAX_GPU_TEMP_C,
         model.vram_per_request_mb,

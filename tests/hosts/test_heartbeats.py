@@ -1,8 +1,9 @@
 """Heartbeats: coalesced writes that keep eligibility exact (DESIGN.md rule 1).
 
-A heartbeat is written when the recorded one ages past ``max_age − 2 × interval``
-or when telemetry changes in a way eligibility can see; the recorded time is never
-later than the real one, so a heartbeat 30 s old is never eligible.
+Liveness is written on the first heartbeat of a connection, after a stale mark or
+on a pause change (the process lease vouches for steady ones: tests/hosts/
+test_liveness.py); telemetry when it changes in a way eligibility can see or every
+60 s. The recorded time is never later than the real one.
 """
 
 from __future__ import annotations
@@ -77,29 +78,27 @@ def test_it_writes_when_telemetry_crosses_an_eligibility_threshold(settings):
     assert wrote(memo, beat(temp=88.0, vram=200), t + timedelta(seconds=3))[1] == 0
 
 
-def test_a_steady_machine_is_never_recorded_stale_and_a_silent_one_never_fresh(
+def test_a_steady_machine_writes_liveness_once_and_again_only_after_a_stale_mark(
     settings,
 ):
-    """Simulated time: heartbeats every interval; the recorded heartbeat age stays under
-    the max age while they come, and the recorded time never runs ahead of the real."""
-    for interval in (1, 2.5, 10):
+    """Simulated time: liveness is written on the first heartbeat of a connection and
+    on the first after the lease loop marked the machine stale, never by age; with
+    the telemetry refresh (60 s or 25 intervals) a steady machine writes at most
+    0.05 times per heartbeat (issue 8) at the 2 s interval of the bench and the
+    10 s default."""
+    for interval in (2, 10):
         settings.BALLAST_HEARTBEAT_INTERVAL_S = interval
         memo, t0 = HeartbeatMemo(), timezone.now()
         writes = beats = 0
         for i in range(2000):
             now = t0 + timedelta(seconds=i * interval)
-            liveness, _ = wrote(memo, beat(), now)
-            writes += liveness
+            liveness, reports = wrote(memo, beat(), now)
+            assert liveness is (i == 0)
+            writes += liveness + reports
             beats += 1
-            assert memo.recorded_at <= now
-            next_beat = now + timedelta(seconds=interval)
-            assert (
-                next_beat - memo.recorded_at
-            ).total_seconds() < settings.BALLAST_HEARTBEAT_MAX_AGE_S
-        if interval == 1:
-            assert writes / beats <= 0.05, (
-                "steady state: at most 0.05 writes per heartbeat"
-            )
+        assert writes / beats <= 0.05
+        memo.stale = True  # the lease loop's mark (hosts.liveness)
+        assert wrote(memo, beat(), t0 + timedelta(seconds=2000 * interval))[0]
 
 
 @pytest.mark.django_db(transaction=True)
