@@ -287,7 +287,7 @@ class StreamResult:
 
     def latencies(self, sent_ns: list[int]) -> list[float]:
         """Seconds from the host's send of token k to its arrival here, for every k."""
-        return [(a - s) / 1e9 for a, s in zip(self.arrivals, sent_ns)]
+        return [(a - s) / 1e9 for a, s in zip(self.arrivals, sent_ns, strict=False)]
 
 
 def chat_body(max_tokens: int = 2000, content: str = "hello") -> dict:

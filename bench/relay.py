@@ -41,8 +41,19 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import machine_line, percentile, scratch_postgres  # noqa: E402
 from bench.harness import (  # noqa: E402
-    MODEL, WORD, FastHost, chat_body, coordinator_env, cpu_seconds, machines_bulk, profile_start, profile_stop,
-    redis_flush, renter_key, sse_stream, ws_stream,
+    MODEL,
+    WORD,
+    FastHost,
+    chat_body,
+    coordinator_env,
+    cpu_seconds,
+    machines_bulk,
+    profile_start,
+    profile_stop,
+    redis_flush,
+    renter_key,
+    sse_stream,
+    ws_stream,
 )
 
 MACHINES = 50
