@@ -188,28 +188,27 @@ async def test_the_cut_counts_what_earlier_segments_delivered():
     assert token_count(MODEL, run.delivered_text) == 10
 
 
-def test_the_streamed_chunks_keep_their_shape():
-    job = Job(id=uuid.uuid4(), model_id=MODEL, endpoint=Job.Endpoint.CHAT)
+@pytest.mark.parametrize("endpoint", ["chat", "completion"])
+def test_a_token_chunk_is_the_same_bytes_as_the_chunk_object_serialised(endpoint):
     from jobs.requests import completion_request_parse
 
-    parsed = completion_request_parse(
-        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
-        endpoint="chat",
-    )
-    writer = ChunkWriter(job, parsed)
-    first = json.loads(_sse(writer.chunk('a "quoted" é\n🦙'))[6:])
-    assert first["choices"][0]["delta"] == {
-        "content": 'a "quoted" é\n🦙',
-        "role": "assistant",
-    }
-    later = json.loads(_sse(writer.chunk(" the"))[6:])
-    assert later["choices"][0] == {
-        "index": 0,
-        "delta": {"content": " the"},
-        "finish_reason": None,
-        "logprobs": None,
-    }
-    assert later["object"] == "chat.completion.chunk" and later["id"] == writer.id
+    body = {"model": MODEL, "prompt": "hi"}
+    if endpoint == "chat":
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    parsed = completion_request_parse(body, endpoint=endpoint)
+    job = Job(id=uuid.uuid4(), model_id=MODEL)
+    texts = ["first", " the", 'a "quoted" \\ é\n🦙', "\x01", "\u2028", "\x00", "x"]
+    for form in ("sse", "json"):
+        fast, reference = ChunkWriter(job, parsed), ChunkWriter(job, parsed)
+        reference.created = fast.created
+        for text in texts:
+            if form == "sse":
+                assert fast.token_sse(text) == _sse(reference.chunk(text))
+            else:
+                assert fast.token_json(text) == json.dumps(reference.chunk(text))
+    later = json.loads(fast.token_json(" the"))
+    choice = later["choices"][0]
+    assert choice.get("delta", {"content": choice.get("text")}) == {"content": " the"}
 
 
 # --- end to end ----------------------------------------------------------------------
