@@ -11,9 +11,7 @@ from channels.exceptions import ChannelFull
 from ballast import layers
 from ballast.layers import InMemoryChannelLayer, message_copy
 
-pytestmark = pytest.mark.asyncio
-
-
+@pytest.mark.asyncio
 async def test_messages_arrive_in_order_and_as_copies():
     layer = InMemoryChannelLayer(capacity=10)
     channel = await layer.new_channel("job.")
@@ -30,6 +28,7 @@ async def test_messages_arrive_in_order_and_as_copies():
     assert channel not in layer.channels, "an emptied channel is forgotten"
 
 
+@pytest.mark.asyncio
 async def test_a_full_channel_refuses_the_message():
     layer = InMemoryChannelLayer(capacity=2)
     await layer.send("job.x", {"type": "a"})
@@ -39,6 +38,7 @@ async def test_a_full_channel_refuses_the_message():
     assert (await layer.receive("job.x"))["type"] == "a"
 
 
+@pytest.mark.asyncio
 async def test_a_receive_waits_for_the_next_send():
     layer = InMemoryChannelLayer()
     waiting = asyncio.create_task(layer.receive("job.y"))
@@ -48,6 +48,7 @@ async def test_a_receive_waits_for_the_next_send():
     assert (await asyncio.wait_for(waiting, 5)) == {"type": "slot.free"}
 
 
+@pytest.mark.asyncio
 async def test_expired_messages_are_still_dropped(monkeypatch):
     layer = InMemoryChannelLayer(expiry=0)
     monkeypatch.setattr(layers, "CLEAN_INTERVAL_S", 0.0)
@@ -59,6 +60,7 @@ async def test_expired_messages_are_still_dropped(monkeypatch):
     waiting.cancel()
 
 
+@pytest.mark.asyncio
 async def test_invalid_names_are_refused():
     layer = InMemoryChannelLayer()
     with pytest.raises(TypeError):
