@@ -254,6 +254,8 @@ class HostConsumer(DirectDispatchConsumer):
                 f"token: job {attempt_id[:40]} is not claimed on this machine"
             )
             return
+        if info.get("relay_failed"):
+            return  # never relay a token after a lost one: the connection is closing
         outbox = info.get("outbox")
         if outbox is None:
             outbox = info["outbox"] = []
@@ -283,6 +285,7 @@ class HostConsumer(DirectDispatchConsumer):
                 self.machine_name,
                 attempt_id,
             )
+            info["relay_failed"] = True
             outbox.clear()
             await self.close(code=1011)
             return False
