@@ -174,19 +174,21 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- channel layer and Celery -----------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": os.environ.get(
-                "BALLAST_CHANNEL_LAYER", "channels_redis.pubsub.RedisPubSubChannelLayer"
-            ),
-            "CONFIG": {"hosts": [REDIS_URL]},
-        }
-    }
+    _layer = os.environ.get(
+        "BALLAST_CHANNEL_LAYER", "channels_redis.pubsub.RedisPubSubChannelLayer"
+    )
+    CHANNEL_LAYERS = {"default": {"BACKEND": _layer, "CONFIG": {"hosts": [REDIS_URL]}}}
+    if _layer == "channels_redis.core.RedisChannelLayer":
+        # every process-specific channel of a process shares one Redis list: its
+        # default capacity (100) overflows with the tokens of a few streams in flight
+        # (ChannelFull, the host's connection dropped); docs/performance.md "Relay"
+        CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] = 5000
     CELERY_BROKER_URL = REDIS_URL
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            # Channels' in-memory layer without its per-message costs (ballast/layers.py)
+            "BACKEND": "ballast.layers.InMemoryChannelLayer",
             "CONFIG": {"capacity": 5000, "expiry": 60},
         }
     }

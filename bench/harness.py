@@ -4,9 +4,13 @@
   database and a chosen channel layer (``inmem``, ``pubsub``, ``core``);
 * ``machines_bulk``: many machines registered in one SQL statement, tokens known;
 * ``FastHost``: a simulated machine speaking ``ballast.host.v1`` over a real
-  websocket, claiming every offer and pushing tokens as fast as asked, each token
-  carrying its send time (``perf_counter_ns``, CLOCK_MONOTONIC: comparable across
-  processes on one machine). Receipts are not valid signatures (bench only);
+  websocket, claiming every offer and pushing tokens as fast as asked. Every token
+  is ``WORD`` (one model token: the coordinator's ``max_tokens`` cut and token
+  recount see exactly one token per token); the host keeps each token's send time
+  beside the text (``FastHost.sent``: stream id -> ``perf_counter_ns`` per token,
+  CLOCK_MONOTONIC: comparable across processes on one machine). The stream id is
+  the last word of the renter's prompt, which the offer carries. Receipts are real
+  Ed25519 signatures;
 * renter clients over SSE and over the renter websocket;
 * ``cpu_seconds``: user+system CPU of a process, to report CPU per request/token.
 """
@@ -17,7 +21,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 import secrets
 import time
 from pathlib import Path
@@ -32,7 +35,8 @@ LAYERS = {
     "pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer",
     "core": "channels_redis.core.RedisChannelLayer",
 }
-STAMP = re.compile(r"<(\d+)>")
+# One model token (SmolLM2's tokenizer; relay.py checks it with jobs.tokens.token_count).
+WORD = " the"
 
 
 def coordinator_env(db_url: str, layer: str, var_dir: str, **extra: str) -> dict[str, str]:
@@ -143,8 +147,11 @@ class FastHost:
 
     Claims every offer at once. ``gate`` (an asyncio.Event) holds token pushing
     until set (so a run can start all its streams first); each offer then gets
-    ``tokens`` tokens in frames of ``per_frame`` tokens, ``pace_s`` apart (0: as
-    fast as the socket takes them), then ``done``.
+    ``tokens`` tokens (``WORD`` each) in frames of ``per_frame`` tokens, ``pace_s``
+    apart (0: as fast as the socket takes them), then ``done``. The send time of
+    every token (ns, ``perf_counter_ns``; the tokens of one frame share it) is kept in
+    ``sent[stream id]``, the stream id being the last word of the offer's prompt: the
+    renter's k-th token is the host's k-th, so latency = receipt − ``sent[id][k]``.
     """
 
     def __init__(self, ws_url: str, token: str, *, slots: int, tokens: int = 10,
@@ -157,6 +164,7 @@ class FastHost:
         self.pace_s = pace_s
         self.gate = gate
         self.offers = 0
+        self.sent: dict[str, list[int]] = {}
         self.claimed = asyncio.Event()
         self.ws = None
         self.tasks: set[asyncio.Task] = set()
@@ -217,20 +225,22 @@ class FastHost:
             frame = json.loads(raw)
             if frame["type"] == "offer":
                 self.offers += 1
-                task = asyncio.create_task(self._job(frame["job"]))
+                task = asyncio.create_task(self._job(frame["job"], stream_id(frame)))
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
 
-    async def _job(self, job: str) -> None:
+    async def _job(self, job: str, stream: str) -> None:
         await self.send({"type": "claim", "job": job})
         if self.gate is not None:
             await self.gate.wait()
         sent = 0
         pieces: list[str] = []
+        times = self.sent.setdefault(stream, [])
         while sent < self.tokens:
             n = min(self.per_frame, self.tokens - sent)
-            text = f"<{now_ns()}>" * n
+            text = WORD * n
             pieces.append(text)
+            times.extend([now_ns()] * n)
             await self.send({"type": "token", "job": job, "text": text})
             sent += n
             if self.pace_s:
@@ -246,24 +256,38 @@ class FastHost:
             await self.ws.close()
 
 
+def stream_id(offer: dict) -> str:
+    """The stream id of an offer: the last word of its (last) prompt message."""
+    messages = offer.get("messages") or [{"content": offer.get("prompt", "")}]
+    words = str(messages[-1].get("content", "")).split()
+    return words[-1] if words else ""
+
+
 # --- renter clients ---------------------------------------------------------------------
 class StreamResult:
-    """What a renter saw of one stream: timings (perf_counter s) and token latencies (s)."""
+    """What a renter saw of one stream: timings (perf_counter s) and token arrivals.
 
-    def __init__(self) -> None:
+    ``arrivals`` holds one ``perf_counter_ns`` per token received (a chunk of k
+    ``WORD``s counts k tokens, all arrived with the chunk; any other text counts 1).
+    """
+
+    def __init__(self, stream: str = "") -> None:
+        self.stream = stream
         self.start = 0.0
         self.first = 0.0
         self.end = 0.0
         self.tokens = 0
-        self.latencies: list[float] = []
+        self.arrivals: list[int] = []
         self.error = ""
 
     def text_seen(self, text: str, at_ns: int) -> None:
-        for stamp in STAMP.findall(text):
-            self.tokens += 1
-            self.latencies.append((at_ns - int(stamp)) / 1e9)
-        if not STAMP.search(text) and text:
-            self.tokens += 1
+        n = text.count(WORD) or (1 if text else 0)
+        self.tokens += n
+        self.arrivals.extend([at_ns] * n)
+
+    def latencies(self, sent_ns: list[int]) -> list[float]:
+        """Seconds from the host's send of token k to its arrival here, for every k."""
+        return [(a - s) / 1e9 for a, s in zip(self.arrivals, sent_ns, strict=False)]
 
 
 def chat_body(max_tokens: int = 2000, content: str = "hello") -> dict:
@@ -273,7 +297,7 @@ def chat_body(max_tokens: int = 2000, content: str = "hello") -> dict:
 
 async def sse_stream(client: httpx.AsyncClient, url: str, key: str, body: dict) -> StreamResult:
     """POST a streamed completion and read its server-sent events to ``[DONE]``."""
-    result = StreamResult()
+    result = StreamResult(stream_id(body))
     result.start = time.perf_counter()
     async with client.stream("POST", url, json=body, headers={"Authorization": f"Bearer {key}"}) as resp:
         if resp.status_code != 200:
@@ -307,7 +331,7 @@ async def ws_stream(ws_url: str, key: str, body: dict) -> StreamResult:
     """Send one request on the renter websocket and read chunks until ``done``."""
     from websockets.asyncio.client import connect
 
-    result = StreamResult()
+    result = StreamResult(stream_id(body))
     result.start = time.perf_counter()
     async with connect(ws_url, additional_headers={"Authorization": f"Bearer {key}"},
                        max_size=None, open_timeout=60) as ws:

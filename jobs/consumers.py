@@ -93,7 +93,7 @@ class RenterChatConsumer(DirectDispatchConsumer):
         async with aclosing(run.events()) as events:
             async for event in events:
                 if isinstance(event, Token):
-                    await self._send(writer.chunk(event.text))
+                    await self.send(text_data=writer.token_json(event.text))
                     continue
                 if isinstance(event, Failed) and not event.after_output:
                     await self._send(

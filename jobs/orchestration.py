@@ -134,7 +134,14 @@ class JobRun:
         self.first_dispatch = dispatch
         self.delivered: list[str] = []
         self.segment: _Segment | None = None
-        self.token_mark = (0, 0)  # (characters, tokens) of the answer at the last count
+        # every piece ``_follow`` passed on, all segments (== ``delivered``), and its
+        # size in UTF-8 bytes: the cheap bound of ``_within_max_tokens``
+        self.relayed: list[str] = []
+        self.relayed_bytes = 0
+        self.token_mark = (
+            0,
+            0,
+        )  # (UTF-8 bytes, tokens) of the answer at the last count
         self.finished = False
 
     @property
@@ -174,10 +181,15 @@ class JobRun:
             self.arrived.set()
 
     async def _next_message(self, timeout: float) -> dict:
-        """The next message of the job's channel; raises TimeoutError after ``timeout`` s."""
+        """The next message of the job's channel; raises TimeoutError after ``timeout`` s.
+
+        A message already waiting is returned without suspending; otherwise one timer
+        (``asyncio.timeout``), not a task per message as ``wait_for`` would make.
+        """
         if not self.inbox:
             self.arrived.clear()
-            await asyncio.wait_for(self.arrived.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.arrived.wait()
         return self.inbox.popleft()
 
     def _more_text(self, attempt_id: str) -> str:
@@ -186,14 +198,14 @@ class JobRun:
         Tokens that arrived together go to the renter as one chunk: fewer events,
         same text (DESIGN.md: a token may be any length ≥ 1 character).
         """
+        inbox = self.inbox
         pieces = []
-        while (
-            self.inbox
-            and self.inbox[0].get("type") == "host.token"
-            and self.inbox[0].get("attempt") == attempt_id
-        ):
-            pieces.append(self.inbox.popleft()["text"])
-        return "".join(pieces)
+        while inbox:
+            head = inbox[0]
+            if head.get("type") != "host.token" or head.get("attempt") != attempt_id:
+                break
+            pieces.append(inbox.popleft()["text"])
+        return "".join(pieces) if pieces else ""
 
     async def _keep_lease(self) -> None:
         while True:
@@ -400,24 +412,28 @@ class JobRun:
     def _within_max_tokens(self, segment: _Segment, text: str) -> tuple[str, bool]:
         """Cut ``text`` so the renter never receives more than ``max_tokens``.
 
-        Returns (the part to deliver, whether the limit was passed). Cheap while the
-        characters delivered are within ``max_tokens`` (a token is at least one
-        character); past that, the model's tokenizer counts the whole answer, and
-        the longest prefix of ``text`` that fits is found by bisection.
+        Returns (the part to deliver, whether the limit was passed); the part is
+        recorded as relayed (``relayed``, ``relayed_bytes``). Cheap while the UTF-8
+        bytes of the answer are within ``max_tokens``: every token of a byte-level
+        BPE vocabulary is at least one byte (a character may be several tokens, a
+        byte never is), so tokens(answer) <= tokens at the last count + bytes since
+        (+1 at the seam). Past that, the model's tokenizer counts the whole answer
+        (every segment: the continuation's too), and the longest prefix of
+        ``text`` that fits is found by bisection.
         """
         limit = self.job.params.get("max_tokens")
-        before = self.delivered_text + segment.text
-        total = len(before) + len(text)
-        marked_chars, marked_tokens = self.token_mark
-        # tokens(answer) <= tokens at the last count + characters since (+1 at the seam)
-        if not limit or marked_tokens + (total - marked_chars) + 1 <= limit:
-            return text, False
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        total = self.relayed_bytes + size
+        marked_bytes, marked_tokens = self.token_mark
+        if not limit or marked_tokens + (total - marked_bytes) + 1 <= limit:
+            return self._relayed(text, size), False
+        before = "".join(self.relayed)
         count = token_count(self.job.model_id, before + text)
         if count is None:
-            return text, False
+            return self._relayed(text, size), False
         self.token_mark = (total, count)
         if count <= limit:
-            return text, False
+            return self._relayed(text, size), False
         low, high = 0, len(text)  # the longest prefix that still fits
         while low < high:
             mid = (low + high + 1) // 2
@@ -425,7 +441,15 @@ class JobRun:
                 low = mid
             else:
                 high = mid - 1
-        return text[:low], True
+        cut = text[:low]
+        return self._relayed(cut, len(cut.encode("utf-8"))), True
+
+    def _relayed(self, text: str, size: int) -> str:
+        """Record ``text`` (``size`` UTF-8 bytes) as passed on to the renter; return it."""
+        if text:
+            self.relayed.append(text)
+            self.relayed_bytes += size
+        return text
 
     async def _end_segment(self, segment: _Segment) -> None:
         """End a failed or cancelled attempt: record it, tell the host, free the slot."""

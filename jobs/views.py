@@ -38,6 +38,7 @@ class ChunkWriter:
         self.created = int(time.time())
         self.id = f"{'chatcmpl' if self.chat else 'cmpl'}-{job.id}"
         self.first = True
+        self._around: dict[str, tuple] = {}
 
     def _base(self, choices: list) -> dict:
         return {
@@ -69,6 +70,41 @@ class ChunkWriter:
                 "logprobs": None,
             }
         return self._base([choice])
+
+    def token_sse(self, text: str) -> bytes:
+        """The server-sent event of ``_sse(self.chunk(text))``, byte for byte.
+
+        After the first chunk every text chunk differs only by its text: the JSON
+        around it is serialised once per job and the text alone per token.
+        """
+        return self._token(text, "sse")
+
+    def token_json(self, text: str) -> str:
+        """``json.dumps(self.chunk(text))`` (the renter websocket's message), exactly."""
+        return self._token(text, "json")
+
+    def _token(self, text, form: str):
+        if self.first or not text:
+            chunk = self.chunk(text)
+            return _sse(chunk) if form == "sse" else json.dumps(chunk)
+        around = self._around.get(form)
+        if around is None:
+            # the chunk of a one-character marker, split at the marker's JSON string
+            chunk = self.chunk("\x01")
+            whole = _sse(chunk) if form == "sse" else json.dumps(chunk).encode()
+            parts = whole.split(b'"\\u0001"')
+            if len(parts) != 2:  # the marker elsewhere too: no shortcut
+                parts = None
+            elif form == "json":
+                parts = [part.decode() for part in parts]
+            around = self._around[form] = tuple(parts) if parts else ()
+        if not around:
+            chunk = self.chunk(text)
+            return _sse(chunk) if form == "sse" else json.dumps(chunk)
+        head, tail = around
+        if form == "sse":
+            return head + json.dumps(text).encode() + tail
+        return head + json.dumps(text) + tail
 
     def usage_chunk(self, usage: dict) -> dict:
         """The final usage chunk of ``stream_options.include_usage``."""
@@ -211,7 +247,7 @@ async def _stream(
         event = first
         while True:
             if isinstance(event, Token):
-                yield _sse(writer.chunk(event.text))
+                yield writer.token_sse(event.text)
             else:
                 if isinstance(event, Finished):
                     yield _sse(writer.chunk(finish_reason=event.finish_reason))
