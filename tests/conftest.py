@@ -37,6 +37,26 @@ def _close_database_pools(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture(autouse=True)
+def _fresh_database_pool(request):
+    """Give each test a new PostgreSQL pool (a bounded one, BALLAST_DB_POOL_MAX).
+
+    Every async test runs on its own event loop, whose worker threads end with it;
+    a connection still checked out by such a thread is never returned, and over a
+    few hundred tests the pool ran dry ("couldn't get a connection after 30 sec").
+    A long-running coordinator keeps its threads, so this is the harness's alone.
+    """
+    yield
+    if "django_db_setup" not in request.fixturenames:
+        return
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if connection.vendor == "postgresql" and getattr(connection, "pool", None):
+            connection.close()
+            connection.close_pool()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_process_caches():
     """Per-process caches (the model's median first-token time) start empty."""
     from hosts import services
