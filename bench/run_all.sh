@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rerun every benchmark of docs/performance.md, one after the other (they share 2 cores).
-# Usage: bench/run_all.sh [OUT_DIR]   (default var/bench-<date>); needs PostgreSQL on
+# Usage: [QUICK=1] bench/run_all.sh [OUT_DIR]   (default var/bench-<date>); needs PostgreSQL on
 # 127.0.0.1:5432 (user postgres) and Redis on 127.0.0.1:6379 (db 7 is flushed).
 # Every program prints the machine, its settings and its figures; each is bounded in time.
 set -u
@@ -14,14 +14,23 @@ run() {  # name, timeout s, command...
   echo "== $name: $*"
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
 }
-run ttft 900 $PY bench/ttft.py
-run relay 1800 $PY bench/relay.py --scale 0.5 --servers bare,inmem,pubsub
-# channels_redis core failed with ChannelFull (docs/performance.md §2): a short check only
-run relay-core 600 $PY bench/relay.py --scale 0.5 --servers core --streams 1,50 --per-frame 1
-run heartbeats 600 $PY bench/heartbeats.py
-run claim 1800 $PY bench/claim.py
-run claim_profile 300 $PY bench/claim_profile.py --devices 1000
-run failover 900 $PY bench/failover.py --kills 10
+if [ "${QUICK:-0}" = 1 ]; then  # ~25 min: the figures of docs/performance.md's first table
+  run ttft 900 $PY bench/ttft.py --sequential 200 --rounds 2
+  run relay 1200 $PY bench/relay.py --scale 0.3 --streams 1,50 --servers bare,inmem,pubsub
+  run heartbeats 900 $PY bench/heartbeats.py --machines 5000 --seconds 15 --settle 60
+  run claim 1500 $PY bench/claim.py --fleets 1000,10000,100000 --claims 300
+  PROFILE=0
+else
+  run ttft 900 $PY bench/ttft.py
+  run relay 1800 $PY bench/relay.py --scale 0.5 --servers bare,inmem,pubsub
+  # channels_redis core stalls (docs/performance.md "Relay (helper)"): a short check only
+  run relay-core 600 $PY bench/relay.py --scale 0.5 --servers core --streams 1,50 --per-frame 1
+  run heartbeats 900 $PY bench/heartbeats.py --machines 5000 --seconds 15 --settle 60
+  run heartbeats-60s 900 $PY bench/heartbeats.py --machines 1000 --seconds 70 --settle 60
+  run claim 1800 $PY bench/claim.py
+  run claim_profile 300 $PY bench/claim_profile.py --devices 100000
+  run failover 900 $PY bench/failover.py --kills 10
+fi
 # Profiles (py-spy: .venv/bin/pip install py-spy; not in requirements.txt):
 if [ -x .venv/bin/py-spy ] && [ "${PROFILE:-1}" = 1 ]; then
   run ttft-profiled 900 $PY bench/ttft.py --profile "$OUT/profiles" --sequential 100 --rounds 2 --layers pubsub

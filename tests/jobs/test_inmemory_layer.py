@@ -11,6 +11,7 @@ from channels.exceptions import ChannelFull
 from ballast import layers
 from ballast.layers import InMemoryChannelLayer, message_copy
 
+
 @pytest.mark.asyncio
 async def test_messages_arrive_in_order_and_as_copies():
     layer = InMemoryChannelLayer(capacity=10)
