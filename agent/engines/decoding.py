@@ -118,3 +118,39 @@ def heal_split(
         if not piece[:1].isalnum():
             break
     return tokens[:keep], heal
+
+
+class HeldTokens:
+    """The counted tokens whose text is still held back (``stop_scan``'s ``hold``).
+
+    Each entry is how many characters a counted token added to the held text,
+    oldest first. When a stop sequence hits, the tokens whose characters all lie
+    at or past the cut gave the renter nothing and must not be reported in
+    ``completion_tokens`` (a count above the characters sent makes the
+    coordinator flag the answer and leave an honest host unpaid).
+    """
+
+    def __init__(self) -> None:
+        self._spans: list[int] = []
+
+    def add(self, chars: int) -> None:
+        """A counted token added ``chars`` characters (0 for part of a character)."""
+        self._spans.append(chars)
+
+    def unsent(self, emitted: int) -> int:
+        """How many held tokens start at or past the first ``emitted`` characters."""
+        start, count = 0, 0
+        for chars in self._spans:
+            if start >= emitted:
+                count += 1
+            start += chars
+        return count
+
+    def consume(self, emitted: int) -> None:
+        """The first ``emitted`` held characters were sent: forget their tokens."""
+        while self._spans and emitted > 0:
+            if self._spans[0] <= emitted:
+                emitted -= self._spans.pop(0)
+            else:
+                self._spans[0] -= emitted
+                emitted = 0

@@ -30,7 +30,7 @@ from agent.engines.chat_template import (
     ChatTemplateError,
     prompt_build,
 )
-from agent.engines.decoding import TokenHealer, heal_split, stop_scan
+from agent.engines.decoding import HeldTokens, TokenHealer, heal_split, stop_scan
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +279,7 @@ class LlamaCppEngine(Engine):
         stops = request.stop()
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pending = ""  # decoded text held back while it may start a stop sequence
+        held = HeldTokens()  # the counted tokens whose text is in ``pending``
         # evaluate the whole prompt every time: reusing the cached prefix of the
         # last answer evaluates its tail in a smaller batch, whose slightly different
         # arithmetic can flip a near-tie, so the same request at temperature 0 gave
@@ -301,19 +302,24 @@ class LlamaCppEngine(Engine):
                 outcome.finish_reason = "stop"
                 break
             new = healer.feed(self._pieces[token])
+            text = decoder.decode(new)
             if new:  # a token that only re-produced healed bytes is not counted
                 outcome.completion_tokens += 1
-            pending += decoder.decode(new)
+                held.add(len(text))
+            pending += text
             emit, pending, hit = stop_scan(pending, stops)
             if emit:
                 put("piece", emit)
-            if hit:
+            if hit:  # tokens past the stop sequence's start sent nothing
+                outcome.completion_tokens -= held.unsent(len(emit))
                 outcome.finish_reason = "stop"
                 return outcome
+            held.consume(len(emit))
             if generated >= max_tokens:
                 break
         tail, _, hit = stop_scan(pending + decoder.decode(b"", final=True), stops)
         if hit:
+            outcome.completion_tokens -= held.unsent(len(tail))
             outcome.finish_reason = "stop"
         if tail:
             put("piece", tail)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.engines.decoding import TokenHealer, heal_split, stop_scan
+from agent.engines.decoding import HeldTokens, TokenHealer, heal_split, stop_scan
 from agent.engines.gguf import gguf_chat_template
 from agent.engines.llamacpp import smollm2_gguf_path
 
@@ -72,3 +72,23 @@ def test_it_reads_the_chat_template_from_the_gguf_file() -> None:
     assert bos != eos
     assert "<|im_start|>" in template
     assert eos == "<|im_end|>"
+
+
+def test_held_tokens_past_a_stop_sequence_are_not_reported() -> None:
+    held = HeldTokens()
+    for chars in (1, 1):  # "4" then ","; the stop "," hits on the second
+        held.add(chars)
+    assert held.unsent(1) == 1, "only '4' reached the renter"
+    held = HeldTokens()
+    for chars in (
+        2,
+        1,
+        0,
+        1,
+    ):  # "ab", "," held, part of a character, " " completes ", "
+        held.add(chars)
+    held.consume(2)  # "ab" was sent before the stop was known
+    assert held.unsent(0) == 3
+    held = HeldTokens()
+    held.add(3)  # one token "a, " carrying the stop ", " after its first character
+    assert held.unsent(1) == 0, "the token's 'a' was sent: it counts"

@@ -169,3 +169,22 @@ async def test_the_same_request_gets_the_same_answer_at_temperature_0(
     )
     again, _, _ = await generate(llama_engine, "Write one sentence about the sea.")
     assert again == first
+
+
+@pytest.mark.asyncio
+async def test_a_stop_sequence_cut_reports_only_the_tokens_sent(
+    llama_engine: Any,
+) -> None:
+    """The token that begins the stop sequence sent nothing, so it is not counted
+    (a count above the characters sent would leave an honest host unpaid)."""
+    request = GenerationRequest(
+        model=MODEL,
+        prompt="1,2,3,",
+        params={"temperature": 0, "max_tokens": 20, "stop": [","]},
+    )
+    result = GenerationResult()
+    text = "".join([piece async for piece in llama_engine.stream(request, result)])
+    assert text and "," not in text
+    assert result.finish_reason == "stop"
+    assert 1 <= result.completion_tokens <= len(text)
+    assert result.completion_tokens == len(llama_engine.tokenize(text))
