@@ -155,6 +155,10 @@ class Attempt(models.Model):
         DIED_MIDSTREAM = "died_midstream"
         STALLED = "stalled"
         CANCELLED = "cancelled"
+        # a done with no output: the attempt fails (another device is tried) but
+        # the device's score is not touched, since a renter's prompt or stop
+        # sequence can make an honest model answer nothing; spot checks judge hosts
+        EMPTY_ANSWER = "empty_answer"
 
     OPEN_STATES = (State.OFFERED, State.CLAIMED, State.STREAMING)
     FAILURES = (

@@ -393,8 +393,8 @@ class JobRun:
                 deadline = loop.time() + settings.BALLAST_STALL_TIMEOUT_S
                 timeout_outcome = Attempt.Outcome.STALLED
             elif kind == "host.done":
-                if not segment.pieces:
-                    segment.outcome = Attempt.Outcome.HOST_ERROR
+                if not segment.pieces:  # never an empty success (DESIGN.md)
+                    segment.outcome = Attempt.Outcome.EMPTY_ANSWER
                     segment.error = "done without any output"
                 else:
                     segment.outcome = Attempt.Outcome.SUCCEEDED

@@ -580,8 +580,12 @@ def _attempt_end(
             "receipt_valid",
         ]
     )
-    if outcome != Attempt.Outcome.CANCELLED and not attempt.job.is_spot_check:
-        # a spot check's outcome is its verdict (jobs.spotchecks.spot_check_judge)
+    if (
+        outcome not in (Attempt.Outcome.CANCELLED, Attempt.Outcome.EMPTY_ANSWER)
+        and not attempt.job.is_spot_check
+    ):
+        # a spot check's outcome is its verdict (jobs.spotchecks.spot_check_judge);
+        # an empty answer is not counted: a renter could cause it at will
         device_outcome_record(
             device_id=attempt.device_id,
             success=outcome == Attempt.Outcome.SUCCEEDED,

@@ -82,14 +82,12 @@ async def _refuses_offer(host, offer):
         (_never_claims, "claim_timeout"),
         (_claims_then_silent, "first_token_timeout"),
         (_sends_error, "host_error"),
-        (_empty_done, "host_error"),
         (_refuses_offer, "host_error"),
     ],
     ids=[
         "never claims",
         "claims then silent",
         "error frame",
-        "done without output",
         "refuses",
     ],
 )
@@ -113,6 +111,24 @@ async def test_it_fails_over_before_the_first_token(
     assert await DeviceOutcome.objects.filter(
         device=bad_device, success=False, reason=outcome
     ).aexists()
+    assert not await Earning.objects.filter(attempt=attempts[0]).aexists()
+
+
+async def test_an_empty_done_fails_over_without_marking_the_device_down(
+    catalog, api_key, machine_token, fast_deadlines
+):
+    """Never an empty success, but not the device's fault either: a renter's
+    prompt or stop sequence can make an honest model answer nothing, and a renter
+    must not be able to sink honest hosts' scores with such requests."""
+    job_id, text = await _fails_then_good_host(machine_token, api_key, _empty_done)
+    assert text == "Hello there"
+    attempts = await _attempts(job_id)
+    assert [a.outcome for a in attempts] == ["empty_answer", "succeeded"]
+    bad_device = attempts[0].device
+    await bad_device.arefresh_from_db()
+    assert bad_device.slots_used == 0
+    assert bad_device.score == 90, "the score the test gave it, untouched"
+    assert not await DeviceOutcome.objects.filter(device=bad_device).aexists()
     assert not await Earning.objects.filter(attempt=attempts[0]).aexists()
 
 
