@@ -28,14 +28,21 @@ async def host_online(
 
 
 async def heartbeat_applied(machine, *, slots: int = 1, timeout: float = 5.0) -> None:
-    """Wait until the coordinator has stored the machine's heartbeat (a state, not a sleep)."""
+    """Wait until the coordinator has stored the machine's heartbeat and counts the
+    machine live (rule 1): a state, not a sleep."""
+    from django.utils import timezone
+
+    from hosts.liveness import live_q
     from hosts.models import DeviceModel
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:
         if await DeviceModel.objects.filter(
-            device__machine=machine, loaded=True, device__slots_total=slots
+            live_q(timezone.now(), "device__machine__"),
+            device__machine=machine,
+            loaded=True,
+            device__slots_total=slots,
         ).aexists():
             return
         await asyncio.sleep(0.01)
