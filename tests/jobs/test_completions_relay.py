@@ -6,22 +6,20 @@ import asyncio
 import json
 
 import pytest
-from channels.db import database_sync_to_async
 from django.test import AsyncClient
 
 from jobs.models import Attempt, Job
 from jobs.tokens import token_count
-from tests.hostsim import MODEL, HostSim
+from tests.hostsim import MODEL
+
+from .helpers import host_online
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
 async def _host(machine_token, name="rig"):
-    _, token = await database_sync_to_async(machine_token)(name)
-    host = HostSim(token)
-    await host.connect()
-    await host.heartbeat()
-    return host
+    """A scripted host whose heartbeat has made its machine live (a state)."""
+    return await host_online(machine_token, name)
 
 
 def _sse_payloads(body: bytes) -> list:
