@@ -84,7 +84,7 @@ def _install() -> None:
         _wrap(jobs.services, name, name)
     _wrap(jobs.views, "_job_open", "request step (http)")
     _wrap(jobs.views, "api_key_from_request_header", "api_key (http)")
-    _wrap(jobs.services, "_job_submit", "job_submit")
+    _wrap(jobs.services, "job_submit", "job_submit")
     _wrap(jobs.consumers, "job_open", "job_open (ws)")
     _wrap(jobs.consumers, "api_key_from_request_header", "api_key (ws)")
     for name in ("machine_heartbeat", "machine_hello", "machine_authenticate", "machine_disconnect",

@@ -831,7 +831,7 @@ def job_open(
     attempt with its offer, a wait or an impossibility, as ``job_dispatch``).
     Raises ApiError as ``job_submit`` does; then nothing is stored.
     """
-    job, model = _job_submit(
+    job, model = job_submit(
         api_key=api_key, request=request, waiting_channel=waiting_channel
     )
     dispatch = job_dispatch(
@@ -840,23 +840,18 @@ def job_open(
     return job, model, dispatch
 
 
-@transaction.atomic
-def job_submit(*, api_key: ApiKey, request) -> Job:
-    """Store a renter's checked request (``jobs.requests.CompletionRequest``) as a job.
+def job_submit(
+    *, api_key: ApiKey, request, waiting_channel: str = ""
+) -> tuple[Job, CatalogModel]:
+    """Store a renter's checked request (``jobs.requests.CompletionRequest``) as a
+    job, inside the caller's transaction (``job_open``); return the job and model.
 
     Raises ApiError 404 for a model not in the catalog, 400 when the prompt and
     ``max_tokens`` do not fit the model's context, and 402 when the renter's
     balance, less the worst case of their jobs still running, cannot cover
     ``max_tokens`` at the model's price (the renter's credit account is locked
-    while this is checked, so parallel requests cannot overspend).
+    until the transaction ends, so parallel requests cannot overspend).
     """
-    return _job_submit(api_key=api_key, request=request)[0]
-
-
-def _job_submit(
-    *, api_key: ApiKey, request, waiting_channel: str = ""
-) -> tuple[Job, CatalogModel]:
-    """``job_submit``'s work inside the caller's transaction; returns the job and model."""
     from billing.money import nano_to_usd_str
 
     from .errors import ApiError
