@@ -17,7 +17,7 @@ from hosts.consumers import bearer_token
 
 from .auth import api_key_from_request_header
 from .errors import ApiError, error_body
-from .orchestration import Failed, Finished, JobRun, Token, channel_release
+from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import completion_request_parse
 from .services import job_open
 from .views import ChunkWriter
@@ -76,16 +76,14 @@ class RenterChatConsumer(DirectDispatchConsumer):
         self.task = asyncio.create_task(self._run(body))
 
     async def _run(self, body) -> None:
-        channel = await self.channel_layer.new_channel("job.")
         try:
             parsed = completion_request_parse(body, endpoint="chat")
-            job, model, dispatch = await db_call(job_open)(
-                api_key=self.api_key, request=parsed, waiting_channel=channel
+            channel, (job, model, dispatch) = await job_channel_open(
+                lambda channel: db_call(job_open)(
+                    api_key=self.api_key, request=parsed, waiting_channel=channel
+                )
             )
-        except BaseException as exc:
-            await channel_release(self.channel_layer, channel)
-            if not isinstance(exc, ApiError):
-                raise
+        except ApiError as exc:
             await self._send({"type": "error", "status": exc.status, **exc.body()})
             return
         writer = ChunkWriter(job, parsed)

@@ -15,9 +15,10 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -32,6 +33,8 @@ from .tokens import token_count
 log = logging.getLogger("ballast.jobs")
 
 SLOT_POLL_S = 2.0
+
+T = TypeVar("T")
 
 
 async def slots_announce(model_ids, *, slots: int = 1) -> None:
@@ -63,6 +66,23 @@ async def channel_release(layer, channel: str) -> None:
     reader.cancel()
     with contextlib.suppress(BaseException):
         await reader
+
+
+async def job_channel_open(open_job: Callable[[str], Awaitable[T]]) -> tuple[str, T]:
+    """Make a job's reply channel, then ``await open_job(channel)`` (the request's
+    database step, ``services.job_open``); return (channel, its result).
+
+    The channel exists before the offer can go out, so no reply is lost. If
+    ``open_job`` raises (an ApiError for a refused request, or anything else), the
+    channel is given back (``channel_release``) and the error re-raised.
+    """
+    layer = get_channel_layer()
+    channel = await layer.new_channel("job.")
+    try:
+        return channel, await open_job(channel)
+    except BaseException:
+        await channel_release(layer, channel)
+        raise
 
 
 @dataclass

@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-from channels.layers import get_channel_layer
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -23,7 +22,7 @@ from ballast.db import db_call
 from .auth import api_key_from_request_header
 from .errors import ApiError, error_body, error_response
 from .models import CatalogModel, Job
-from .orchestration import Failed, Finished, JobRun, Token, channel_release
+from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import CompletionRequest, completion_request_parse
 from .services import Dispatch, job_open
 
@@ -183,17 +182,13 @@ async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
                 "body",
             )
         )
-    layer = get_channel_layer()
-    channel = await layer.new_channel("job.")
+    authorization = request.headers.get("Authorization", "")
     try:
-        job, model, parsed, dispatch = await db_call(_job_open)(
-            request.headers.get("Authorization", ""), raw, endpoint, channel
+        channel, (job, model, parsed, dispatch) = await job_channel_open(
+            lambda channel: db_call(_job_open)(authorization, raw, endpoint, channel)
         )
-    except BaseException as exc:
-        await channel_release(layer, channel)
-        if isinstance(exc, ApiError):
-            return error_response(exc)
-        raise
+    except ApiError as exc:
+        return error_response(exc)
     writer = ChunkWriter(job, parsed)
     events = JobRun(job, model=model, channel=channel, dispatch=dispatch).events()
     headers = {"x-ballast-job-id": str(job.id)}
