@@ -21,8 +21,7 @@ from hosts.services import device_online_fraction, machine_hello
 from hosts.web_services import machines_offline_alert
 from jobs.models import Job
 from jobs.selectors import devices_eligible, devices_live
-from jobs.services import job_create
-from tests.jobs.helpers import host_online
+from tests.jobs.helpers import host_online, job_queued
 
 MAX_AGE_S = 4.0
 
@@ -296,17 +295,7 @@ def test_the_sql_the_orm_and_the_model_agree_on_rule_1(
             lease_until=now + timedelta(seconds=change["lease_until"])
         )
     Machine.objects.filter(id=device.machine_id).update(**fields)
-    job = job_create(
-        renter=renter,
-        api_key=None,
-        model=catalog,
-        endpoint="chat",
-        messages=[{"role": "user", "content": "hi"}],
-        prompt=None,
-        params={"max_tokens": 8},
-        placement={},
-        stream=False,
-    )
+    job = job_queued(renter, catalog)
     machine = Machine.objects.select_related("lease").get(id=device.machine_id)
     assert machine.is_online(now) is live
     assert devices_live(now=now).filter(id=device.id).exists() is live

@@ -112,3 +112,20 @@ async def renter_ws(api_key: str, content: str = "Hi"):
         {"model": MODEL, "messages": [{"role": "user", "content": content}]}
     )
     return ws
+
+
+def job_queued(renter, model, *, placement: dict | None = None):
+    """A queued chat job of ``renter`` for ``model`` (max_tokens 8), through job_create."""
+    from jobs.services import job_create
+
+    return job_create(
+        renter=renter,
+        api_key=None,
+        model=model,
+        endpoint="chat",
+        messages=[{"role": "user", "content": "hi"}],
+        prompt=None,
+        params={"max_tokens": 8},
+        placement=placement or {},
+        stream=False,
+    )

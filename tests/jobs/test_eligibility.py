@@ -10,7 +10,8 @@ from django.utils import timezone
 from hosts.models import Device, DeviceModel, Machine
 from jobs.models import Attempt, Job
 from jobs.selectors import devices_eligible, requirement_unmet
-from jobs.services import job_create, job_dispatch
+from jobs.services import job_dispatch
+from tests.jobs.helpers import job_queued
 
 pytestmark = pytest.mark.django_db
 
@@ -18,17 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def job(catalog, renter):
     def make(placement=None) -> Job:
-        return job_create(
-            renter=renter,
-            api_key=None,
-            model=catalog,
-            endpoint="chat",
-            messages=[{"role": "user", "content": "hi"}],
-            prompt=None,
-            params={"max_tokens": 8},
-            placement=placement or {},
-            stream=False,
-        )
+        return job_queued(renter, catalog, placement=placement)
 
     return make
 

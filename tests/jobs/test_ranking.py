@@ -13,7 +13,8 @@ from hosts.models import Device, DeviceModel
 from hosts.services import device_outcome_record, device_score_recompute
 from jobs.models import Job
 from jobs.selectors import device_claim
-from jobs.services import job_create, job_dispatch
+from jobs.services import job_dispatch
+from tests.jobs.helpers import job_queued
 
 pytestmark = pytest.mark.django_db
 
@@ -21,17 +22,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def job(catalog, renter):
     def make() -> Job:
-        return job_create(
-            renter=renter,
-            api_key=None,
-            model=catalog,
-            endpoint="chat",
-            messages=[{"role": "user", "content": "hi"}],
-            prompt=None,
-            params={"max_tokens": 8},
-            placement={},
-            stream=False,
-        )
+        return job_queued(renter, catalog)
 
     return make
 
