@@ -2,18 +2,84 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 
 
 class DirectDispatchConsumer(AsyncWebsocketConsumer):
     """A websocket consumer whose messages reach their handler directly.
 
-    Channels runs ``close_old_connections`` on the database thread before every
-    message; Ballast's consumers reach the database only through
-    ``ballast.db.db_call``, which does that itself, so a relayed token costs no
-    database work at all.
+    Two per-message costs of Channels' consumers are gone; the semantics stay
+    (one handler at a time, each source in order, ``StopConsumer`` ends it, an
+    exception in a handler ends the connection):
+
+    * Channels runs ``close_old_connections`` on the database thread before every
+      message; Ballast's consumers reach the database only through
+      ``ballast.db.db_call``, which does that itself, so a relayed token costs no
+      database work at all.
+    * Channels' ``await_many_dispatch`` makes a new task and an ``asyncio.wait``
+      for every message (a host's token frame included). Here each source (the
+      socket, the connection's channel) has one long-lived reader that hands its
+      messages to the handlers under one lock: a frame costs one task switch.
     """
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        """Run the connection: ASGI ``scope``/``receive``/``send`` (see class doc)."""
+        self.scope = scope
+        self.base_send = send
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        if self.channel_layer is None:
+            with contextlib.suppress(StopConsumer):
+                await self._read(receive, asyncio.Lock())
+            return
+        self.channel_name = await self.channel_layer.new_channel()
+        self.channel_receive = self._channel_receive
+        lock = asyncio.Lock()
+        # one receive stays pending on the channel for the connection's life (the
+        # Redis pub/sub layer can lose its subscription when a receive is cancelled)
+        channel_reader = asyncio.ensure_future(self._read(self._channel_receive, lock))
+        socket_reader = asyncio.current_task()
+
+        def channel_reader_ended(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                socket_reader.cancel()  # end the connection as Channels would
+
+        channel_reader.add_done_callback(channel_reader_ended)
+        try:
+            await self._read(receive, lock)
+        except StopConsumer:
+            pass
+        except asyncio.CancelledError:
+            failed = (
+                channel_reader.exception()
+                if channel_reader.done() and not channel_reader.cancelled()
+                else None
+            )
+            if failed is None:
+                raise
+            if not isinstance(failed, StopConsumer):
+                raise failed from None
+        finally:
+            channel_reader.remove_done_callback(channel_reader_ended)
+            channel_reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await channel_reader
+
+    async def _channel_receive(self) -> dict:
+        return await self.channel_layer.receive(self.channel_name)
+
+    async def _read(self, source, lock: asyncio.Lock) -> None:
+        """Hand every message of ``source`` to its handler, one handler at a time."""
+        dispatch = self.dispatch
+        while True:
+            message = await source()
+            async with lock:
+                await dispatch(message)
 
     async def dispatch(self, message: dict) -> None:
         handler = getattr(self, get_handler_name(message), None)
