@@ -54,6 +54,25 @@ async def slots_announce(model_ids, *, slots: int = 1) -> None:
             await layer.send(channel, {"type": "slot.free"})
 
 
+_announcements: set[asyncio.Task] = set()
+
+
+def slots_announce_soon(model_ids) -> None:
+    """``slots_announce`` in the background: the caller (a finished answer, whose
+    ``[DONE]`` should not wait for the queue's look-up) goes on at once. Failures
+    are logged; the queued requests' fallback poll (``SLOT_POLL_S``) still runs."""
+    task = asyncio.create_task(_slots_announce_logged(list(model_ids)))
+    _announcements.add(task)
+    task.add_done_callback(_announcements.discard)
+
+
+async def _slots_announce_logged(model_ids: list[str]) -> None:
+    try:
+        await slots_announce(model_ids)
+    except Exception:
+        log.exception("announcing free slots of %s failed", model_ids)
+
+
 async def channel_release(layer, channel: str) -> None:
     """Give back a channel made by ``new_channel`` that will never be read.
 
@@ -485,7 +504,7 @@ class JobRun:
             segment.machine_channel,
             {"type": "attempt.cancel", "attempt": str(segment.attempt.id)},
         )
-        await slots_announce([self.job.model_id])
+        slots_announce_soon([self.job.model_id])
 
     async def _succeed(self, segment: _Segment) -> Finished:
         job = await db_call(services.job_succeed)(
@@ -498,7 +517,7 @@ class JobRun:
             first_token_at=segment.first_token_at,
         )
         self.finished = True
-        await slots_announce([self.job.model_id])
+        slots_announce_soon([self.job.model_id])
         return Finished(finish_reason=job.finish_reason, usage=_usage(job))
 
     async def _fail(
