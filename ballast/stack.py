@@ -20,6 +20,20 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# How a coordinator's ASGI server runs (after ``--host``/``--port``). No
+# per-message deflate on the websockets: a host's frames are a token each, and
+# inflating them cost the event loop more than anything else per frame (~58 µs a
+# frame in a profile, docs/performance.md); the agent then skips deflating too.
+UVICORN_FLAGS = (
+    "--no-access-log",
+    "--ws",
+    "websockets",
+    "--ws-per-message-deflate",
+    "false",
+    "--lifespan",
+    "off",
+)
+
 
 def port_free() -> int:
     """A free TCP port on 127.0.0.1."""
@@ -113,11 +127,7 @@ class Stack:
                 "127.0.0.1",
                 "--port",
                 str(port),
-                "--no-access-log",
-                "--ws",
-                "websockets",
-                "--lifespan",
-                "off",
+                *UVICORN_FLAGS,
             ],
         )
         self.wait_for(

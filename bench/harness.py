@@ -368,7 +368,7 @@ def coordinator_start(stack, *, instrumented: bool = True, port: int = 0, name: 
     """
     import sys
 
-    from ballast.stack import port_free
+    from ballast.stack import UVICORN_FLAGS, port_free
 
     app = "bench.instrumented_asgi:application" if instrumented else "ballast.asgi:application"
     port = port or port_free()
@@ -376,7 +376,7 @@ def coordinator_start(stack, *, instrumented: bool = True, port: int = 0, name: 
         stack.port = port
     url = f"http://127.0.0.1:{port}"
     stack.spawn(name, [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-                       "--no-access-log", "--ws", "websockets", "--lifespan", "off"])
+                       *UVICORN_FLAGS])
     stack.wait_for(lambda: httpx.get(url + "/", timeout=1).status_code == 200, name, 60)
     return url
 

@@ -48,8 +48,15 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import machine_line, scratch_postgres  # noqa: E402
 from bench.harness import (  # noqa: E402
-    MODEL, bench_stats, coordinator_env, coordinator_start, cpu_seconds, machines_bulk, profile_start,
-    profile_stop, redis_flush,
+    MODEL,
+    bench_stats,
+    coordinator_env,
+    coordinator_start,
+    cpu_seconds,
+    machines_bulk,
+    profile_start,
+    profile_stop,
+    redis_flush,
 )
 
 

@@ -18,9 +18,12 @@ import threading
 import time
 from collections import defaultdict
 
-from ballast.asgi import application as ballast_application  # noqa: E402 (sets up Django)
 from django.db import connections
 from django.db.backends.signals import connection_created
+
+from ballast.asgi import (
+    application as ballast_application,  # noqa: E402 (sets up Django)
+)
 
 _lock = threading.Lock()
 _local = threading.local()

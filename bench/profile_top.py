@@ -62,7 +62,7 @@ def main() -> int:
             frames = [f for f in frames if not f.startswith(("thread", "process"))]
         names = [short(f) for f in frames]
         if matches:
-            kept = [s for s, f in zip(names, frames) if any(m in f for m in matches)]
+            kept = [s for s, f in zip(names, frames, strict=True) if any(m in f for m in matches)]
         else:
             kept = names
         for name in set(kept):

@@ -41,6 +41,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from ballast.stack import UVICORN_FLAGS  # noqa: E402
 from bench.common import machine_line, percentile, scratch_postgres  # noqa: E402
 from bench.harness import (  # noqa: E402
     MODEL,
@@ -205,7 +206,7 @@ def plan(streams_list: list[int], frames: list[int], scale: float) -> list[tuple
 def uvicorn(app: str, port: int, env: dict, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-         "--no-access-log", "--ws", "websockets", "--lifespan", "off"],
+         *UVICORN_FLAGS],
         cwd=ROOT, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
     )
 

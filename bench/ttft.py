@@ -29,9 +29,22 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from ballast.stack import UVICORN_FLAGS  # noqa: E402
 from bench.common import machine_line, percentile, scratch_postgres  # noqa: E402
 from bench.harness import (  # noqa: E402
-    MODEL, bench_stats, coordinator_start, profile_start, profile_stop, stats_table, chat_body, coordinator_env, cpu_seconds, machines_bulk, redis_flush, renter_key, sse_stream,
+    MODEL,
+    bench_stats,
+    chat_body,
+    coordinator_env,
+    coordinator_start,
+    cpu_seconds,
+    machines_bulk,
+    profile_start,
+    profile_stop,
+    redis_flush,
+    renter_key,
+    sse_stream,
+    stats_table,
 )
 
 SCRIPT = {"text": "The answer is four, and here are a few more words to stream.", "delay_s": 0.0}
@@ -78,7 +91,7 @@ async def direct_app(scope, receive, send):
 def uvicorn_start(app: str, port: int, env: dict, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-         "--no-access-log", "--ws", "websockets", "--lifespan", "off"],
+         *UVICORN_FLAGS],
         cwd=ROOT, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
     )
 
@@ -217,7 +230,7 @@ def main() -> int:
                       f"  p99 {percentile(b, 99) * 1000 - percentile(a, 99) * 1000:8.2f} ms")
         print(f"  coordinator CPU {cpu / n * 1000:.1f} ms per request; errors {len(err)} {err[:2]}")
         for label, phase, count in zip(("sequential", f"{args.concurrency} concurrent"), phases,
-                                       (len(seq), len(conc))):
+                                       (len(seq), len(conc)), strict=True):
             print(f"  database calls per request, {label} (instrumented coordinator):")
             print("\n".join(stats_table(phase, max(count, 1), "req")))
     print(f"  direct server CPU {d_cpu / (len(d_seq) + len(d_conc) + 5) * 1000:.2f} ms per request")
