@@ -230,7 +230,7 @@ def main() -> int:
                       f"  p99 {percentile(b, 99) * 1000 - percentile(a, 99) * 1000:8.2f} ms")
         print(f"  coordinator CPU {cpu / n * 1000:.1f} ms per request; errors {len(err)} {err[:2]}")
         for label, phase, count in zip(("sequential", f"{args.concurrency} concurrent"), phases,
-                                       (len(seq), len(conc)), strict=True):
+                                       (len(seq), len(conc)), strict=False):
             print(f"  database calls per request, {label} (instrumented coordinator):")
             print("\n".join(stats_table(phase, max(count, 1), "req")))
     print(f"  direct server CPU {d_cpu / (len(d_seq) + len(d_conc) + 5) * 1000:.2f} ms per request")
