@@ -6,9 +6,15 @@ import asyncio
 import contextlib
 
 from channels.consumer import get_handler_name
-from channels.exceptions import StopConsumer
+from channels.exceptions import ChannelFull, StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
+
+from ballast import local
+
+# messages from this process that may wait for a connection's handlers (the
+# in-memory layer's bound: ballast.settings CHANNEL_LAYERS capacity)
+LOCAL_INBOX_MESSAGES = 5000
 
 
 class DirectDispatchConsumer(AsyncWebsocketConsumer):
@@ -24,8 +30,10 @@ class DirectDispatchConsumer(AsyncWebsocketConsumer):
       database work at all.
     * Channels' ``await_many_dispatch`` makes a new task and an ``asyncio.wait``
       for every message (a host's token frame included). Here each source (the
-      socket, the connection's channel) has one long-lived reader that hands its
-      messages to the handlers under one lock: a frame costs one task switch.
+      socket, the connection's channel, and messages sent from this process,
+      which skip the layer: ``ballast.local``) has one long-lived reader that
+      hands its messages to the handlers under one lock: a frame costs one task
+      switch.
     """
 
     async def __call__(self, scope: dict, receive, send) -> None:
@@ -40,35 +48,58 @@ class DirectDispatchConsumer(AsyncWebsocketConsumer):
         self.channel_name = await self.channel_layer.new_channel()
         self.channel_receive = self._channel_receive
         lock = asyncio.Lock()
+        # messages sent from this process skip the layer (ballast.local)
+        self._local_inbox: asyncio.Queue[dict] = asyncio.Queue(LOCAL_INBOX_MESSAGES)
+        local.reader_add(self.channel_name, self._local_deliver)
         # one receive stays pending on the channel for the connection's life (the
         # Redis pub/sub layer can lose its subscription when a receive is cancelled)
-        channel_reader = asyncio.ensure_future(self._read(self._channel_receive, lock))
+        readers = [
+            asyncio.ensure_future(self._read(self._channel_receive, lock)),
+            asyncio.ensure_future(self._read(self._local_inbox.get, lock)),
+        ]
         socket_reader = asyncio.current_task()
 
         def channel_reader_ended(task: asyncio.Task) -> None:
             if not task.cancelled() and task.exception() is not None:
                 socket_reader.cancel()  # end the connection as Channels would
 
-        channel_reader.add_done_callback(channel_reader_ended)
+        for reader in readers:
+            reader.add_done_callback(channel_reader_ended)
         try:
             await self._read(receive, lock)
         except StopConsumer:
             pass
         except asyncio.CancelledError:
-            failed = (
-                channel_reader.exception()
-                if channel_reader.done() and not channel_reader.cancelled()
-                else None
+            failed = next(
+                (
+                    reader.exception()
+                    for reader in readers
+                    if reader.done()
+                    and not reader.cancelled()
+                    and reader.exception() is not None
+                ),
+                None,
             )
             if failed is None:
                 raise
             if not isinstance(failed, StopConsumer):
                 raise failed from None
         finally:
-            channel_reader.remove_done_callback(channel_reader_ended)
-            channel_reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await channel_reader
+            local.reader_remove(self.channel_name, self._local_deliver)
+            for reader in readers:
+                reader.remove_done_callback(channel_reader_ended)
+                reader.cancel()
+            for reader in readers:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reader
+
+    def _local_deliver(self, message: dict) -> None:
+        """Queue a message sent from this process (``ballast.local``); raises
+        ChannelFull, as the layer would, past ``LOCAL_INBOX_MESSAGES`` waiting."""
+        try:
+            self._local_inbox.put_nowait(message)
+        except asyncio.QueueFull:
+            raise ChannelFull(f"{self.channel_name}: inbox full") from None
 
     async def _channel_receive(self) -> dict:
         return await self.channel_layer.receive(self.channel_name)

@@ -270,6 +270,9 @@ BALLAST_LEASE_RENEW_S = env_float("BALLAST_LEASE_RENEW_S", 1.0, minimum=0.02)
 BALLAST_LEASE_MARGIN_S = env_float("BALLAST_LEASE_MARGIN_S", 1.0)
 BALLAST_MAX_GPU_TEMP_C = env_float("BALLAST_MAX_GPU_TEMP_C", 88.0)
 BALLAST_SPOT_CHECKS = env_bool("BALLAST_SPOT_CHECKS", True)
+# a job's coroutine and its machine's connection in one process skip the channel
+# layer (ballast.local); 0: every message through the layer
+BALLAST_LOCAL_DELIVERY = env_bool("BALLAST_LOCAL_DELIVERY", True)
 BALLAST_CANARY_RATE = env_float("BALLAST_CANARY_RATE", 0.02)
 BALLAST_SPOT_CHECK_MAX_DELAY_S = env_float("BALLAST_SPOT_CHECK_MAX_DELAY_S", 60.0)
 BALLAST_QUARANTINE_CHECK_EVERY_S = env_float("BALLAST_QUARANTINE_CHECK_EVERY_S", 180.0)

@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from ballast import local
 from ballast.consumers import DirectDispatchConsumer
 from ballast.db import db_call
 from jobs import services as job_services
@@ -82,7 +83,8 @@ class HostConsumer(DirectDispatchConsumer):
             last_heartbeat_at=memo.last_beat_at if memo else None,
         )
         for attempt_id, info in list(self.open_attempts.items()):
-            await self.channel_layer.send(
+            await local.channel_send(
+                self.channel_layer,
                 info["reply"],
                 {
                     "type": "host.gone",
@@ -136,7 +138,9 @@ class HostConsumer(DirectDispatchConsumer):
             return
         if previous and previous != self.channel_name:
             # one connection per machine: the newer one wins, the older is closed
-            await self.channel_layer.send(previous, {"type": "machine.replaced"})
+            await local.channel_send(
+                self.channel_layer, previous, {"type": "machine.replaced"}
+            )
         self.greeted = True
         self.heartbeat_memo = services.HeartbeatMemo()
         self.liveness_lock = asyncio.Lock()
@@ -303,8 +307,10 @@ class HostConsumer(DirectDispatchConsumer):
         # relay the claim at once and record it off the token path (the agent
         # streams right after its claim; a database step here would hold them)
         info["claimed"] = True
-        await self.channel_layer.send(
-            info["reply"], {"type": "host.claim", "attempt": attempt_id}
+        await local.channel_send(
+            self.channel_layer,
+            info["reply"],
+            {"type": "host.claim", "attempt": attempt_id},
         )
         task = asyncio.create_task(self._claim_record(attempt_id))
         self.background_tasks.add(task)
@@ -361,7 +367,8 @@ class HostConsumer(DirectDispatchConsumer):
             while outbox:
                 text = outbox[0] if len(outbox) == 1 else "".join(outbox)
                 outbox.clear()
-                await self.channel_layer.send(
+                await local.channel_send(
+                    self.channel_layer,
                     info["reply"],
                     {"type": "host.token", "attempt": attempt_id, "text": text},
                 )
@@ -401,8 +408,10 @@ class HostConsumer(DirectDispatchConsumer):
         self.open_attempts.pop(attempt_id, None)
         if not await self._tokens_relayed(info):
             return
-        await self.channel_layer.send(
-            info["reply"], {"type": "host.done", "attempt": attempt_id, "done": done}
+        await local.channel_send(
+            self.channel_layer,
+            info["reply"],
+            {"type": "host.done", "attempt": attempt_id, "done": done},
         )
 
     async def frame_error(self, frame: dict) -> None:
@@ -417,8 +426,10 @@ class HostConsumer(DirectDispatchConsumer):
             return  # an error for a job that already ended changes nothing
         if not await self._tokens_relayed(info):
             return
-        await self.channel_layer.send(
-            info["reply"], {"type": "host.error", "attempt": job, "message": message}
+        await local.channel_send(
+            self.channel_layer,
+            info["reply"],
+            {"type": "host.error", "attempt": job, "message": message},
         )
 
     # --- messages from the job coroutines (channel layer) -----------------------------

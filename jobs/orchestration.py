@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
+from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
+from ballast import local
 from ballast.db import db_call
 
 from . import services
@@ -33,6 +35,10 @@ from .tokens import token_count
 log = logging.getLogger("ballast.jobs")
 
 SLOT_POLL_S = 2.0
+# text of token messages delivered in-process (``ballast.local``) that may wait
+# unread in a job's inbox, characters: a slow renter's backlog, before the host is
+# cut off (the in-memory layer's bound is 5,000 messages)
+LOCAL_INBOX_CHARS = 4_000_000
 
 T = TypeVar("T")
 
@@ -51,7 +57,7 @@ async def slots_announce(model_ids, *, slots: int = 1) -> None:
             model_id=model_id, limit=2 * slots
         )
         for channel in channels:
-            await layer.send(channel, {"type": "slot.free"})
+            await local.channel_send(layer, channel, {"type": "slot.free"})
 
 
 _announcements: set[asyncio.Task] = set()
@@ -182,6 +188,7 @@ class JobRun:
             0,
         )  # (UTF-8 bytes, tokens) of the answer at the last count
         self.finished = False
+        self.inbox_chars = 0  # text of the token messages delivered locally, waiting
 
     @property
     def delivered_text(self) -> str:
@@ -197,10 +204,12 @@ class JobRun:
         self.arrived = asyncio.Event()
         reader = asyncio.create_task(self._read_channel())
         lease = asyncio.create_task(self._keep_lease())
+        local.reader_add(self.channel, self._deliver)
         try:
             async for event in self._run():
                 yield event
         finally:
+            local.reader_remove(self.channel, self._deliver)
             lease.cancel()
             try:
                 if not self.finished:
@@ -219,6 +228,35 @@ class JobRun:
             self.inbox.append(await self.layer.receive(self.channel))
             self.arrived.set()
 
+    def _deliver(self, message: dict) -> None:
+        """Take a message sent from this process (``ballast.local``) into ``inbox``.
+
+        A token right after a token of the same attempt joins its text (what
+        ``_more_text`` would do when reading), so a fast host and a slow renter
+        cost one message, not one per frame. Raises ChannelFull, as the layer
+        would, when more than ``LOCAL_INBOX_CHARS`` of text waits unread: the
+        host's connection then closes and the job fails over.
+        """
+        inbox = self.inbox
+        if message.get("type") == "host.token":
+            text = message["text"]
+            if self.inbox_chars + len(text) > LOCAL_INBOX_CHARS:
+                raise ChannelFull(
+                    f"{self.channel}: {self.inbox_chars} characters unread"
+                )
+            self.inbox_chars += len(text)
+            last = inbox[-1] if inbox else None
+            if (
+                last is not None
+                and last.get("local")
+                and last.get("attempt") == message.get("attempt")
+            ):
+                last["text"] += text
+                return
+            message["local"] = True
+        inbox.append(message)
+        self.arrived.set()
+
     async def _next_message(self, timeout: float) -> dict:
         """The next message of the job's channel; raises TimeoutError after ``timeout`` s.
 
@@ -229,7 +267,10 @@ class JobRun:
             self.arrived.clear()
             async with asyncio.timeout(timeout):
                 await self.arrived.wait()
-        return self.inbox.popleft()
+        message = self.inbox.popleft()
+        if message.get("local"):
+            self.inbox_chars -= len(message["text"])
+        return message
 
     def _more_text(self, attempt_id: str) -> str:
         """Text of the token frames of this attempt already waiting in the inbox.
@@ -243,7 +284,10 @@ class JobRun:
             head = inbox[0]
             if head.get("type") != "host.token" or head.get("attempt") != attempt_id:
                 break
-            pieces.append(inbox.popleft()["text"])
+            message = inbox.popleft()
+            if message.get("local"):
+                self.inbox_chars -= len(message["text"])
+            pieces.append(message["text"])
         return "".join(pieces) if pieces else ""
 
     async def _keep_lease(self) -> None:
@@ -320,7 +364,8 @@ class JobRun:
                 attempt=dispatch.attempt, machine_channel=dispatch.machine_channel
             )
             self.segment = segment
-            await self.layer.send(
+            await local.channel_send(
+                self.layer,
                 dispatch.machine_channel,
                 {
                     "type": "attempt.offer",
@@ -424,7 +469,8 @@ class JobRun:
                         or 0,
                         "receipt": "",
                     }
-                    await self.layer.send(
+                    await local.channel_send(
+                        self.layer,
                         segment.machine_channel,
                         {"type": "attempt.cancel", "attempt": attempt_id},
                     )
@@ -500,7 +546,8 @@ class JobRun:
             claimed_at=segment.claimed_at,
             first_token_at=segment.first_token_at,
         )
-        await self.layer.send(
+        await local.channel_send(
+            self.layer,
             segment.machine_channel,
             {"type": "attempt.cancel", "attempt": str(segment.attempt.id)},
         )

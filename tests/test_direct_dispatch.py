@@ -13,6 +13,9 @@ from channels.testing import WebsocketCommunicator
 
 from ballast.consumers import DirectDispatchConsumer
 
+# (Channels' websocket_disconnect closes old database connections)
+pytestmark = pytest.mark.django_db(transaction=True)
+
 
 class Probe(DirectDispatchConsumer):
     """Holds a socket frame open on request; reports what the layer handlers saw."""
