@@ -99,8 +99,14 @@ async def test_a_wrong_answer_fails_and_reverses_held_earnings(
     await earning.arefresh_from_db()
     assert earning.status == "reversed"
     assert await LedgerTransaction.objects.filter(kind="earning_reversal").acount() == 1
+    assert await DeviceOutcome.objects.filter(
+        device_id=device.id, source="spot_check", success=False
+    ).aexists(), "the failed check is an outcome of the score"
     await device.arefresh_from_db()
-    assert device.score < before, "a failed check lowers the score"
+    # (not always strictly lower here: a new device's uptime part can grow between
+    # the two recomputes by as much as one failure in three outcomes takes away;
+    # tests/hosts/test_score.py holds the score's rule)
+    assert device.score <= before
     await host.close()
 
 
