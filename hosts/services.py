@@ -674,7 +674,7 @@ def device_outcome_record(
                 device_id,
                 source,
                 success,
-                reason[:32],
+                reason,
                 model_id,
                 ttft_ms,
                 db_datetime(timezone.now()),  # auto_now_add: the real time
