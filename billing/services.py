@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ballast.db import db_datetime, db_uuid, row_fetch, rows_changed
@@ -350,10 +350,12 @@ def charge_post(
     """Post ``plan`` (cost > 0) as the job's charge; return the transaction id, or
     None if ``charge:<job id>`` was posted before (then nothing is written).
 
-    What ``job_charge`` posts, in three fixed statements (``ballast.db``): the
-    ledger transaction, its entries (renter −cost, each paid segment's host hold
-    +share, the platform the rest; zero legs dropped) and the held ``Earning`` of
-    each paid segment (released after ``BALLAST_HOLD_HOURS``). Every segment of
+    What ``job_charge`` posts, as fixed statements (``ballast.db``): the ledger
+    transaction, its entries (renter −cost, each paid segment's host hold +share,
+    the platform the rest; zero legs dropped) and the held ``Earning`` of each
+    paid segment (released after ``BALLAST_HOLD_HOURS``) — one statement on
+    PostgreSQL (data-modifying CTEs; the balance check runs at commit), three on
+    SQLite. Every segment of
     ``plan.shares`` must carry its ``held_account_id``. Raises
     UnbalancedTransaction for legs that do not sum to zero.
     """
@@ -366,19 +368,58 @@ def charge_post(
     if total != 0 or not legs:
         raise UnbalancedTransaction(f"charge {key}: {len(legs)} legs sum to {total}")
     created = db_datetime(timezone.now())  # auto_now_add: the real time
-    row = row_fetch(
+    txn_sql = (
         "INSERT INTO billing_ledgertransaction"
         " (kind, key, job_id, memo, leg_count, created_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO NOTHING RETURNING id",
-        [
-            LedgerTransaction.Kind.CHARGE,
-            key,
-            db_uuid(job_id),
-            f"{plan.tokens} tokens of {model_id}"[:300],
-            len(legs),
-            created,
-        ],
+        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO NOTHING RETURNING id"
     )
+    txn_params = [
+        LedgerTransaction.Kind.CHARGE,
+        key,
+        db_uuid(job_id),
+        f"{plan.tokens} tokens of {model_id}"[:300],
+        len(legs),
+        created,
+    ]
+    entries = ", ".join(["(%s, %s)"] * len(legs))
+    entry_params = [value for leg in legs for value in leg]
+    earnings = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(plan.shares))
+    release_at = db_datetime(now + timedelta(hours=settings.BALLAST_HOLD_HOURS))
+    earning_params = [
+        value
+        for segment, share in plan.shares
+        for value in (
+            db_uuid(segment.attempt_id),
+            segment.device_id,
+            segment.host_id,
+            share,
+            Earning.Status.HELD,
+            release_at,
+            created,
+        )
+    ]
+    earning_columns = (
+        "(attempt_id, device_id, host_id, amount_nano, status, release_at, created_at)"
+    )
+    if connection.vendor == "postgresql":  # one statement: data-modifying CTEs
+        sql = (
+            f"WITH txn AS ({txn_sql}),"
+            " entries AS (INSERT INTO billing_entry"
+            " (transaction_id, account_id, amount_nano)"
+            " SELECT txn.id, v.account, v.amount FROM txn,"
+            f" (VALUES {entries}) AS v (account, amount))"
+        )
+        if plan.shares:
+            sql += (
+                f", earnings AS (INSERT INTO billing_earning {earning_columns}"
+                " SELECT v.* FROM txn, (VALUES"
+                f" {earnings}) AS v (attempt, device, host, amount, status, release, created))"
+            )
+        row = row_fetch(
+            sql + " SELECT id FROM txn", [*txn_params, *entry_params, *earning_params]
+        )
+        return row[0] if row else None
+    row = row_fetch(txn_sql, txn_params)
     if row is None:
         return None
     txn_id = row[0]
@@ -388,24 +429,9 @@ def charge_post(
         [value for account, amount in legs for value in (txn_id, account, amount)],
     )
     if plan.shares:
-        release_at = db_datetime(now + timedelta(hours=settings.BALLAST_HOLD_HOURS))
         rows_changed(
-            "INSERT INTO billing_earning (attempt_id, device_id, host_id, amount_nano,"
-            " status, release_at, created_at) VALUES "
-            + ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(plan.shares)),
-            [
-                value
-                for segment, share in plan.shares
-                for value in (
-                    db_uuid(segment.attempt_id),
-                    segment.device_id,
-                    segment.host_id,
-                    share,
-                    Earning.Status.HELD,
-                    release_at,
-                    created,
-                )
-            ],
+            f"INSERT INTO billing_earning {earning_columns} VALUES {earnings}",
+            earning_params,
         )
     return txn_id
 
