@@ -19,6 +19,7 @@ if [ "${QUICK:-0}" = 1 ]; then  # ~25 min: the figures of docs/performance.md's 
   run relay 1200 $PY bench/relay.py --scale 0.3 --streams 1,50 --servers bare,inmem,pubsub
   run heartbeats 900 $PY bench/heartbeats.py --machines 5000 --seconds 15 --settle 60
   run claim 1500 $PY bench/claim.py --fleets 1000,10000,100000 --claims 300
+  run job_end 600 $PY bench/job_end.py --jobs 200 --rounds 2
   PROFILE=0
 else
   run ttft 900 $PY bench/ttft.py
@@ -29,6 +30,7 @@ else
   run heartbeats-60s 900 $PY bench/heartbeats.py --machines 1000 --seconds 70 --settle 60
   run claim 1800 $PY bench/claim.py
   run claim_profile 300 $PY bench/claim_profile.py --devices 100000
+  run job_end 900 $PY bench/job_end.py --jobs 300 --rounds 3 --profile "$OUT/job_end.prof"
   run failover 900 $PY bench/failover.py --kills 10
 fi
 # Profiles (py-spy: .venv/bin/pip install py-spy; not in requirements.txt):

@@ -8,12 +8,15 @@ docs/money.md). All amounts are integer nano-USD (``billing.money``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+
+from ballast.db import db_datetime, db_uuid, row_fetch, rows_changed
 
 from .models import (
     Account,
@@ -146,20 +149,15 @@ def receipt_check(
     if existing is not None:
         return existing.verdict
     signature = (signature_b64 or "")[:200] or None
-    if signature is None:
-        verdict = ReceiptCheck.Verdict.MISSING
-    elif ReceiptCheck.objects.filter(signature=signature).exists():
-        verdict = ReceiptCheck.Verdict.REPLAYED
-    elif receipt_verify(
+    verdict = receipt_verdict(
+        signature=signature,
+        replayed=signature is not None
+        and ReceiptCheck.objects.filter(signature=signature).exists(),
         public_key_b64=public_key_b64,
-        signature_b64=signature,
-        job=str(attempt.id),
+        attempt_id=str(attempt.id),
         completion_tokens=completion_tokens,
         text=text,
-    ):
-        verdict = ReceiptCheck.Verdict.VALID
-    else:
-        verdict = ReceiptCheck.Verdict.INVALID
+    )
     stored = None if verdict == ReceiptCheck.Verdict.REPLAYED else signature
     try:
         with transaction.atomic():
@@ -183,17 +181,259 @@ def receipt_check(
     return verdict
 
 
-# --- charges ---------------------------------------------------------------------------
-def _segment_paid(attempt) -> bool:
-    """True when this segment's host is paid: a valid receipt and a believable count."""
-    check = getattr(attempt, "receipt_check", None)
-    return (
-        check is not None
-        and check.verdict == ReceiptCheck.Verdict.VALID
-        and attempt.receipt_valid is True
-        and not attempt.token_count_flagged
-        and attempt.tokens_billed > 0
+def receipt_verdict(
+    *,
+    signature: str | None,
+    replayed: bool,
+    public_key_b64: str,
+    attempt_id: str,
+    completion_tokens: int,
+    text: str,
+) -> str:
+    """The verdict on a receipt (pure): ``missing`` without a signature,
+    ``replayed`` when ``replayed`` (the signature is already recorded), else
+    ``valid`` or ``invalid`` by ``receipts.receipt_verify`` (PROTOCOL.md §2)."""
+    if signature is None:
+        return ReceiptCheck.Verdict.MISSING
+    if replayed:
+        return ReceiptCheck.Verdict.REPLAYED
+    if receipt_verify(
+        public_key_b64=public_key_b64,
+        signature_b64=signature,
+        job=attempt_id,
+        completion_tokens=completion_tokens,
+        text=text,
+    ):
+        return ReceiptCheck.Verdict.VALID
+    return ReceiptCheck.Verdict.INVALID
+
+
+def receipt_record(
+    *, attempt_id, device_id: int, signature: str | None, verdict: str
+) -> str:
+    """Store the ``ReceiptCheck`` of an attempt judged by ``receipt_verdict``; return
+    the verdict that stands. Fixed statements (``ballast.db``), no savepoint.
+
+    The same outcomes as ``receipt_check``: a replayed signature is stored as
+    NULL; if the attempt already has a check (a concurrent second ``done``), its
+    verdict stands and nothing is written; if the signature was stored meanwhile
+    by another attempt, this one is recorded ``replayed``.
+    """
+    stored = None if verdict == ReceiptCheck.Verdict.REPLAYED else signature
+    params = [db_uuid(attempt_id), device_id, stored, verdict]
+    if _receipt_insert(params):
+        return verdict
+    existing = row_fetch(
+        "SELECT verdict FROM billing_receiptcheck WHERE attempt_id = %s",
+        [params[0]],
     )
+    if existing is not None:
+        return existing[0]
+    verdict = ReceiptCheck.Verdict.REPLAYED  # the same signature, concurrently
+    _receipt_insert([params[0], device_id, None, verdict])
+    return verdict
+
+
+def _receipt_insert(params: list) -> bool:
+    """INSERT a receipt check unless a unique key (attempt, signature) is taken."""
+    return (
+        row_fetch(
+            "INSERT INTO billing_receiptcheck"
+            " (attempt_id, device_id, signature, verdict, created_at)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
+            [*params, db_datetime(timezone.now())],
+        )
+        is not None
+    )
+
+
+# --- charges ---------------------------------------------------------------------------
+@dataclass
+class Segment:
+    """What billing needs of one attempt of a job (DESIGN.md "Money").
+
+    ``tokens_billed`` ≤ ``output_chars`` after ``charge_plan``; ``verdict`` is its
+    receipt check's (None without one); ``host_id`` the owner of its machine and
+    ``held_account_id`` that host's ``host_held`` account (None if not made yet).
+    """
+
+    attempt_id: object
+    device_id: int
+    host_id: int
+    tokens_billed: int
+    output_chars: int
+    token_count_flagged: bool
+    receipt_valid: bool | None
+    verdict: str | None
+    held_account_id: int | None = None
+
+    @property
+    def paid(self) -> bool:
+        """True when this segment's host is paid: a valid receipt and a believable count."""
+        return (
+            self.verdict == ReceiptCheck.Verdict.VALID
+            and self.receipt_valid is True
+            and not self.token_count_flagged
+            and self.tokens_billed > 0
+        )
+
+
+@dataclass
+class ChargePlan:
+    """A job's charge, computed by ``charge_plan``: ``tokens`` billed in all,
+    ``cost`` nano-USD, ``capped`` segments whose count was cut (write them back),
+    ``shares`` (segment, nano-USD) of the paid hosts, ``platform`` the rest."""
+
+    tokens: int
+    cost: int
+    capped: list[Segment] = field(default_factory=list)
+    shares: list[tuple[Segment, int]] = field(default_factory=list)
+    platform: int = 0
+
+
+def charge_plan(
+    *, segments: list[Segment], max_tokens: int | None, price: int
+) -> ChargePlan:
+    """Apply the token sanity rules to ``segments`` (in order) and split the cost.
+
+    A segment's billed tokens never exceed the characters it delivered, and the
+    job's never exceed ``max_tokens`` (the excess is cut from the last segments);
+    a cut segment is flagged (changed in place, listed in ``capped``). Cost =
+    tokens × ``price`` (nano-USD per token); each paid segment's host gets
+    ``BALLAST_HOST_SHARE`` of its part (rounded down), the platform the rest.
+    Pure: writes nothing.
+    """
+    capped: dict[int, Segment] = {}
+    tokens_total = 0
+    for segment in segments:
+        if segment.tokens_billed > segment.output_chars:
+            segment.tokens_billed = segment.output_chars
+            segment.token_count_flagged = True
+            capped[id(segment)] = segment
+        tokens_total += segment.tokens_billed
+    # never more than the renter's max_tokens, whatever a host sent: the excess is
+    # trimmed from the last segments (and flagged there)
+    excess = tokens_total - (max_tokens or tokens_total)
+    for segment in reversed(segments):
+        if excess <= 0:
+            break
+        cut = min(excess, segment.tokens_billed)
+        if cut:
+            segment.tokens_billed -= cut
+            segment.token_count_flagged = True
+            capped[id(segment)] = segment
+            excess -= cut
+            tokens_total -= cut
+    cost = tokens_total * price
+    plan = ChargePlan(tokens=tokens_total, cost=cost, capped=list(capped.values()))
+    if cost <= 0:
+        return plan
+    for segment in segments:
+        if not segment.paid:
+            continue
+        share = share_of(segment.tokens_billed * price, settings.BALLAST_HOST_SHARE)
+        if share > 0:
+            plan.shares.append((segment, share))
+    plan.platform = cost - sum(share for _, share in plan.shares)
+    return plan
+
+
+def charge_post(
+    *,
+    job_id,
+    model_id: str,
+    plan: ChargePlan,
+    renter_account_id: int,
+    platform_account_id: int,
+    now: datetime,
+) -> int | None:
+    """Post ``plan`` (cost > 0) as the job's charge; return the transaction id, or
+    None if ``charge:<job id>`` was posted before (then nothing is written).
+
+    What ``job_charge`` posts, as fixed statements (``ballast.db``): the ledger
+    transaction, its entries (renter −cost, each paid segment's host hold +share,
+    the platform the rest; zero legs dropped) and the held ``Earning`` of each
+    paid segment (released after ``BALLAST_HOLD_HOURS``) — one statement on
+    PostgreSQL (data-modifying CTEs; the balance check runs at commit), three on
+    SQLite. Every segment of
+    ``plan.shares`` must carry its ``held_account_id``. Raises
+    UnbalancedTransaction for legs that do not sum to zero.
+    """
+    legs = [(renter_account_id, -plan.cost)]
+    legs += [(segment.held_account_id, share) for segment, share in plan.shares]
+    legs.append((platform_account_id, plan.platform))
+    legs = [(account, amount) for account, amount in legs if amount]
+    total = sum(amount for _, amount in legs)
+    key = f"charge:{job_id}"
+    if total != 0 or not legs:
+        raise UnbalancedTransaction(f"charge {key}: {len(legs)} legs sum to {total}")
+    created = db_datetime(timezone.now())  # auto_now_add: the real time
+    txn_sql = (
+        "INSERT INTO billing_ledgertransaction"
+        " (kind, key, job_id, memo, leg_count, created_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO NOTHING RETURNING id"
+    )
+    txn_params = [
+        LedgerTransaction.Kind.CHARGE,
+        key,
+        db_uuid(job_id),
+        f"{plan.tokens} tokens of {model_id}"[:300],
+        len(legs),
+        created,
+    ]
+    entries = ", ".join(["(%s, %s)"] * len(legs))
+    entry_params = [value for leg in legs for value in leg]
+    earnings = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(plan.shares))
+    release_at = db_datetime(now + timedelta(hours=settings.BALLAST_HOLD_HOURS))
+    earning_params = [
+        value
+        for segment, share in plan.shares
+        for value in (
+            db_uuid(segment.attempt_id),
+            segment.device_id,
+            segment.host_id,
+            share,
+            Earning.Status.HELD,
+            release_at,
+            created,
+        )
+    ]
+    earning_columns = (
+        "(attempt_id, device_id, host_id, amount_nano, status, release_at, created_at)"
+    )
+    if connection.vendor == "postgresql":  # one statement: data-modifying CTEs
+        sql = (
+            f"WITH txn AS ({txn_sql}),"
+            " entries AS (INSERT INTO billing_entry"
+            " (transaction_id, account_id, amount_nano)"
+            " SELECT txn.id, v.account, v.amount FROM txn,"
+            f" (VALUES {entries}) AS v (account, amount))"
+        )
+        if plan.shares:
+            sql += (
+                f", earnings AS (INSERT INTO billing_earning {earning_columns}"
+                " SELECT v.* FROM txn, (VALUES"
+                f" {earnings}) AS v (attempt, device, host, amount, status, release, created))"
+            )
+        row = row_fetch(
+            sql + " SELECT id FROM txn", [*txn_params, *entry_params, *earning_params]
+        )
+        return row[0] if row else None
+    row = row_fetch(txn_sql, txn_params)
+    if row is None:
+        return None
+    txn_id = row[0]
+    rows_changed(
+        "INSERT INTO billing_entry (transaction_id, account_id, amount_nano) VALUES "
+        + ", ".join(["(%s, %s, %s)"] * len(legs)),
+        [value for account, amount in legs for value in (txn_id, account, amount)],
+    )
+    if plan.shares:
+        rows_changed(
+            f"INSERT INTO billing_earning {earning_columns} VALUES {earnings}",
+            earning_params,
+        )
+    return txn_id
 
 
 @transaction.atomic
@@ -237,51 +477,42 @@ def job_charge(
             "offered_at", "id"
         )
     )
-    tokens_total = 0
-    for attempt in attempts:
-        if attempt.tokens_billed > attempt.output_chars:
-            attempt.tokens_billed = attempt.output_chars
-            attempt.token_count_flagged = True
-            Attempt.objects.filter(id=attempt.id).update(
-                tokens_billed=attempt.tokens_billed, token_count_flagged=True
-            )
-        tokens_total += attempt.tokens_billed
-    # never more than the renter's max_tokens, whatever a host sent: the excess is
-    # trimmed from the last segments (and flagged there)
-    excess = tokens_total - (job.params.get("max_tokens") or tokens_total)
-    for attempt in reversed(attempts):
-        if excess <= 0:
-            break
-        cut = min(excess, attempt.tokens_billed)
-        if cut:
-            attempt.tokens_billed -= cut
-            attempt.token_count_flagged = True
-            Attempt.objects.filter(id=attempt.id).update(
-                tokens_billed=attempt.tokens_billed, token_count_flagged=True
-            )
-            excess -= cut
-            tokens_total -= cut
-    cost = tokens_total * price
+    segments = [
+        Segment(
+            attempt_id=attempt.id,
+            device_id=attempt.device_id,
+            host_id=attempt.device.machine.owner_id,
+            tokens_billed=attempt.tokens_billed,
+            output_chars=attempt.output_chars,
+            token_count_flagged=attempt.token_count_flagged,
+            receipt_valid=attempt.receipt_valid,
+            verdict=getattr(getattr(attempt, "receipt_check", None), "verdict", None),
+        )
+        for attempt in attempts
+    ]
+    plan = charge_plan(
+        segments=segments, max_tokens=job.params.get("max_tokens"), price=price
+    )
+    for segment in plan.capped:
+        Attempt.objects.filter(id=segment.attempt_id).update(
+            tokens_billed=segment.tokens_billed, token_count_flagged=True
+        )
+    tokens_total, cost = plan.tokens, plan.cost
     if (job.tokens_billed, job.cost_nano) != (tokens_total, cost):
         Job.objects.filter(id=job.id).update(tokens_billed=tokens_total, cost_nano=cost)
         job.tokens_billed, job.cost_nano = tokens_total, cost
     if cost <= 0:
         return None
+    by_attempt = {attempt.id: attempt for attempt in attempts}
     legs: list[tuple[Account, int]] = [
         (account_for(kind=Account.Kind.RENTER_CREDIT, user=job.renter), -cost)
     ]
     earnings = []
-    host_total = 0
     release_at = now + timedelta(hours=settings.BALLAST_HOLD_HOURS)
-    for attempt in attempts:
-        if not _segment_paid(attempt):
-            continue
-        share = share_of(attempt.tokens_billed * price, settings.BALLAST_HOST_SHARE)
-        if share <= 0:
-            continue
+    for segment, share in plan.shares:
+        attempt = by_attempt[segment.attempt_id]
         host = attempt.device.machine.owner
         legs.append((account_for(kind=Account.Kind.HOST_HELD, user=host), share))
-        host_total += share
         earnings.append(
             Earning(
                 attempt=attempt,
@@ -291,7 +522,7 @@ def job_charge(
                 release_at=release_at,
             )
         )
-    legs.append((account_for(kind=Account.Kind.PLATFORM), cost - host_total))
+    legs.append((account_for(kind=Account.Kind.PLATFORM), plan.platform))
     txn = ledger_post(
         kind=LedgerTransaction.Kind.CHARGE,
         key=f"charge:{job.id}",

@@ -14,9 +14,18 @@ from decimal import Decimal
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
+
+from ballast.db import (
+    db_datetime,
+    row_fetch,
+    rows_changed,
+    rows_fetch,
+    value_datetime,
+    value_uuid,
+)
 
 from .models import (
     Benchmark,
@@ -522,31 +531,59 @@ def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
     """Fraction (0..1) of the last 24 h — or of the time since the device was first
     seen, if shorter — that its machine was online (heartbeat gaps ≤ 30 s)."""
     start = max(now - timedelta(hours=24), device.first_seen_at)
+    spans = [
+        (s.id, s.started_at, s.ended_at)
+        for s in OnlineSpan.objects.filter(
+            machine_id=device.machine_id, ended_at__gt=start
+        )
+    ]
+    latest = OnlineSpan.objects.filter(machine_id=device.machine_id).first()
+    return online_fraction(
+        machine=device.machine,
+        start=start,
+        spans=spans,
+        latest=(latest.id, latest.started_at, latest.ended_at) if latest else None,
+        now=now,
+    )
+
+
+def online_fraction(
+    *,
+    machine: Machine,
+    start: datetime,
+    spans: list[tuple],
+    latest: tuple | None,
+    now: datetime,
+) -> Decimal:
+    """The online part of the score from the machine's spans (pure; DESIGN.md
+    "Reliability score": the fraction of [``start``, ``now``] it was online).
+
+    ``spans`` are (id, started_at, ended_at) of the machine's spans ended after
+    ``start``, newest first; ``latest`` is its newest span whatever its end (or
+    None). ``machine`` gives liveness (``is_online``, ``seen_until``: reads
+    ``machine.lease``). Returns 0..1 rounded to 6 places.
+    """
     total = (now - start).total_seconds()
     if total <= 0:
         return Decimal(1)
     online = 0.0
-    machine = device.machine
     live = machine.is_online(now)
     # a connected machine not marked stale whose lease lapsed: online until then
     vouched = machine.connected and not machine.stale
     seen = machine.seen_until() if vouched and not live else None
-    spans = list(
-        OnlineSpan.objects.filter(machine_id=device.machine_id, ended_at__gt=start)
-    )
+    spans = list(spans)
     # the latest span stays open (ended at its start) while the machine is live
-    latest = OnlineSpan.objects.filter(machine_id=device.machine_id).first()
-    if latest is not None and (not spans or spans[0].id != latest.id):
+    if latest is not None and (not spans or spans[0][0] != latest[0]):
         spans.insert(0, latest)
-    for i, span in enumerate(spans):  # newest first
+    for i, (_, started_at, ended_at) in enumerate(spans):  # newest first
         # the current span of a machine still online lasts until now
         if i == 0 and live:
             end = now
         elif i == 0 and seen is not None:
-            end = min(max(span.ended_at, seen), now)
+            end = min(max(ended_at, seen), now)
         else:
-            end = min(span.ended_at, now)
-        online += max(0.0, (end - max(span.started_at, start)).total_seconds())
+            end = min(ended_at, now)
+        online += max(0.0, (end - max(started_at, start)).total_seconds())
     return min(Decimal(1), Decimal(str(round(online / total, 6))))
 
 
@@ -612,34 +649,50 @@ def device_outcome_record(
     model_id: str = "",
     ttft_ms: int | None = None,
     now: datetime | None = None,
+    slot_free: bool = False,
 ) -> int:
     """Record one outcome for the device and recompute its score; return the score.
 
-    DESIGN.md "Reliability score". A renter's cancel is never passed here.
+    DESIGN.md "Reliability score": the score is recomputed on every outcome, in
+    the caller's transaction (the end of a job records it with the charge). With
+    ``model_id`` and a ``ttft_ms`` (ms, a success's first token), the device's
+    median first-token time for the model (last hour) is stored on its
+    device-model row. ``slot_free``: also give back one of the device's slots
+    (the ended attempt's) in the same write as the score. A failure is judged
+    for quarantine at once (``device_quarantine_judge``). A renter's cancel is
+    never passed here. Fixed statements (``ballast.db``): an insert, two reads,
+    the device write and, when the median moved, the device-model write.
+    Raises Device.DoesNotExist for an unknown device.
     """
     now = now or timezone.now()
-    DeviceOutcome.objects.create(
-        device_id=device_id,
-        source=source,
-        success=success,
-        reason=reason,
-        model_id=model_id,
-        ttft_ms=ttft_ms,
-    )
-    device_median = None
-    if model_id and ttft_ms is not None:
-        device_median = device_ttft_median(
-            device_id=device_id, model_id=model_id, now=now
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO hosts_deviceoutcome"
+            " (device_id, source, success, reason, model_id, ttft_ms, created_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            [
+                device_id,
+                source,
+                success,
+                reason,
+                model_id,
+                ttft_ms,
+                db_datetime(timezone.now()),  # auto_now_add: the real time
+            ],
         )
+    inputs = _score_inputs(device_id=device_id, model_id=model_id, now=now)
     # the device row before its device-model rows, the order of the claim (which
     # locks the device, then moves the row's tie-break key): no lock cycle
-    score = device_score_recompute(
-        device_id=device_id, now=now, model_id=model_id, device_median=device_median
-    )
+    score = _score_write(device_id=device_id, inputs=inputs, slot_free=slot_free)
     if model_id and ttft_ms is not None:
-        DeviceModel.objects.filter(device_id=device_id, model_id=model_id).update(
-            ttft_ms_recent=round(device_median) if device_median is not None else None
-        )
+        median = inputs.device_median
+        recent = round(median) if median is not None else None
+        if recent != inputs.ttft_ms_recent:  # unchanged: nothing to write
+            rows_changed(
+                "UPDATE hosts_devicemodel SET ttft_ms_recent = %s"
+                " WHERE device_id = %s AND model_id = %s",
+                [recent, device_id, model_id],
+            )
     if not success:
         device_quarantine_judge(device_id=device_id, score=score, now=now)
     return score
@@ -695,42 +748,158 @@ def device_score_recompute(
 ) -> int:
     """Recompute and store the device's score from its last 50 outcomes; return it.
 
-    ``device_median`` (ms), when the caller just computed it, saves a query.
+    DESIGN.md "Reliability score" (also run periodically for the uptime part).
+    Without ``model_id`` the latency part uses the model the device served last.
+    ``device_median`` (ms), when the caller just computed it, replaces the
+    device's own median. Raises Device.DoesNotExist for an unknown device.
     """
     now = now or timezone.now()
-    device = Device.objects.select_related("machine", "machine__lease").get(
-        id=device_id
-    )
-    last = list(
-        DeviceOutcome.objects.filter(device_id=device_id).values_list(
-            "success", flat=True
-        )[:WINDOW]
-    )
-    model_median = None
-    if not model_id:  # the periodic recompute: the model the device served last
-        model_id = (
-            DeviceOutcome.objects.filter(device_id=device_id)
-            .exclude(model_id="")
-            .values_list("model_id", flat=True)
-            .first()
-            or ""
-        )
-    if model_id:
-        model_median = model_ttft_median(model_id=model_id, now=now)
-        if device_median is None:
-            device_median = device_ttft_median(
-                device_id=device_id, model_id=model_id, now=now
+    inputs = _score_inputs(device_id=device_id, model_id=model_id, now=now)
+    if device_median is not None:
+        inputs.device_median = device_median
+    return _score_write(device_id=device_id, inputs=inputs)
+
+
+@dataclass
+class ScoreInputs:
+    """What a device's score is computed from (DESIGN.md "Reliability score").
+
+    ``outcomes``/``successes``: counts in its last 50 outcomes; ``online``: the
+    online fraction 0..1; ``model_median``/``device_median``: first-token medians
+    (ms, last hour; None when unknown); ``ttft_ms_recent``: the value stored on its
+    device-model row for ``model_id`` (None when unknown or no row).
+    """
+
+    outcomes: int
+    successes: int
+    online: Decimal
+    model_median: float | None
+    device_median: float | None
+    ttft_ms_recent: int | None
+
+    @property
+    def score(self) -> int:
+        return score_round(
+            score_unrounded(
+                outcomes=self.outcomes,
+                successes=self.successes,
+                online_fraction=self.online,
+                model_median_ttft_ms=self.model_median,
+                device_ttft_ms=self.device_median,
             )
-    score = score_round(
-        score_unrounded(
-            outcomes=len(last),
-            successes=sum(1 for ok in last if ok),
-            online_fraction=device_online_fraction(device=device, now=now),
-            model_median_ttft_ms=model_median,
-            device_ttft_ms=device_median,
         )
+
+
+_LAST_OUTCOMES = (
+    "SELECT success FROM hosts_deviceoutcome WHERE device_id = %s"
+    f" ORDER BY created_at DESC, id DESC LIMIT {WINDOW}"
+)
+_SCORE_DEVICE_SQL = (
+    "SELECT d.first_seen_at, d.machine_id, m.connected, m.stale,"
+    " m.last_heartbeat_at, m.lease_id, l.lease_until,"
+    f" (SELECT COUNT(*) FROM ({_LAST_OUTCOMES}) w),"
+    f" (SELECT COUNT(*) FROM ({_LAST_OUTCOMES}) w WHERE w.success),"
+    " (SELECT o.model_id FROM hosts_deviceoutcome o"
+    "  WHERE o.device_id = %s AND o.model_id <> ''"
+    "  ORDER BY o.created_at DESC, o.id DESC LIMIT 1)"
+    " FROM hosts_device d JOIN hosts_machine m ON m.id = d.machine_id"
+    " LEFT JOIN hosts_coordinatorlease l ON l.id = m.lease_id"
+    " WHERE d.id = %s"
+)
+_SCORE_SERIES_SQL = (
+    # 0: spans ended after the start; 1: the newest span; 2: this hour's
+    # first-token times of the device for the model; 3: its device-model row
+    "SELECT 0, id, started_at, ended_at, CAST(NULL AS INTEGER)"
+    " FROM hosts_onlinespan WHERE machine_id = %s AND ended_at > %s"
+    " UNION ALL SELECT 1, id, started_at, ended_at, CAST(NULL AS INTEGER) FROM"
+    " (SELECT id, started_at, ended_at FROM hosts_onlinespan WHERE machine_id = %s"
+    "  ORDER BY ended_at DESC LIMIT 1) newest"
+    " UNION ALL SELECT 2, NULL, NULL, NULL, ttft_ms FROM hosts_deviceoutcome"
+    " WHERE device_id = %s AND model_id = %s AND success AND ttft_ms IS NOT NULL"
+    " AND created_at >= %s"
+    " UNION ALL SELECT 3, id, NULL, NULL, ttft_ms_recent FROM hosts_devicemodel"
+    " WHERE device_id = %s AND model_id = %s"
+    " ORDER BY 1, 4 DESC"
+)
+
+
+def _score_inputs(*, device_id: int, model_id: str, now: datetime) -> ScoreInputs:
+    """Read a device's score inputs in two fixed statements (``ScoreInputs``).
+
+    The same rules as ``device_online_fraction``, ``device_ttft_median`` and
+    ``model_ttft_median`` (cached per process); without ``model_id``, the model of
+    the device's latest outcome that names one. Raises Device.DoesNotExist.
+    """
+    row = row_fetch(_SCORE_DEVICE_SQL, [device_id, device_id, device_id, device_id])
+    if row is None:
+        raise Device.DoesNotExist(f"device {device_id} does not exist")
+    (first_seen_at, machine_id, connected, stale, last_beat, lease_id, lease_until,
+     outcomes, successes, last_model) = row  # fmt: skip
+    model_id = model_id or last_model or ""
+    start = max(now - timedelta(hours=24), value_datetime(first_seen_at))
+    series = rows_fetch(
+        _SCORE_SERIES_SQL,
+        [
+            machine_id,
+            db_datetime(start),
+            machine_id,
+            device_id,
+            model_id,
+            db_datetime(now - timedelta(hours=1)),
+            device_id,
+            model_id,
+        ],
     )
-    Device.objects.filter(id=device_id).update(score=score)
+    spans, newest, ttfts, recent = [], None, [], None
+    for kind, span_id, started_at, ended_at, value in series:
+        if kind == 0:
+            spans.append(
+                (span_id, value_datetime(started_at), value_datetime(ended_at))
+            )
+        elif kind == 1:
+            newest = (span_id, value_datetime(started_at), value_datetime(ended_at))
+        elif kind == 2:
+            ttfts.append(value)
+        else:
+            recent = value
+    machine = Machine(
+        id=value_uuid(machine_id),
+        connected=bool(connected),
+        stale=bool(stale),
+        last_heartbeat_at=value_datetime(last_beat),
+        lease_id=value_uuid(lease_id),
+    )
+    if lease_id is not None:
+        machine.lease = CoordinatorLease(
+            id=machine.lease_id, lease_until=value_datetime(lease_until)
+        )
+    return ScoreInputs(
+        outcomes=outcomes,
+        successes=successes or 0,
+        online=online_fraction(
+            machine=machine, start=start, spans=spans, latest=newest, now=now
+        ),
+        model_median=model_ttft_median(model_id=model_id, now=now)
+        if model_id
+        else None,
+        device_median=statistics.median(ttfts) if model_id and ttfts else None,
+        ttft_ms_recent=recent,
+    )
+
+
+def _score_write(
+    *, device_id: int, inputs: ScoreInputs, slot_free: bool = False
+) -> int:
+    """Store the device's score (and free one slot with ``slot_free``); return it."""
+    score = inputs.score
+    slot = (
+        ", slots_used = CASE WHEN slots_used > 0 THEN slots_used - 1 ELSE 0 END"
+        if slot_free
+        else ""
+    )
+    rows_changed(
+        f"UPDATE hosts_device SET score = %s{slot} WHERE id = %s", [score, device_id]
+    )
     return score
 
 

@@ -22,9 +22,27 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ballast.db import row_insert
-from billing.models import ReceiptCheck
-from billing.services import job_charge, receipt_check
+from ballast.db import (
+    db_datetime,
+    db_uuid,
+    row_insert,
+    rows_changed,
+    rows_fetch,
+    value_datetime,
+    value_json,
+    value_uuid,
+)
+from billing.models import Account, ReceiptCheck
+from billing.services import (
+    Segment,
+    account_for,
+    charge_plan,
+    charge_post,
+    job_charge,
+    receipt_check,
+    receipt_record,
+    receipt_verdict,
+)
 from hosts.models import Device, Machine, token_hash, token_new
 from hosts.services import device_outcome_record, spot_check_mark_due
 
@@ -687,10 +705,53 @@ def job_succeed(
 ) -> Job:
     """End a job's last attempt as succeeded and close the job, in one transaction.
 
-    ``segment_text`` is what that attempt delivered, ``answer_text`` the whole
-    answer (a continuation's prefix included), ``done`` the host's done frame;
-    see ``attempt_end`` and ``job_finish``. Returns the finished job, billed.
+    DESIGN.md "How a request flows", step 6: receipt and token sanity checked,
+    then one transaction charges the renter, credits the host's hold and the
+    platform, closes the attempt, frees the slot and records the outcome (the
+    score recomputed with it). ``segment_text`` is what that attempt delivered,
+    ``answer_text`` the whole answer (a continuation's prefix included), ``done``
+    the host's done frame; see ``attempt_end`` and ``job_finish``. Returns the
+    finished job, billed (fields other than its status, texts, token counts and
+    cost may be deferred: read on access).
+
+    The usual end (a renter's job, the attempt and job still open, no other
+    attempt open) runs as fixed statements (``_job_succeed_fixed``, about a dozen);
+    anything else takes ``attempt_end`` + ``job_finish``'s way. Both record the
+    same rows.
     """
+    job = _job_succeed_fixed(
+        job_id=job_id,
+        attempt_id=attempt_id,
+        segment_text=segment_text,
+        done=done,
+        answer_text=answer_text,
+        claimed_at=claimed_at,
+        first_token_at=first_token_at,
+    )
+    if job is not None:
+        return job
+    return _job_succeed_general(
+        job_id=job_id,
+        attempt_id=attempt_id,
+        segment_text=segment_text,
+        done=done,
+        answer_text=answer_text,
+        claimed_at=claimed_at,
+        first_token_at=first_token_at,
+    )
+
+
+def _job_succeed_general(
+    *,
+    job_id: str,
+    attempt_id: str,
+    segment_text: str,
+    done: dict,
+    answer_text: str,
+    claimed_at: datetime | None = None,
+    first_token_at: datetime | None = None,
+) -> Job:
+    """``job_succeed`` through ``_attempt_end`` and ``_job_finish`` (any case)."""
     _attempt_end(
         attempt_id=attempt_id,
         outcome=Attempt.Outcome.SUCCEEDED,
@@ -705,6 +766,253 @@ def job_succeed(
         output_text=answer_text,
         finish_reason=done["finish_reason"],
     )
+
+
+# The job's attempts (offer order) with what their end and the charge need: the
+# job, its price, its receipt checks, hosts, ledger accounts, and whether the new
+# signature is already recorded (a replay).
+_SUCCEED_READ_SQL = (
+    "SELECT a.id, a.state, a.device_id, a.offered_at, a.first_token_at,"
+    " a.tokens_billed, a.output_chars, a.token_count_flagged, a.receipt_valid,"
+    " a.prompt_tokens_reported, rc.verdict, m.owner_id, m.public_key, ha.id,"
+    " j.status, j.is_spot_check, j.renter_id, j.model_id, j.params,"
+    " c.price_completion_nano,"
+    " (SELECT r.id FROM billing_account r WHERE r.kind = %s AND r.user_id = j.renter_id),"
+    " (SELECT p.id FROM billing_account p WHERE p.kind = %s AND p.user_id IS NULL),"
+    " (SELECT COUNT(*) FROM billing_receiptcheck s WHERE s.signature = %s)"
+    " FROM jobs_attempt a JOIN jobs_job j ON j.id = a.job_id"
+    " JOIN hosts_device d ON d.id = a.device_id"
+    " JOIN hosts_machine m ON m.id = d.machine_id"
+    " LEFT JOIN billing_receiptcheck rc ON rc.attempt_id = a.id"
+    " LEFT JOIN billing_account ha ON ha.kind = %s AND ha.user_id = m.owner_id"
+    " LEFT JOIN jobs_catalogmodel c ON c.id = j.model_id"
+    " WHERE a.job_id = %s ORDER BY a.offered_at, a.id"
+)
+
+
+def _job_succeed_fixed(
+    *,
+    job_id: str,
+    attempt_id: str,
+    segment_text: str,
+    done: dict,
+    answer_text: str,
+    claimed_at: datetime | None,
+    first_token_at: datetime | None,
+) -> Job | None:
+    """``job_succeed``'s usual case in fixed statements; None for any other case.
+
+    One read (``_SUCCEED_READ_SQL``), then the attempt's compare-and-set UPDATE,
+    its receipt check (``billing.services.receipt_record``), the outcome with the
+    score and the slot (``hosts.services.device_outcome_record``), the job's
+    compare-and-set UPDATE and the charge (``billing.services.charge_plan`` and
+    ``charge_post``) — the rows ``_attempt_end`` + ``_job_finish`` write, the
+    same values. Returns None, having written nothing, for a spot check, a job
+    without a renter or price, an attempt not open or not the job's, or another
+    attempt still open: the caller takes the general way.
+    """
+    now = timezone.now()
+    receipt = done.get("receipt", "")[:200]
+    signature = receipt or None
+    rows = rows_fetch(
+        _SUCCEED_READ_SQL,
+        [
+            Account.Kind.RENTER_CREDIT,
+            Account.Kind.PLATFORM,
+            signature,
+            Account.Kind.HOST_HELD,
+            db_uuid(job_id),
+        ],
+    )
+    if not rows:
+        return None
+    attempt_uuid = value_uuid(attempt_id)
+    (_, _, _, _, _, _, _, _, _, _, _, _, _, _, status, spot_check, renter_id,
+     model_id, params, price, renter_account, platform_account, replays) = rows[0]  # fmt: skip
+    mine = next((row for row in rows if value_uuid(row[0]) == attempt_uuid), None)
+    if (
+        mine is None
+        or any(row[1] in Attempt.OPEN_STATES for row in rows if row is not mine)
+        or mine[1] not in Attempt.OPEN_STATES
+        or status not in Job.OPEN_STATUSES
+        or spot_check
+        or renter_id is None
+        or price is None
+    ):
+        return None
+    (_, _, device_id, offered_at, recorded_first_token, _, _, _, _, _, _,
+     _, public_key, held_account, *_) = mine  # fmt: skip
+
+    # the segment: token sanity and receipt (DESIGN.md "Money"), before any write
+    reported = done["completion_tokens"]
+    tokens, flagged = _segment_tokens(
+        model_id=model_id, text=segment_text, reported=reported
+    )
+    verdict = receipt_verdict(
+        signature=signature,
+        replayed=bool(replays),
+        public_key_b64=public_key,
+        attempt_id=str(attempt_uuid),
+        completion_tokens=reported,
+        text=segment_text,
+    )
+    sets = [
+        "state = %s, outcome = %s, ended_at = %s, output_text = %s,"
+        " output_chars = %s, error_message = '', tokens_billed = %s,"
+        " token_count_flagged = %s, completion_tokens_reported = %s,"
+        " prompt_tokens_reported = %s, receipt = %s, receipt_valid = %s"
+    ]
+    values = [
+        Attempt.State.ENDED,
+        Attempt.Outcome.SUCCEEDED,
+        db_datetime(now),
+        segment_text,
+        len(segment_text),
+        tokens,
+        flagged,
+        reported,
+        done["prompt_tokens"],
+        receipt,
+        verdict == ReceiptCheck.Verdict.VALID,
+    ]
+    if first_token_at:
+        sets.append("first_token_at = %s")
+        values.append(db_datetime(first_token_at))
+    if claimed_at:
+        # the consumer records a claim off the token path; a fast answer may end first
+        sets.append("claimed_at = COALESCE(claimed_at, %s)")
+        values.append(db_datetime(claimed_at))
+    if not rows_changed(
+        f"UPDATE jobs_attempt SET {', '.join(sets)}"
+        " WHERE id = %s AND state IN (%s, %s, %s)",
+        [*values, db_uuid(attempt_uuid), *Attempt.OPEN_STATES],
+    ):
+        return None  # ended meanwhile: nothing written here
+    verdict_stands = receipt_record(
+        attempt_id=attempt_uuid,
+        device_id=device_id,
+        signature=signature,
+        verdict=verdict,
+    )
+    if verdict_stands != verdict:  # another done of it, or the signature, raced us
+        rows_changed(
+            "UPDATE jobs_attempt SET receipt_valid = %s WHERE id = %s",
+            [verdict_stands == ReceiptCheck.Verdict.VALID, db_uuid(attempt_uuid)],
+        )
+        verdict = verdict_stands
+    if verdict != ReceiptCheck.Verdict.VALID:
+        log.warning("attempt %s: receipt missing or invalid; host not paid", attempt_id)
+    if flagged:
+        log.warning("attempt %s: unbelievable token count %s", attempt_id, reported)
+    first_token = first_token_at or value_datetime(recorded_first_token)
+    device_outcome_record(
+        device_id=device_id,
+        success=True,
+        reason=Attempt.Outcome.SUCCEEDED,
+        model_id=model_id,
+        ttft_ms=(
+            round((first_token - value_datetime(offered_at)).total_seconds() * 1000)
+            if first_token
+            else None
+        ),
+        now=now,
+        slot_free=True,
+    )
+
+    # the job and its charge (DESIGN.md "Money"): every segment, this one as ended
+    segments, prompt_tokens = [], None
+    for row in rows:
+        is_mine = row is mine
+        segments.append(
+            Segment(
+                attempt_id=value_uuid(row[0]),
+                device_id=row[2],
+                host_id=row[11],
+                tokens_billed=tokens if is_mine else row[5],
+                output_chars=len(segment_text) if is_mine else row[6],
+                token_count_flagged=flagged if is_mine else bool(row[7]),
+                receipt_valid=(
+                    verdict == ReceiptCheck.Verdict.VALID
+                    if is_mine
+                    else (None if row[8] is None else bool(row[8]))
+                ),
+                verdict=verdict if is_mine else row[10],
+                held_account_id=held_account if is_mine else row[13],
+            )
+        )
+        reported_prompt = done["prompt_tokens"] if is_mine else row[9]
+        if prompt_tokens is None and reported_prompt is not None:
+            prompt_tokens = reported_prompt
+    params = value_json(params)
+    plan = charge_plan(
+        segments=segments, max_tokens=params.get("max_tokens"), price=price
+    )
+    for segment in plan.capped:
+        rows_changed(
+            "UPDATE jobs_attempt SET tokens_billed = %s, token_count_flagged = %s"
+            " WHERE id = %s",
+            [segment.tokens_billed, True, db_uuid(segment.attempt_id)],
+        )
+    finish_reason = done["finish_reason"]
+    if not rows_changed(
+        "UPDATE jobs_job SET status = %s, output_text = %s, finish_reason = %s,"
+        " error_code = '', error_message = '', finished_at = %s,"
+        " tokens_billed = %s, cost_nano = %s, prompt_tokens = %s"
+        " WHERE id = %s AND status IN (%s, %s)",
+        [
+            Job.Status.SUCCEEDED,
+            answer_text,
+            finish_reason,
+            db_datetime(now),
+            plan.tokens,
+            plan.cost,
+            prompt_tokens or 0,
+            db_uuid(job_id),
+            *Job.OPEN_STATUSES,
+        ],
+    ):
+        return Job.objects.get(id=job_id)  # finished meanwhile: returned unchanged
+    if plan.cost > 0:
+        users = get_user_model()
+        for segment, _ in plan.shares:
+            if segment.held_account_id is None:  # a host's first earning
+                segment.held_account_id = account_for(
+                    kind=Account.Kind.HOST_HELD, user=users(pk=segment.host_id)
+                ).id
+        charge_post(
+            job_id=job_id,
+            model_id=model_id,
+            plan=plan,
+            renter_account_id=renter_account
+            or account_for(
+                kind=Account.Kind.RENTER_CREDIT, user=users(pk=renter_id)
+            ).id,
+            platform_account_id=platform_account
+            or account_for(kind=Account.Kind.PLATFORM).id,
+            now=now,
+        )
+    return _job_partial(
+        id=value_uuid(job_id),
+        renter_id=renter_id,
+        model_id=model_id,
+        params=params,
+        is_spot_check=False,
+        status=Job.Status.SUCCEEDED,
+        output_text=answer_text,
+        finish_reason=finish_reason,
+        error_code="",
+        error_message="",
+        finished_at=now,
+        tokens_billed=plan.tokens,
+        cost_nano=plan.cost,
+        prompt_tokens=prompt_tokens or 0,
+    )
+
+
+def _job_partial(**values) -> Job:
+    """A Job instance with these field values (attnames); the others are deferred."""
+    names = [f.attname for f in Job._meta.concrete_fields if f.attname in values]
+    return Job.from_db(connection.alias, names, [values[name] for name in names])
 
 
 def attempts_reap(*, now: datetime | None = None) -> int:

@@ -1,0 +1,352 @@
+"""The end of a successful job (DESIGN.md "How a request flows" step 6, "Money",
+"Reliability score"): ``job_succeed``'s fixed statements record exactly what the
+general way (``attempt_end`` + ``job_finish``) records, in a bounded number of
+statements, on SQLite and PostgreSQL alike.
+
+Each scenario is played twice on twin worlds (two hosts each, the same renter):
+once ending through ``job_succeed`` (the fixed statements, checked to be taken)
+and once through ``_job_succeed_general``; the rows each wrote are compared with
+ids, keys and times replaced by what they stand for.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from billing.models import Account, Earning, Entry, LedgerTransaction, ReceiptCheck
+from hosts import services as host_services
+from hosts.models import Device, DeviceModel, DeviceOutcome
+from jobs import services
+from jobs.models import Attempt, Job
+from jobs.tokens import token_count
+from tests.billing.helpers import Rig, untokenized_model
+from tests.hostsim import MODEL
+
+pytestmark = pytest.mark.django_db
+
+TEXT = "The capital of France is Paris."
+UNTOKENIZED = "test-13b"
+
+# steps: (outcome, text, reported tokens, receipt) per attempt, the last succeeds
+SCENARIOS = {
+    "one attempt": dict(steps=[("ok", TEXT, None, "valid")]),
+    "after a failure before output": dict(
+        steps=[
+            (Attempt.Outcome.FIRST_TOKEN_TIMEOUT, "", None, None),
+            ("ok", TEXT, None, "valid"),
+        ]
+    ),
+    "a continuation": dict(
+        steps=[
+            (Attempt.Outcome.DIED_MIDSTREAM, "The capital of ", None, None),
+            ("ok", "France is Paris.", None, "valid"),
+        ]
+    ),
+    "an invalid receipt": dict(steps=[("ok", TEXT, None, "other_text")]),
+    "a missing receipt": dict(steps=[("ok", TEXT, None, "missing")]),
+    "an unbelievable count": dict(steps=[("ok", TEXT, 40, "valid")]),
+    "over max_tokens": dict(steps=[("ok", TEXT, None, "valid")], max_tokens=3),
+    "no tokenizer, more tokens than characters": dict(
+        steps=[("ok", "Hi!", 9, "valid")], model=UNTOKENIZED
+    ),
+    "a replayed signature": dict(steps=[("ok", TEXT, None, "replay")]),
+}
+
+
+@pytest.fixture
+def worlds(catalog, renter, settings):
+    """Two rigs of two hosts each (their own owners), both serving both models."""
+    settings.BALLAST_SPOT_CHECKS = False
+    untokenized_model()
+    made = []
+    for tag in ("fixed", "general"):
+        rig = Rig(models=[MODEL, UNTOKENIZED])
+        hosts = [rig.host_add(f"{tag}-{i}") for i in range(2)]
+        made.append((rig, hosts))
+    return made
+
+
+def play(rig, hosts, renter, scenario: dict, *, fixed: bool, replay_of: str = ""):
+    """Play ``scenario`` on ``hosts`` and end it the ``fixed`` or general way."""
+    model = scenario.get("model", MODEL)
+    job = rig.job(renter=renter, model=model, max_tokens=scenario.get("max_tokens", 64))
+    delivered = ""
+    *before, last = scenario["steps"]
+    for i, (outcome, text, _, _) in enumerate(before):
+        rig.segment(
+            job,
+            text=text,
+            outcome=outcome,
+            continue_from=delivered,
+            device=hosts[i].device,
+        )
+        delivered += text
+    _, text, reported, receipt = last
+    attempt, host = rig.attempt(
+        job, continue_from=delivered, device=hosts[len(before)].device
+    )
+    tokens = reported if reported is not None else token_count(model, text)
+    done = {
+        "finish_reason": "stop",
+        "prompt_tokens": 10,
+        "completion_tokens": tokens,
+        "receipt": replay_of
+        if receipt == "replay"
+        else rig.receipt_for(host, attempt, tokens, text, receipt),
+    }
+    kwargs = dict(
+        job_id=str(job.id),
+        attempt_id=str(attempt.id),
+        segment_text=text,
+        done=done,
+        answer_text=delivered + text,
+        claimed_at=attempt.offered_at + timedelta(milliseconds=40),
+        first_token_at=attempt.offered_at + timedelta(milliseconds=150),
+    )
+    host_services._model_medians.clear()
+    if fixed:
+        ended = services.job_succeed(**kwargs)
+    else:
+        with transaction.atomic():
+            ended = services._job_succeed_general(**kwargs)
+    return job, ended, done["receipt"]
+
+
+def recorded(job: Job, ended: Job, hosts) -> dict:
+    """What the end of ``job`` recorded, with ids and times by what they stand for."""
+    job.refresh_from_db()
+    devices = {h.device.id: i for i, h in enumerate(hosts)}
+    owners = {h.machine.owner_id: f"host {i}" for i, h in enumerate(hosts)}
+    attempts = list(job.attempts.order_by("offered_at", "id"))
+    index = {a.id: i for i, a in enumerate(attempts)}
+    txn = LedgerTransaction.objects.filter(job=job).first()
+    return {
+        "returned": (
+            ended.status,
+            ended.finish_reason,
+            ended.prompt_tokens,
+            ended.tokens_billed,
+            ended.cost_nano,
+        ),
+        "job": (
+            job.status,
+            job.output_text,
+            job.finish_reason,
+            job.error_code,
+            job.error_message,
+            job.tokens_billed,
+            job.cost_nano,
+            job.prompt_tokens,
+            job.failed_over,
+            job.finished_at is not None,
+        ),
+        "attempts": [
+            (
+                devices[a.device_id],
+                a.kind,
+                a.state,
+                a.outcome,
+                a.error_message,
+                a.output_text,
+                a.output_chars,
+                a.completion_tokens_reported,
+                a.prompt_tokens_reported,
+                a.tokens_billed,
+                bool(a.receipt),
+                a.receipt_valid,
+                a.token_count_flagged,
+                a.ended_at is not None,
+                a.claimed_at is not None,
+                # set by the test for the last attempt; real time for the others
+                a.ttft_ms if a.outcome == Attempt.Outcome.SUCCEEDED else None,
+            )
+            for a in attempts
+        ],
+        "receipts": [
+            (index[r.attempt_id], devices[r.device_id], r.verdict, r.signature is None)
+            for r in ReceiptCheck.objects.filter(attempt__job=job).order_by(
+                "attempt__offered_at"
+            )
+        ],
+        "outcomes": sorted(
+            (devices[o.device_id], o.source, o.success, o.reason, o.model_id, o.ttft_ms)
+            for o in DeviceOutcome.objects.filter(device_id__in=devices)
+        ),
+        "devices": [
+            (
+                d.score,
+                d.slots_used,
+                d.quarantined,
+                sorted(
+                    DeviceModel.objects.filter(device=d).values_list(
+                        "model_id", "ttft_ms_recent", "score"
+                    )
+                ),
+            )
+            for d in Device.objects.filter(id__in=devices).order_by("id")
+        ],
+        "ledger": txn
+        and (
+            txn.kind,
+            txn.key == f"charge:{job.id}",
+            txn.memo,
+            txn.leg_count,
+            [
+                (
+                    e.account.kind,
+                    owners.get(
+                        e.account.user_id, "renter" if e.account.user_id else None
+                    ),
+                    e.amount_nano,
+                )
+                for e in Entry.objects.filter(transaction=txn)
+                .select_related("account")
+                .order_by("id")
+            ],
+        ),
+        "earnings": [
+            (
+                index[e.attempt_id],
+                devices[e.device_id],
+                owners[e.host_id],
+                e.amount_nano,
+                e.status,
+                abs((e.release_at - job.finished_at) - timedelta(hours=24))
+                < timedelta(seconds=5),
+            )
+            for e in Earning.objects.filter(attempt__job=job).order_by("id")
+        ],
+    }
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_the_fixed_statements_record_what_the_general_way_records(
+    name, worlds, renter, monkeypatch
+):
+    scenario = SCENARIOS[name]
+    results = []
+    for (rig, hosts), fixed in zip(worlds, (True, False), strict=True):
+        replay_of = ""
+        if any(step[3] == "replay" for step in scenario["steps"]):
+            # a receipt already presented for another attempt of this world
+            _, _, replay_of = play(
+                rig, hosts, renter, SCENARIOS["one attempt"], fixed=False
+            )
+        if fixed:
+
+            def general(**kwargs):
+                raise AssertionError("the fixed statements were not taken")
+
+            monkeypatch.setattr(services, "_job_succeed_general", general)
+        job, ended, _ = play(
+            rig, hosts, renter, scenario, fixed=fixed, replay_of=replay_of
+        )
+        monkeypatch.undo()
+        results.append(recorded(job, ended, hosts))
+    fixed_way, general_way = results
+    assert fixed_way == general_way
+    assert fixed_way["job"][0] == Job.Status.SUCCEEDED
+
+
+def test_a_job_end_costs_a_bounded_number_of_statements(worlds, renter):
+    """The usual end: one read, the attempt, its receipt, the outcome and score (4–5),
+    the job, the charge (3). A count, not a timing (docs/performance.md)."""
+    rig, hosts = worlds[0]
+    play(rig, hosts, renter, SCENARIOS["one attempt"], fixed=True)  # warm caches
+    job = rig.job(renter=renter, model=MODEL)
+    attempt, host = rig.attempt(job, device=hosts[0].device)
+    tokens = token_count(MODEL, TEXT)
+    with CaptureQueriesContext(connection) as queries:
+        ended = services.job_succeed(
+            job_id=str(job.id),
+            attempt_id=str(attempt.id),
+            segment_text=TEXT,
+            done={
+                "finish_reason": "stop",
+                "prompt_tokens": 10,
+                "completion_tokens": tokens,
+                "receipt": host.sign(str(attempt.id), tokens, TEXT),
+            },
+            answer_text=TEXT,
+            first_token_at=attempt.offered_at + timedelta(milliseconds=150),
+        )
+    statements = [
+        q["sql"]
+        for q in queries.captured_queries
+        if not q["sql"].upper().startswith(("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE"))
+    ]
+    assert ended.cost_nano == tokens * 200
+    assert len(statements) <= 13, "\n".join(statements)
+    assert Earning.objects.filter(attempt=attempt).count() == 1
+
+
+def test_it_takes_the_general_way_for_a_spot_check(worlds, monkeypatch):
+    """A spot check is never billed and records no outcome here (its verdict does)."""
+    rig, hosts = worlds[0]
+    calls = []
+    general = services._job_succeed_general
+
+    def spy(**kwargs):
+        calls.append(kwargs["job_id"])
+        return general(**kwargs)
+
+    monkeypatch.setattr(services, "_job_succeed_general", spy)
+    job = rig.job(renter=None, model=MODEL, spot_check=True)
+    attempt, host = rig.attempt(job, device=hosts[0].device)
+    tokens = token_count(MODEL, TEXT)
+    ended = services.job_succeed(
+        job_id=str(job.id),
+        attempt_id=str(attempt.id),
+        segment_text=TEXT,
+        done={
+            "finish_reason": "stop",
+            "prompt_tokens": 10,
+            "completion_tokens": tokens,
+            "receipt": host.sign(str(attempt.id), tokens, TEXT),
+        },
+        answer_text=TEXT,
+    )
+    assert calls == [str(job.id)]
+    assert (ended.status, ended.cost_nano) == (Job.Status.SUCCEEDED, 0)
+    assert not DeviceOutcome.objects.filter(device=hosts[0].device).exists()
+    assert not LedgerTransaction.objects.filter(job=job).exists()
+
+
+def test_a_second_end_of_the_same_job_changes_nothing(worlds, renter):
+    """A late second ``done``: the attempt and job are closed, nothing is charged twice."""
+    rig, hosts = worlds[0]
+    job, ended, receipt = play(rig, hosts, renter, SCENARIOS["one attempt"], fixed=True)
+    attempt = job.attempts.get()
+    before = (
+        Entry.objects.count(),
+        Earning.objects.count(),
+        DeviceOutcome.objects.count(),
+        Device.objects.get(id=hosts[0].device.id).slots_used,
+    )
+    again = services.job_succeed(
+        job_id=str(job.id),
+        attempt_id=str(attempt.id),
+        segment_text=TEXT,
+        done={
+            "finish_reason": "stop",
+            "prompt_tokens": 10,
+            "completion_tokens": attempt.completion_tokens_reported,
+            "receipt": receipt,
+        },
+        answer_text=TEXT,
+    )
+    assert (again.tokens_billed, again.cost_nano) == (
+        ended.tokens_billed,
+        ended.cost_nano,
+    )
+    assert before == (
+        Entry.objects.count(),
+        Earning.objects.count(),
+        DeviceOutcome.objects.count(),
+        Device.objects.get(id=hosts[0].device.id).slots_used,
+    )
+    assert Account.objects.filter(kind=Account.Kind.HOST_HELD).count() == 1
