@@ -15,19 +15,23 @@ run() {  # name, timeout s, command...
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
 }
 if [ "${QUICK:-0}" = 1 ]; then  # ~25 min: the figures of docs/performance.md's first table
-  run ttft 900 $PY bench/ttft.py --sequential 200 --rounds 2
-  run relay 1200 $PY bench/relay.py --scale 0.3 --streams 1,50 --servers bare,inmem,pubsub
-  run heartbeats 900 $PY bench/heartbeats.py --machines 5000 --seconds 15 --settle 60
+  run ttft 900 $PY bench/ttft.py --sequential 200 --rounds 2 --plain
+  run ttft-counted 900 $PY bench/ttft.py --sequential 100 --rounds 1
+  run ttft-renters 900 $PY bench/ttft.py --sequential 50 --rounds 2 --renters 50 --plain
+  run relay 1200 $PY bench/relay.py --scale 1 --streams 1,50 --servers bare,inmem,pubsub
+  run heartbeats 900 $PY bench/heartbeats.py --machines 5000 --seconds 15 --settle 120
   run claim 1500 $PY bench/claim.py --fleets 1000,10000,100000 --claims 300
   run job_end 600 $PY bench/job_end.py --jobs 200 --rounds 2
   PROFILE=0
 else
-  run ttft 900 $PY bench/ttft.py
+  run ttft 900 $PY bench/ttft.py --plain
+  run ttft-counted 900 $PY bench/ttft.py --sequential 100 --rounds 1
+  run ttft-renters 900 $PY bench/ttft.py --sequential 50 --rounds 4 --renters 50 --plain
   run relay 1800 $PY bench/relay.py --scale 0.5 --servers bare,inmem,pubsub
   # channels_redis core stalls (docs/performance.md "Relay (helper)"): a short check only
   run relay-core 600 $PY bench/relay.py --scale 0.5 --servers core --streams 1,50 --per-frame 1
-  run heartbeats 900 $PY bench/heartbeats.py --machines 5000 --seconds 15 --settle 60
-  run heartbeats-60s 900 $PY bench/heartbeats.py --machines 1000 --seconds 70 --settle 60
+  run heartbeats 900 $PY bench/heartbeats.py --machines 5000 --seconds 15 --settle 120
+  run heartbeats-60s 900 $PY bench/heartbeats.py --machines 1000 --seconds 70 --settle 120
   run claim 1800 $PY bench/claim.py
   run claim_profile 300 $PY bench/claim_profile.py --devices 100000
   run job_end 900 $PY bench/job_end.py --jobs 300 --rounds 3 --profile "$OUT/job_end.prof"

@@ -107,14 +107,32 @@ def wait_http(url: str, timeout_s: float = 60) -> None:
     raise TimeoutError(url)
 
 
+def renter_keys(env: dict, count: int) -> list[str]:
+    """API keys of ``count`` more renters with credit (one manage.py process)."""
+    if count <= 0:
+        return []
+    from ballast.stack import manage
+
+    code = (
+        "import io\nfrom django.core.management import call_command\n"
+        f"for i in range({count}):\n"
+        "    out = io.StringIO()\n"
+        "    call_command('renter_create', f'renter{i}@bench.example', credit='1000000', stdout=out)\n"
+        "    print(out.getvalue().strip().splitlines()[-1])\n"
+    )
+    return manage("shell", "-c", code, env=env).split()[-count:]
+
+
 # --- measuring ----------------------------------------------------------------------------
 async def measure(url: str, key: str, sequential: int, concurrency: int, rounds: int, warmup: int = 5,
-                  counters: bool = False):
+                  counters: bool = False, keys: list[str] | None = None):
     """Return (sequential ttfts, concurrent ttfts, errors, counters), times in seconds.
 
     ``counters``: the instrumented coordinator's stats of each phase (sequential,
-    concurrent).
+    concurrent). ``keys``: the concurrent requests' API keys, in turn (default: ``key``
+    for all; one renter's parallel requests take turns on its credit lock).
     """
+    keys = keys or [key]
     phases: list[dict] = []
 
     async def snapshot(reset: bool) -> None:
@@ -129,7 +147,7 @@ async def measure(url: str, key: str, sequential: int, concurrency: int, rounds:
     endpoint = url + "/v1/chat/completions"
     async with httpx.AsyncClient(limits=limits, timeout=60) as client:
 
-        async def one(i: int) -> float | None:
+        async def one(i: int, key: str = key) -> float | None:
             result = await sse_stream(client, endpoint, key, chat_body(64, f"question {i}"))
             if result.error or not result.first:
                 errors.append(result.error or "no token")
@@ -146,7 +164,8 @@ async def measure(url: str, key: str, sequential: int, concurrency: int, rounds:
         conc: list[float] = []
         for r in range(rounds):
             got = await asyncio.wait_for(
-                asyncio.gather(*(one(r * concurrency + i) for i in range(concurrency))), 120)
+                asyncio.gather(*(one(r * concurrency + i, keys[i % len(keys)]) for i in range(concurrency))),
+                120)
             conc += [t for t in got if t is not None]
         await asyncio.sleep(0.5)
         await snapshot(False)
@@ -166,6 +185,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--agents", type=int, default=5)
     parser.add_argument("--slots", type=int, default=10)
+    parser.add_argument("--renters", type=int, default=1,
+                        help="renters the concurrent requests come from, in turn (each has its own credit lock)")
     parser.add_argument("--plain", action="store_true", help="serve ballast.asgi without counters")
     parser.add_argument("--profile", metavar="DIR", help="py-spy the coordinator; collapsed stacks to DIR")
     args = parser.parse_args()
@@ -173,7 +194,8 @@ def main() -> int:
 
     print(f"machine: {machine_line()}")
     print(f"settings: renter httpx SSE, max_tokens 64; script {script}; {args.sequential} sequential "
-          f"requests; {args.rounds} rounds of {args.concurrency} concurrent; ballast: uvicorn "
+          f"requests; {args.rounds} rounds of {args.concurrency} concurrent from {args.renters} "
+          f"renter(s); ballast: uvicorn "
           f"(uvloop, httptools, --ws websockets), DJANGO_DEBUG=0, PostgreSQL scratch db, "
           f"{args.agents} scripted agent processes x {args.slots} slots", flush=True)
     from ballast.stack import Stack, port_free
@@ -202,6 +224,7 @@ def main() -> int:
                     stack.migrate()
                     coordinator_start(stack, instrumented=not args.plain)
                     key = renter_key(env)
+                    keys = [key] + renter_keys(env, args.renters - 1)
                     tokens = machines_bulk(db, args.agents, prefix=f"agent{layer}")
                     for i, token in enumerate(tokens):
                         stack.start_agent(f"agent-{i}", token, "--engine", "scripted", "--script", script,
@@ -212,7 +235,7 @@ def main() -> int:
                     cpu0 = cpu_seconds(pid)
                     results[layer] = (*asyncio.run(measure(stack.url, key, args.sequential,
                                                            args.concurrency, args.rounds,
-                                                           counters=not args.plain)),
+                                                           counters=not args.plain, keys=keys)),
                                       cpu_seconds(pid) - cpu0)
                     profile_stop(spy)
 
