@@ -53,11 +53,15 @@ class DirectDispatchConsumer(AsyncWebsocketConsumer):
         local.reader_add(self.channel_name, self._local_deliver)
         # one receive stays pending on the channel for the connection's life (the
         # Redis pub/sub layer can lose its subscription when a receive is cancelled)
-        readers = [
-            asyncio.ensure_future(self._read(self._channel_receive, lock)),
-            asyncio.ensure_future(self._read(self._local_inbox.get, lock)),
-        ]
         socket_reader = asyncio.current_task()
+        readers = [
+            asyncio.ensure_future(
+                self._read(self._channel_receive, lock, socket_reader.cancel)
+            ),
+            asyncio.ensure_future(
+                self._read(self._local_inbox.get, lock, socket_reader.cancel)
+            ),
+        ]
 
         def channel_reader_ended(task: asyncio.Task) -> None:
             if not task.cancelled() and task.exception() is not None:
@@ -104,13 +108,22 @@ class DirectDispatchConsumer(AsyncWebsocketConsumer):
     async def _channel_receive(self) -> dict:
         return await self.channel_layer.receive(self.channel_name)
 
-    async def _read(self, source, lock: asyncio.Lock) -> None:
-        """Hand every message of ``source`` to its handler, one handler at a time."""
+    async def _read(self, source, lock: asyncio.Lock, on_failure=None) -> None:
+        """Hand every message of ``source`` to its handler, one handler at a time.
+
+        When a handler raises, ``on_failure()`` runs before the lock is released,
+        so no other handler starts after a failed one (as in Channels).
+        """
         dispatch = self.dispatch
         while True:
             message = await source()
             async with lock:
-                await dispatch(message)
+                try:
+                    await dispatch(message)
+                except Exception:
+                    if on_failure is not None:
+                        on_failure()
+                    raise
 
     async def dispatch(self, message: dict) -> None:
         handler = getattr(self, get_handler_name(message), None)

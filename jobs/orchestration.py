@@ -235,7 +235,9 @@ class JobRun:
         ``_more_text`` would do when reading), so a fast host and a slow renter
         cost one message, not one per frame. Raises ChannelFull, as the layer
         would, when more than ``LOCAL_INBOX_CHARS`` of text waits unread: the
-        host's connection then closes and the job fails over.
+        host's connection then closes and the job fails over. An honest host
+        never gets there: it stops at ``max_tokens``, far below the bound even
+        for a renter who stopped reading; a host that streams past it is cut off.
         """
         inbox = self.inbox
         if message.get("type") == "host.token":
@@ -599,6 +601,9 @@ class JobRun:
             if segment is not None and not segment.outcome:
                 segment.outcome = Attempt.Outcome.CANCELLED
                 await self._end_segment(segment)
+        except Exception:  # (the host's cancel may fail to send: still close the job)
+            log.exception("job %s: ending the attempt after cancel failed", self.job_id)
+        try:
             await db_call(services.job_finish)(
                 job_id=self.job_id,
                 status=Job.Status.CANCELLED,

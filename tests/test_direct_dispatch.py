@@ -22,6 +22,19 @@ class Probe(DirectDispatchConsumer):
 
     instances: list[Probe] = []
 
+    async def __call__(self, scope, receive, send) -> None:
+        self.socket_frame_taken = asyncio.Event()
+        self.layer_handler_entered = asyncio.Event()
+        self.records: list[str] = []
+
+        async def receive_noted() -> dict:
+            message = await receive()
+            if message["type"] == "websocket.receive":
+                self.socket_frame_taken.set()
+            return message
+
+        await super().__call__(scope, receive_noted, send)
+
     async def connect(self) -> None:
         self.busy = False
         self.release = asyncio.Event()
@@ -36,6 +49,9 @@ class Probe(DirectDispatchConsumer):
         return message
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
+        if text_data == "record":
+            self.records.append(text_data)
+            return
         if text_data == "hold":
             self.busy = True
             await self.release.wait()
@@ -49,6 +65,11 @@ class Probe(DirectDispatchConsumer):
 
     async def probe_fail(self, message: dict) -> None:
         raise RuntimeError("a layer handler failed")
+
+    async def probe_slowfail(self, message: dict) -> None:
+        self.layer_handler_entered.set()
+        await self.release.wait()
+        raise RuntimeError("a slow layer handler failed")
 
     async def probe_stop(self, message: dict) -> None:
         raise StopConsumer
@@ -112,3 +133,18 @@ async def test_a_message_without_a_handler_is_an_error():
     await get_channel_layer().send(channel, {"type": "probe.unknown"})
     with pytest.raises(ValueError, match="no handler for message type probe.unknown"):
         await communicator.wait(timeout=5)
+
+
+@pytest.mark.asyncio
+async def test_no_handler_starts_after_a_failed_one():
+    communicator, probe, channel = await _connected()
+    await get_channel_layer().send(channel, {"type": "probe.slowfail"})
+    await asyncio.wait_for(probe.layer_handler_entered.wait(), 5)
+    probe.socket_frame_taken.clear()
+    await communicator.send_to(text_data="record")
+    # the socket's reader holds the frame and waits for the failing handler's lock
+    await asyncio.wait_for(probe.socket_frame_taken.wait(), 5)
+    probe.release.set()
+    with pytest.raises(RuntimeError, match="a slow layer handler failed"):
+        await communicator.wait(timeout=5)
+    assert probe.records == [], "the frame waiting behind the failure never ran"

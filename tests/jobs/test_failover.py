@@ -6,10 +6,13 @@ the settings (``fast_deadlines``) and tests wait on frames, never on sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+from channels.exceptions import ChannelFull
 
+from ballast import local
 from billing.models import Earning, LedgerTransaction
 from billing.services import renter_balance_nano
 from hosts.models import DeviceOutcome
@@ -223,6 +226,39 @@ async def test_it_frees_the_slot_and_cancels_when_the_renter_goes_away(
     assert not await DeviceOutcome.objects.filter(device=attempt.device).aexists(), (
         "a renter's cancel is not an outcome"
     )
+    await host.close()
+
+
+async def test_the_job_still_closes_when_the_hosts_cancel_cannot_be_sent(
+    catalog, api_key, machine_token, monkeypatch
+):
+    real_send = local.channel_send
+
+    async def send_refusing_cancels(layer, channel, message):
+        if message["type"] == "attempt.cancel":
+            raise ChannelFull("the machine's inbox is full")
+        await real_send(layer, channel, message)
+
+    monkeypatch.setattr(local, "channel_send", send_refusing_cancels)
+    host = await host_online(machine_token, "rig")
+    renter_ws = await renter_ws_open(api_key, "Count")
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "One,")
+    await renter_ws.receive_json_from(timeout=5)
+    await renter_ws.disconnect()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while (
+        await Job.objects.filter(attempts__id=offer["job"])
+        .values_list("status", flat=True)
+        .aget()
+        != Job.Status.CANCELLED
+    ):
+        assert loop.time() < deadline, "the job was left open"
+        await asyncio.sleep(0.01)
+    attempt = await Attempt.objects.select_related("device").aget(id=offer["job"])
+    assert attempt.outcome == "cancelled" and attempt.device.slots_used == 0
     await host.close()
 
 
