@@ -22,6 +22,7 @@ if [ "${QUICK:-0}" = 1 ]; then  # ~25 min: the figures of docs/performance.md's 
   run heartbeats 900 $PY bench/heartbeats.py --machines 5000 --seconds 15 --settle 120
   run claim 1500 $PY bench/claim.py --fleets 1000,10000,100000 --claims 300
   run job_end 600 $PY bench/job_end.py --jobs 200 --rounds 2
+  run credit_check 600 $PY bench/credit_check.py --histories 0,10000,100000 --checks 200
   PROFILE=0
 else
   run ttft 900 $PY bench/ttft.py --plain
@@ -35,6 +36,7 @@ else
   run claim 1800 $PY bench/claim.py
   run claim_profile 300 $PY bench/claim_profile.py --devices 100000
   run job_end 900 $PY bench/job_end.py --jobs 300 --rounds 3 --profile "$OUT/job_end.prof"
+  run credit_check 900 $PY bench/credit_check.py --histories 0,10000,100000,1000000
   run failover 900 $PY bench/failover.py --kills 10
 fi
 # Profiles (py-spy: .venv/bin/pip install py-spy; not in requirements.txt):

@@ -57,6 +57,12 @@ class Account(models.Model):
 
     Balance = sum of its entries (nano-USD). ``funding`` is where top-ups come from,
     ``platform`` takes fees and reversed earnings.
+
+    ``balance_nano`` is that sum kept running by the database (a trigger on every
+    entry inserted, billing migration 0004) for **renter credit accounts only**: the
+    credit check of every request reads it instead of summing the renter's whole
+    history. It is never written by Python. Other kinds keep 0 (a running total on
+    the platform account would make every charge wait for the one before it).
     """
 
     class Kind(models.TextChoices):
@@ -75,6 +81,7 @@ class Account(models.Model):
         on_delete=models.PROTECT,
         related_name="ledger_accounts",
     )
+    balance_nano = models.BigIntegerField(default=0, editable=False)
 
     class Meta:
         constraints = [
@@ -87,6 +94,16 @@ class Account(models.Model):
                 name="account_unique_system_kind",
             ),
         ]
+
+    def save(self, *args, **kwargs):
+        """Save; an existing account never writes ``balance_nano`` (the database's)."""
+        if not self._state.adding and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [
+                f.name
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name != "balance_nano"
+            ]
+        super().save(*args, **kwargs)
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.user_id or 'system'}"

@@ -1094,9 +1094,11 @@ def credit_reserved_nano(*, renter) -> int:
 def credit_available_nano(*, renter, account_id: int) -> int:
     """The renter's balance less ``credit_reserved_nano``, nano-USD, in one read.
 
-    ``account_id`` is the renter's credit account (``credit_lock``). The balance
-    and the worst case of the open jobs are summed by the database; open rentals,
-    rare, are added by ``credit_reserved_nano``'s own reads only when there are any.
+    ``account_id`` is the renter's credit account (``credit_lock``). The balance is
+    the account's running ``balance_nano`` (kept by the database on every entry, so
+    the check does not grow with the renter's history), the worst case of the open
+    jobs is summed by the database; open rentals, rare, are added by
+    ``credit_reserved_nano``'s own reads only when there are any.
     """
     from .models import Rental
 
@@ -1107,8 +1109,7 @@ def credit_available_nano(*, renter, account_id: int) -> int:
     open_rental = (Rental.Status.PENDING, Rental.Status.LIVE)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT (SELECT COALESCE(SUM(e.amount_nano), 0) FROM billing_entry e"
-            "  WHERE e.account_id = %s),"
+            "SELECT (SELECT a.balance_nano FROM billing_account a WHERE a.id = %s),"
             f" (SELECT COALESCE(SUM(COALESCE({max_tokens}, 0)"
             "  * c.price_completion_nano), 0)"
             "  FROM jobs_job j JOIN jobs_catalogmodel c ON c.id = j.model_id"

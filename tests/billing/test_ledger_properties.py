@@ -286,6 +286,12 @@ class History:
         charged = sum(self.charges.values())
         shares = sum(v.amount for v in self.earnings.values())
         assert balance(Account.Kind.RENTER_CREDIT, self.renter) == topped_up - charged
+        assert (  # the running total the credit check reads (billing migration 0004)
+            Account.objects.get(
+                kind=Account.Kind.RENTER_CREDIT, user=self.renter
+            ).balance_nano
+            == topped_up - charged
+        )
         assert balance(Account.Kind.PLATFORM) == charged - shares + self.reversed_total
         by_status = Counter()
         for v in self.earnings.values():

@@ -73,3 +73,32 @@ def test_open_rentals_count_too(catalog, renter, live_device):
     got = _available(renter)
     assert got == _expected(renter)
     assert got < renter_balance_nano(user=renter) - 64 * catalog.price_completion_nano
+
+
+def test_the_running_balance_is_the_sum_of_the_entries_whatever_posts_them(
+    catalog, renter, stranger
+):
+    """``Account.balance_nano`` (kept by the database) equals the entries' sum for
+    renter accounts after top-ups, charges and direct postings, also when an existing
+    account is saved again; other kinds of account keep 0."""
+    from billing.models import Account
+    from billing.money import usd_to_nano
+    from billing.services import account_for, ledger_post, renter_top_up
+
+    start = renter_balance_nano(user=renter)
+    renter_top_up(user=renter, amount_nano=usd_to_nano("3.5"), key="t1")
+    renter_top_up(user=stranger, amount_nano=usd_to_nano("1"), key="t2")
+    credit = account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
+    platform = account_for(kind=Account.Kind.PLATFORM)
+    ledger_post(kind="charge", key="c1", legs=[(credit, -123_456), (platform, 123_456)])
+    credit.save()  # a stale instance must not overwrite the running total
+    for account in Account.objects.all():
+        if account.kind == Account.Kind.RENTER_CREDIT:
+            assert account.balance_nano == renter_balance_nano(user=account.user)
+        else:
+            assert account.balance_nano == 0
+    assert (
+        Account.objects.get(id=credit.id).balance_nano
+        == start + usd_to_nano("3.5") - 123_456
+    )
+    assert _available(renter) == _expected(renter)
