@@ -82,15 +82,17 @@ def machine_offline_alert_try(*, machine_id, now: datetime) -> bool:
     """Email the owner that the machine went silent, if nobody has yet for this outage.
 
     A compare-and-set on ``offline_alert_sent_at`` (null → now), so concurrent
-    workers send at most one email per outage. The email is sent inside the
+    workers send at most one email per outage. The null test is in the UPDATE's own
+    WHERE, not only in the silence subquery: PostgreSQL re-checks a row another
+    transaction just changed against the UPDATE's own conditions, not against a
+    subquery's (two workers both sent before). The email is sent inside the
     transaction: if sending raises, the mark is rolled back and the next run
     retries. Returns True when this call sent it.
     """
     with transaction.atomic():
         won = Machine.objects.filter(
-            id__in=Machine.objects.filter(
-                silent_q(now), id=machine_id, offline_alert_sent_at__isnull=True
-            ).values("id")
+            id__in=Machine.objects.filter(silent_q(now), id=machine_id).values("id"),
+            offline_alert_sent_at__isnull=True,
         ).update(offline_alert_sent_at=now)
         if not won:
             return False
