@@ -23,7 +23,6 @@ settings and the figures.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
@@ -33,7 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import machine_line, scratch_postgres, summary_ms  # noqa: E402
+from bench.common import (  # noqa: E402
+    django_on,
+    machine_line,
+    scratch_postgres,
+    summary_ms,
+)
 
 MODEL = "smollm2-135m-instruct"
 
@@ -219,15 +223,7 @@ def main() -> int:
     fleets = [int(x) for x in args.fleets.split(",")]
 
     with scratch_postgres() as url:
-        os.environ["DATABASE_URL"] = url
-        os.environ.pop("REDIS_URL", None)
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+        django_on(url)
         print(f"machine: {machine_line()}")
         print(
             f"settings: PostgreSQL scratch database, {args.claims} claims per side, "

@@ -57,3 +57,23 @@ def scratch_postgres(base_url: str | None = None):
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def django_on(url: str, **env: str) -> None:
+    """Set Django up in this process on the database ``url`` and migrate it.
+
+    No Redis (the in-memory channel layer), ``DJANGO_DEBUG=0`` (no query log), and
+    ``env`` as further settings (e.g. ``BALLAST_SPOT_CHECKS="0"``). For benches that
+    call the services in-process on a ``scratch_postgres`` database.
+    """
+    os.environ["DATABASE_URL"] = url
+    os.environ.pop("REDIS_URL", None)
+    os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)

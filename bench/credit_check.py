@@ -21,7 +21,6 @@ against the sum.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import machine_line, scratch_postgres, summary_ms  # noqa: E402
+from bench.common import (  # noqa: E402
+    django_on,
+    machine_line,
+    scratch_postgres,
+    summary_ms,
+)
 
 SUM_SQL = (
     "SELECT (SELECT COALESCE(SUM(e.amount_nano), 0) FROM billing_entry e"
@@ -67,13 +71,7 @@ def main() -> int:
         "and history, each in its own transaction (lock + read), one open job"
     )
     with scratch_postgres() as url:
-        os.environ["DATABASE_URL"] = url
-        os.environ.pop("REDIS_URL", None)
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
-        import django
-
-        django.setup()
-        from django.core.management import call_command
+        django_on(url)
         from django.db import connection, transaction
 
         from billing.models import Account
@@ -83,7 +81,6 @@ def main() -> int:
         from jobs.models import CatalogModel, Job
         from jobs.services import credit_available_nano, credit_lock, job_create
 
-        call_command("migrate", verbosity=0)
         renter = user_get_or_create(email="renter@bench.example")
         renter_top_up(user=renter, amount_nano=usd_to_nano("1000000"), key="bench-top-up")
         account = account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import os
 import statistics
 import sys
 import time
@@ -38,7 +37,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import machine_line, percentile, scratch_postgres  # noqa: E402
+from bench.common import (  # noqa: E402
+    django_on,
+    machine_line,
+    percentile,
+    scratch_postgres,
+)
 
 MODEL = "smollm2-135m-instruct"
 TEXT = "The answer is four, and here are a few more words to stream."
@@ -315,19 +319,10 @@ def main() -> int:
     args = parser.parse_args()
 
     with scratch_postgres() as url:
-        os.environ["DATABASE_URL"] = url
-        os.environ.pop("REDIS_URL", None)
-        os.environ["DJANGO_DEBUG"] = "0"
-        os.environ["BALLAST_SPOT_CHECKS"] = "0"
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
-        import django
-
-        django.setup()
+        django_on(url, BALLAST_SPOT_CHECKS="0")
         from django.conf import settings
-        from django.core.management import call_command
         from django.db import connection
 
-        call_command("migrate", verbosity=0)
         print(f"machine: {machine_line()}")
         print(
             f"settings: PostgreSQL scratch database ({connection.pg_version // 10000}),"
