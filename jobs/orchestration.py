@@ -179,14 +179,10 @@ class JobRun:
         self.first_dispatch = dispatch
         self.delivered: list[str] = []
         self.segment: _Segment | None = None
-        # every piece ``_follow`` passed on, all segments (== ``delivered``), and its
-        # size in UTF-8 bytes: the cheap bound of ``_within_max_tokens``
-        self.relayed: list[str] = []
-        self.relayed_bytes = 0
-        self.token_mark = (
-            0,
-            0,
-        )  # (UTF-8 bytes, tokens) of the answer at the last count
+        # the UTF-8 bytes of ``delivered`` (the cheap bound of ``_within_max_tokens``)
+        # and (bytes, tokens) of the answer at the tokenizer's last count
+        self.delivered_bytes = 0
+        self.token_mark = (0, 0)
         self.finished = False
         self.inbox_chars = 0  # text of the token messages delivered locally, waiting
 
@@ -269,6 +265,10 @@ class JobRun:
             self.arrived.clear()
             async with asyncio.timeout(timeout):
                 await self.arrived.wait()
+        return self._take()
+
+    def _take(self) -> dict:
+        """Pop the inbox's first message (a local token frees its text's bound)."""
         message = self.inbox.popleft()
         if message.get("local"):
             self.inbox_chars -= len(message["text"])
@@ -286,11 +286,8 @@ class JobRun:
             head = inbox[0]
             if head.get("type") != "host.token" or head.get("attempt") != attempt_id:
                 break
-            message = inbox.popleft()
-            if message.get("local"):
-                self.inbox_chars -= len(message["text"])
-            pieces.append(message["text"])
-        return "".join(pieces) if pieces else ""
+            pieces.append(self._take()["text"])
+        return "".join(pieces)
 
     async def _keep_lease(self) -> None:
         while True:
@@ -499,8 +496,8 @@ class JobRun:
     def _within_max_tokens(self, segment: _Segment, text: str) -> tuple[str, bool]:
         """Cut ``text`` so the renter never receives more than ``max_tokens``.
 
-        Returns (the part to deliver, whether the limit was passed); the part is
-        recorded as relayed (``relayed``, ``relayed_bytes``). Cheap while the UTF-8
+        Returns (the part to deliver, whether the limit was passed); the part's
+        UTF-8 bytes are added to ``delivered_bytes``. Cheap while the UTF-8
         bytes of the answer are within ``max_tokens``: every token of a byte-level
         BPE vocabulary is at least one byte (a character may be several tokens, a
         byte never is), so tokens(answer) <= tokens at the last count + bytes since
@@ -510,11 +507,11 @@ class JobRun:
         """
         limit = self.job.params.get("max_tokens")
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
-        total = self.relayed_bytes + size
+        total = self.delivered_bytes + size
         marked_bytes, marked_tokens = self.token_mark
         if not limit or marked_tokens + (total - marked_bytes) + 1 <= limit:
             return self._relayed(text, size), False
-        before = "".join(self.relayed)
+        before = self.delivered_text
         count = token_count(self.job.model_id, before + text)
         if count is None:
             return self._relayed(text, size), False
@@ -532,10 +529,12 @@ class JobRun:
         return self._relayed(cut, len(cut.encode("utf-8"))), True
 
     def _relayed(self, text: str, size: int) -> str:
-        """Record ``text`` (``size`` UTF-8 bytes) as passed on to the renter; return it."""
-        if text:
-            self.relayed.append(text)
-            self.relayed_bytes += size
+        """Count ``text`` (``size`` UTF-8 bytes), passed on to the renter; return it.
+
+        (The caller appends it to ``delivered``: ``_run``, before ``_follow`` is
+        resumed for the next piece.)
+        """
+        self.delivered_bytes += size
         return text
 
     async def _end_segment(self, segment: _Segment) -> None:
