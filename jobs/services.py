@@ -214,21 +214,13 @@ def jobs_waiting_channels(*, model_id: str, limit: int) -> list[str]:
 
     One fixed statement: it runs whenever a slot frees, i.e. after every answer.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT waiting_channel FROM {Job._meta.db_table}"
-            " WHERE model_id = %s AND status = %s AND lease_until > %s"
-            " AND waiting_channel <> '' ORDER BY created_at LIMIT %s",
-            [
-                model_id,
-                Job.Status.QUEUED,
-                Job._meta.get_field("lease_until").get_db_prep_value(
-                    timezone.now(), connection
-                ),
-                limit,
-            ],
-        )
-        return [row[0] for row in cursor.fetchall()]
+    rows = rows_fetch(
+        "SELECT waiting_channel FROM jobs_job"
+        " WHERE model_id = %s AND status = %s AND lease_until > %s"
+        " AND waiting_channel <> '' ORDER BY created_at LIMIT %s",
+        [model_id, Job.Status.QUEUED, db_datetime(timezone.now()), limit],
+    )
+    return [channel for (channel,) in rows]
 
 
 def job_dispatch(
@@ -492,31 +484,27 @@ def attempt_claim(
     late claim could reopen an ended attempt (``test_claim_race``).
     """
     now = now or timezone.now()
-    field = Attempt._meta.get_field
     try:
-        attempt_uuid = uuid.UUID(attempt_id)
-        machine_uuid = uuid.UUID(machine_id)
+        attempt, machine = db_uuid(attempt_id), db_uuid(machine_id)
     except ValueError:
         return False
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Attempt._meta.db_table}"
-            " SET state = %s, claimed_at = %s, first_token_deadline = %s"
-            " WHERE id = %s AND state = %s AND device_id IN"
-            f" (SELECT id FROM {Device._meta.db_table} WHERE machine_id = %s)",
+    deadline = now + timedelta(seconds=settings.BALLAST_FIRST_TOKEN_TIMEOUT_S)
+    return (
+        rows_changed(
+            "UPDATE jobs_attempt SET state = %s, claimed_at = %s,"
+            " first_token_deadline = %s WHERE id = %s AND state = %s AND device_id IN"
+            " (SELECT id FROM hosts_device WHERE machine_id = %s)",
             [
                 Attempt.State.CLAIMED,
-                field("claimed_at").get_db_prep_value(now, connection),
-                field("first_token_deadline").get_db_prep_value(
-                    now + timedelta(seconds=settings.BALLAST_FIRST_TOKEN_TIMEOUT_S),
-                    connection,
-                ),
-                field("id").get_db_prep_value(attempt_uuid, connection),
+                db_datetime(now),
+                db_datetime(deadline),
+                attempt,
                 Attempt.State.OFFERED,
-                Machine._meta.pk.get_db_prep_value(machine_uuid, connection),
+                machine,
             ],
         )
-        return cursor.rowcount == 1
+        == 1
+    )
 
 
 def _segment_tokens(
@@ -719,7 +707,7 @@ def job_succeed(
     anything else takes ``attempt_end`` + ``job_finish``'s way. Both record the
     same rows.
     """
-    job = _job_succeed_fixed(
+    end = dict(
         job_id=job_id,
         attempt_id=attempt_id,
         segment_text=segment_text,
@@ -728,17 +716,8 @@ def job_succeed(
         claimed_at=claimed_at,
         first_token_at=first_token_at,
     )
-    if job is not None:
-        return job
-    return _job_succeed_general(
-        job_id=job_id,
-        attempt_id=attempt_id,
-        segment_text=segment_text,
-        done=done,
-        answer_text=answer_text,
-        claimed_at=claimed_at,
-        first_token_at=first_token_at,
-    )
+    job = _job_succeed_fixed(**end)
+    return job if job is not None else _job_succeed_general(**end)
 
 
 def _job_succeed_general(
