@@ -116,6 +116,23 @@ def play(rig, hosts, renter, scenario: dict, *, fixed: bool, replay_of: str = ""
     return job, ended, done["receipt"]
 
 
+def end_with_text(job: Job, attempt, *, tokens: int, receipt: str, **extra) -> Job:
+    """``services.job_succeed`` of ``attempt``, the job's only one, having sent ``TEXT``."""
+    return services.job_succeed(
+        job_id=str(job.id),
+        attempt_id=str(attempt.id),
+        segment_text=TEXT,
+        done={
+            "finish_reason": "stop",
+            "prompt_tokens": 10,
+            "completion_tokens": tokens,
+            "receipt": receipt,
+        },
+        answer_text=TEXT,
+        **extra,
+    )
+
+
 def recorded(job: Job, ended: Job, hosts) -> dict:
     """What the end of ``job`` recorded, with ids and times by what they stand for."""
     job.refresh_from_db()
@@ -261,17 +278,11 @@ def test_a_job_end_costs_a_bounded_number_of_statements(worlds, renter):
     attempt, host = rig.attempt(job, device=hosts[0].device)
     tokens = token_count(MODEL, TEXT)
     with CaptureQueriesContext(connection) as queries:
-        ended = services.job_succeed(
-            job_id=str(job.id),
-            attempt_id=str(attempt.id),
-            segment_text=TEXT,
-            done={
-                "finish_reason": "stop",
-                "prompt_tokens": 10,
-                "completion_tokens": tokens,
-                "receipt": host.sign(str(attempt.id), tokens, TEXT),
-            },
-            answer_text=TEXT,
+        ended = end_with_text(
+            job,
+            attempt,
+            tokens=tokens,
+            receipt=host.sign(str(attempt.id), tokens, TEXT),
             first_token_at=attempt.offered_at + timedelta(milliseconds=150),
         )
     statements = [
@@ -298,17 +309,8 @@ def test_it_takes_the_general_way_for_a_spot_check(worlds, monkeypatch):
     job = rig.job(renter=None, model=MODEL, spot_check=True)
     attempt, host = rig.attempt(job, device=hosts[0].device)
     tokens = token_count(MODEL, TEXT)
-    ended = services.job_succeed(
-        job_id=str(job.id),
-        attempt_id=str(attempt.id),
-        segment_text=TEXT,
-        done={
-            "finish_reason": "stop",
-            "prompt_tokens": 10,
-            "completion_tokens": tokens,
-            "receipt": host.sign(str(attempt.id), tokens, TEXT),
-        },
-        answer_text=TEXT,
+    ended = end_with_text(
+        job, attempt, tokens=tokens, receipt=host.sign(str(attempt.id), tokens, TEXT)
     )
     assert calls == [str(job.id)]
     assert (ended.status, ended.cost_nano) == (Job.Status.SUCCEEDED, 0)
@@ -327,17 +329,8 @@ def test_a_second_end_of_the_same_job_changes_nothing(worlds, renter):
         DeviceOutcome.objects.count(),
         Device.objects.get(id=hosts[0].device.id).slots_used,
     )
-    again = services.job_succeed(
-        job_id=str(job.id),
-        attempt_id=str(attempt.id),
-        segment_text=TEXT,
-        done={
-            "finish_reason": "stop",
-            "prompt_tokens": 10,
-            "completion_tokens": attempt.completion_tokens_reported,
-            "receipt": receipt,
-        },
-        answer_text=TEXT,
+    again = end_with_text(
+        job, attempt, tokens=attempt.completion_tokens_reported, receipt=receipt
     )
     assert (again.tokens_billed, again.cost_nano) == (
         ended.tokens_billed,
