@@ -34,24 +34,41 @@ def db_call(func: Callable) -> Callable:
 _insert_sql: dict[tuple[str, tuple[str, ...]], str] = {}
 
 
-def row_insert(obj: Model) -> None:
-    """INSERT one model instance with a statement built once per model and columns.
+def row_values(obj: Model) -> tuple[list, list]:
+    """(fields, values) of ``obj``'s INSERT, each value prepared as the ORM would.
 
-    For the request path: ``Model.objects.create`` compiles its SQL through the ORM
-    on every call (~1 ms of Python a statement on this project's machines); this
-    prepares each field's value the same way (``get_db_prep_save`` after
-    ``pre_save``, so defaults and ``auto_now_add`` apply) and sends a fixed
-    statement. The primary key must be set beforehand (a UUID); no signals are
-    sent. Raises the database's IntegrityError like ``create`` would.
+    ``pre_save`` then ``get_db_prep_save`` (so defaults and ``auto_now_add``
+    apply); fields whose value is a database default are left out (the column's
+    default applies). Shared by ``row_insert`` and statements that insert a row
+    inside a larger one (``jobs.services``' request step on PostgreSQL).
     """
-    meta = obj._meta
     fields, values = [], []
-    for field in meta.concrete_fields:
+    for field in obj._meta.concrete_fields:
         value = field.pre_save(obj, True)
         if isinstance(value, DatabaseDefault):
             continue  # the column's database default applies
         fields.append(field)
         values.append(field.get_db_prep_save(value, connection))
+    return fields, values
+
+
+def row_saved(obj: Model) -> None:
+    """Mark ``obj`` as a stored row of the default database (after a raw INSERT)."""
+    obj._state.adding = False
+    obj._state.db = connection.alias
+
+
+def row_insert(obj: Model) -> None:
+    """INSERT one model instance with a statement built once per model and columns.
+
+    For the request path: ``Model.objects.create`` compiles its SQL through the ORM
+    on every call (~1 ms of Python a statement on this project's machines); this
+    prepares each field's value the same way (``row_values``) and sends a fixed
+    statement. The primary key must be set beforehand (a UUID); no signals are
+    sent. Raises the database's IntegrityError like ``create`` would.
+    """
+    meta = obj._meta
+    fields, values = row_values(obj)
     key = (meta.label, tuple(f.column for f in fields))
     sql = _insert_sql.get(key)
     if sql is None:
@@ -63,8 +80,7 @@ def row_insert(obj: Model) -> None:
         )
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
-    obj._state.adding = False
-    obj._state.db = connection.alias
+    row_saved(obj)
 
 
 # --- fixed statements through a plain cursor (the hot paths) ------------------------

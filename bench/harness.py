@@ -310,7 +310,7 @@ async def sse_stream(client: httpx.AsyncClient, url: str, key: str, body: dict) 
             at = now_ns()
             payload = line[6:]
             if payload == "[DONE]":
-                break
+                continue  # read on to the response's end, as clients do: the connection is reused
             chunk = json.loads(payload)
             choices = chunk.get("choices") or []
             if not choices:

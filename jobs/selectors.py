@@ -162,6 +162,7 @@ def device_pick_sql(
     now: datetime,
     columns: str = "d.id AS device_id, dm.id AS dm_id",
     offset: str = "%s",
+    gate: str = "",
 ) -> tuple[str, list]:
     """The SELECT of the best eligible device after the first ``offset``, and its params.
 
@@ -170,9 +171,12 @@ def device_pick_sql(
     ends with ``LIMIT 1 OFFSET <offset>`` (``%s`` by default: the caller appends
     the number of devices to leave to older queued jobs) and, on PostgreSQL, ``FOR NO KEY UPDATE OF d SKIP LOCKED``:
     concurrent claims pass over each other's device rows, while inserts that
-    only reference the device (outcomes, attempts) do not hide it.
+    only reference the device (outcomes, attempts) do not hide it. ``gate``: a
+    condition (SQL, no parameters) that must also hold, or nothing is picked.
     """
     where, params = _eligible_where(job=job, model=model, now=now)
+    if gate:
+        where += " AND " + gate
     lock = (
         " FOR NO KEY UPDATE OF d SKIP LOCKED"
         if connection.vendor == "postgresql"

@@ -25,7 +25,10 @@ from django.utils import timezone
 from ballast.db import (
     db_datetime,
     db_uuid,
+    row_fetch,
     row_insert,
+    row_saved,
+    row_values,
     rows_changed,
     rows_fetch,
     value_datetime,
@@ -136,7 +139,41 @@ def job_create(
     A rental's job runs only on the rented device (``target_device``);
     ``waiting_channel`` is the channel of that coroutine, woken when a slot frees.
     """
-    job = Job(
+    job = job_build(
+        renter=renter,
+        api_key=api_key,
+        model=model,
+        endpoint=endpoint,
+        messages=messages,
+        prompt=prompt,
+        params=params,
+        placement=placement,
+        stream=stream,
+        is_spot_check=is_spot_check,
+        rental=rental,
+        waiting_channel=waiting_channel,
+    )
+    row_insert(job)  # the request path: no ORM compile (ballast.db)
+    return job
+
+
+def job_build(
+    *,
+    renter: AbstractBaseUser | None,
+    api_key: ApiKey | None,
+    model: CatalogModel,
+    endpoint: str,
+    messages: list[dict] | None,
+    prompt: str | None,
+    params: dict,
+    placement: dict,
+    stream: bool,
+    is_spot_check: bool = False,
+    rental=None,
+    waiting_channel: str = "",
+) -> Job:
+    """The unsaved queued job ``job_create`` stores (its id set, its lease from now)."""
+    return Job(
         rental=rental,
         target_device_id=rental.device_id if rental is not None else None,
         waiting_channel=waiting_channel,
@@ -152,8 +189,6 @@ def job_create(
         is_spot_check=is_spot_check,
         lease_until=timezone.now() + timedelta(seconds=JOB_LEASE_S),
     )
-    row_insert(job)  # the request path: no ORM compile (ballast.db)
-    return job
 
 
 def job_lease_renew(*, job_id: str) -> None:
@@ -276,12 +311,7 @@ def _job_dispatch(
     # FCFS among serverless jobs only: a spot check or a rental's job runs on its
     # own device and neither waits behind nor holds back the others
     fcfs = not continue_from and not job.target_device_id
-    attempt = Attempt(
-        job=job,
-        kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
-        continue_from_chars=len(continue_from),
-        claim_deadline=now + timedelta(seconds=settings.BALLAST_CLAIM_TIMEOUT_S),
-    )
+    attempt = _attempt_build(job, continue_from, now)
     if connection.vendor == "postgresql":
         ahead, device = _dispatch_claim_statement(
             job=job, model=model, now=now, fcfs=fcfs, attempt=attempt
@@ -297,27 +327,29 @@ def _job_dispatch(
                 updates["failed_over"] = True
             Job.objects.filter(id=job.id).update(**updates)
     if device is None:
-        unmet = requirement_unmet(
-            model=model,
-            placement=job.placement,
-            now=now,
-            target_device_id=job.target_device_id,
+        return _dispatch_unclaimed(
+            job=job, model=model, now=now, ahead=ahead, waiting_channel=waiting_channel
         )
-        if unmet:
-            return Dispatch(impossible=unmet)
-        if not devices_untried_exist(job=job, model=model, now=now):
-            # every live device that could serve it has already failed it
-            return Dispatch(
-                impossible="every live device that can serve this request has "
-                "already failed it",
-                exhausted=True,
-            )
-        # rows another dispatch holds locked right now are capacity, not a wait
-        contended = (
-            connection.vendor == "postgresql"
-            and devices_eligible_count(job=job, model=model, now=now) > ahead
-        )
-        return _dispatch_wait(job, waiting_channel, contended=contended)
+    return _dispatch_claimed(
+        job=job, attempt=attempt, device=device, continue_from=continue_from, now=now
+    )
+
+
+def _attempt_build(job: Job, continue_from: str, now: datetime) -> Attempt:
+    """The unsaved attempt a dispatch of ``job`` offers (its device set on claim)."""
+    return Attempt(
+        job=job,
+        kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
+        continue_from_chars=len(continue_from),
+        claim_deadline=now + timedelta(seconds=settings.BALLAST_CLAIM_TIMEOUT_S),
+    )
+
+
+def _dispatch_claimed(
+    *, job: Job, attempt: Attempt, device: Device, continue_from: str, now: datetime
+) -> Dispatch:
+    """The dispatch of a claimed slot: the offer to send (and, at
+    ``BALLAST_CANARY_RATE``, a spot check marked due on the device)."""
     if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
         spot_check_mark_due(device_id=device.id, reason="rate", now=now)
     return Dispatch(
@@ -327,6 +359,34 @@ def _job_dispatch(
             job=job, attempt=attempt, device=device, continue_from=continue_from
         ),
     )
+
+
+def _dispatch_unclaimed(
+    *, job: Job, model: CatalogModel, now: datetime, ahead: int, waiting_channel: str
+) -> Dispatch:
+    """The dispatch when no slot was claimed: impossible (DESIGN.md "No eligible
+    device"), exhausted, contended (a free row another dispatch holds) or a wait."""
+    unmet = requirement_unmet(
+        model=model,
+        placement=job.placement,
+        now=now,
+        target_device_id=job.target_device_id,
+    )
+    if unmet:
+        return Dispatch(impossible=unmet)
+    if not devices_untried_exist(job=job, model=model, now=now):
+        # every live device that could serve it has already failed it
+        return Dispatch(
+            impossible="every live device that can serve this request has "
+            "already failed it",
+            exhausted=True,
+        )
+    # rows another dispatch holds locked right now are capacity, not a wait
+    contended = (
+        connection.vendor == "postgresql"
+        and devices_eligible_count(job=job, model=model, now=now) > ahead
+    )
+    return _dispatch_wait(job, waiting_channel, contended=contended)
 
 
 def _jobs_ahead(*, job: Job, now: datetime):
@@ -386,77 +446,134 @@ def _dispatch_claim_statement(
     continuation). Returns ``(ahead, device)``: device (with its machine) is None
     when nothing was claimed, and then nothing was written.
     """
-    qn = connection.ops.quote_name
-    if fcfs:  # the query of _jobs_ahead, raw: it runs on every dispatch
-        ahead_cte = (
-            "SELECT count(*) AS n FROM jobs_job WHERE model_id = %s AND status = %s"
-            " AND target_device_id IS NULL AND created_at < %s AND lease_until > %s"
-        )
-        ahead_params = [job.model_id, Job.Status.QUEUED, job.created_at, now]
-    else:
-        ahead_cte, ahead_params = "SELECT 0 AS n", []
-    pick, pick_params = device_pick_sql(
-        job=job, model=model, now=now, offset="(SELECT n FROM ahead)"
-    )
-    attempt.offered_at = timezone.now()
-    columns, values, attempt_params = [], [], []
-    for field in Attempt._meta.concrete_fields:
-        columns.append(qn(field.column))
-        if field.attname == "device_id":
-            values.append("slot.id")
-            continue
-        values.append("%s")
-        attempt_params.append(
-            field.get_db_prep_save(getattr(attempt, field.attname), connection)
-        )
-    device_fields = Device._meta.concrete_fields
-    machine_fields = Machine._meta.concrete_fields
+    claim = _ClaimStatement(job=job, model=model, now=now, fcfs=fcfs, attempt=attempt)
     job_set = "status = %s"
     if attempt.kind == Attempt.Kind.CONTINUATION:
         job_set += ", failed_over = true"
-    sql = (
-        f"WITH ahead AS ({ahead_cte}),"
-        f" pick AS ({pick}),"
-        " slot AS (UPDATE hosts_device d SET slots_used = d.slots_used + 1 FROM pick"
-        " WHERE d.id = pick.device_id AND d.slots_used < d.slots_total"
-        " RETURNING " + ", ".join(f"d.{qn(f.column)}" for f in device_fields) + "),"
-        " bump AS (UPDATE hosts_devicemodel dm SET tiebreak = dm.tiebreak + %s"
-        " FROM pick, slot WHERE dm.id = pick.dm_id),"
-        f" attempt AS (INSERT INTO jobs_attempt ({', '.join(columns)})"
-        f" SELECT {', '.join(values)} FROM slot),"
-        f" job AS (UPDATE jobs_job j SET {job_set} FROM slot WHERE j.id = %s)"
-        " SELECT (SELECT n FROM ahead), "
-        + ", ".join(f"slot.{qn(f.column)}" for f in device_fields)
-        + ", "
-        + ", ".join(f"m.{qn(f.column)}" for f in machine_fields)
-        + " FROM (SELECT 1) one LEFT JOIN slot ON true"
-        " LEFT JOIN hosts_machine m ON m.id = slot.machine_id"
+    sql, params = claim.sql(
+        tail=f"job AS (UPDATE jobs_job j SET {job_set} FROM slot WHERE j.id = %s)",
+        tail_params=[Job.Status.RUNNING, job.pk],
     )
-    params = [
-        *ahead_params,
-        *pick_params,
-        tiebreak_step(),
-        *attempt_params,
-        Job.Status.RUNNING,
-        job.pk,
-    ]
-    row = _execute_prepared(sql, params)
-    ahead = row[0]
-    device_values = row[1 : 1 + len(device_fields)]
-    if device_values[0] is None:
-        return ahead, None
-    device = Device.from_db(
-        connection.alias, [f.attname for f in device_fields], device_values
-    )
-    device.machine = Machine.from_db(
-        connection.alias,
-        [f.attname for f in machine_fields],
-        row[1 + len(device_fields) :],
-    )
-    attempt.device = device
-    attempt._state.adding = False
-    attempt._state.db = connection.alias
-    return ahead, device
+    return claim.result(_execute_prepared(sql, params))
+
+
+class _ClaimStatement:
+    """PostgreSQL: the CTEs of a claim (``ahead``, ``pick``, ``slot``, ``bump``,
+    ``attempt``) and the reading of the row the statement returns.
+
+    ``gate``: SQL that must hold for anything to be picked (the request step's
+    credit check); ``head``: CTEs placed before ``ahead`` (the gate's). The
+    statement returns ``*select`` (the caller's extra columns) then the jobs
+    ahead, then the claimed device's and its machine's columns (NULL when no slot
+    was claimed).
+    """
+
+    def __init__(
+        self,
+        *,
+        job: Job,
+        model: CatalogModel,
+        now: datetime,
+        fcfs: bool,
+        attempt: Attempt,
+        gate: str = "",
+    ) -> None:
+        if fcfs:  # the query of _jobs_ahead, raw: it runs on every dispatch
+            ahead = (
+                "SELECT count(*) AS n FROM jobs_job WHERE model_id = %s AND status = %s"
+                " AND target_device_id IS NULL AND created_at < %s AND lease_until > %s"
+            )
+            ahead_params = [job.model_id, Job.Status.QUEUED, job.created_at, now]
+        else:
+            ahead, ahead_params = "SELECT 0 AS n", []
+        pick, pick_params = device_pick_sql(
+            job=job, model=model, now=now, offset="(SELECT n FROM ahead)", gate=gate
+        )
+        qn = connection.ops.quote_name
+        attempt.offered_at = timezone.now()
+        columns, values, attempt_params = [], [], []
+        for field in Attempt._meta.concrete_fields:
+            columns.append(qn(field.column))
+            if field.attname == "device_id":
+                values.append("slot.id")
+                continue
+            values.append("%s")
+            attempt_params.append(
+                field.get_db_prep_save(getattr(attempt, field.attname), connection)
+            )
+        self.attempt = attempt
+        self.device_fields = Device._meta.concrete_fields
+        # of the machine, what the dispatch needs (its channel; the rest deferred):
+        # the statement's text stays under psycopg's cache limit (4,096 characters)
+        self.machine_fields = [
+            Machine._meta.get_field(name) for name in ("id", "name", "channel_name")
+        ]
+        self.ctes = (
+            f"ahead AS ({ahead}),"
+            f" pick AS ({pick}),"
+            " slot AS (UPDATE hosts_device d SET slots_used = d.slots_used + 1 FROM pick"
+            " WHERE d.id = pick.device_id AND d.slots_used < d.slots_total"
+            " RETURNING "
+            + ", ".join(f"d.{qn(f.column)}" for f in self.device_fields)
+            + "),"
+            " bump AS (UPDATE hosts_devicemodel dm SET tiebreak = dm.tiebreak + %s"
+            " FROM pick, slot WHERE dm.id = pick.dm_id),"
+            f" attempt AS (INSERT INTO jobs_attempt ({', '.join(columns)})"
+            f" SELECT {', '.join(values)} FROM slot)"
+        )
+        self.params = [*ahead_params, *pick_params, tiebreak_step(), *attempt_params]
+        self.columns = (
+            "(SELECT n FROM ahead), "
+            + ", ".join(f"slot.{qn(f.column)}" for f in self.device_fields)
+            + ", "
+            + ", ".join(f"m.{qn(f.column)}" for f in self.machine_fields)
+        )
+        self.select_count = 0
+
+    def sql(
+        self,
+        *,
+        head: str = "",
+        head_params: list | None = None,
+        tail: str,
+        tail_params: list,
+        select: tuple[str, ...] = (),
+    ) -> tuple[str, list]:
+        """(SQL, params) of the whole statement: ``WITH head, <claim CTEs>, tail``."""
+        self.select_count = len(select)
+        sql = (
+            "WITH "
+            + (head + ", " if head else "")
+            + self.ctes
+            + ", "
+            + tail
+            + " SELECT "
+            + "".join(column + ", " for column in select)
+            + self.columns
+            + " FROM (SELECT 1) one LEFT JOIN slot ON true"
+            " LEFT JOIN hosts_machine m ON m.id = slot.machine_id"
+        )
+        return sql, [*(head_params or []), *self.params, *tail_params]
+
+    def result(self, row: tuple) -> tuple[int, Device | None]:
+        """``(ahead, device)`` from the statement's row (past the caller's columns);
+        the device comes with its machine and is set on the attempt, or is None."""
+        row = row[self.select_count :]
+        ahead = row[0]
+        device_values = row[1 : 1 + len(self.device_fields)]
+        if device_values[0] is None:
+            return ahead, None
+        device = Device.from_db(
+            connection.alias, [f.attname for f in self.device_fields], device_values
+        )
+        device.machine = Machine.from_db(
+            connection.alias,
+            [f.attname for f in self.machine_fields],
+            row[1 + len(self.device_fields) :],
+        )
+        self.attempt.device = device
+        row_saved(self.attempt)
+        return ahead, device
 
 
 def _dispatch_wait(
@@ -1070,6 +1187,33 @@ def credit_reserved_nano(*, renter) -> int:
     return jobs + rentals
 
 
+def _credit_sql(account_where: str) -> str:
+    """SELECT of (balance, open jobs' worst case, any open rental) of the renter's
+    credit account ``a`` chosen by ``account_where``; params:
+    ``_credit_params(renter_id)``, then the account's."""
+    if connection.vendor == "postgresql":
+        max_tokens = "(j.params->>'max_tokens')::bigint"
+    else:
+        max_tokens = "CAST(json_extract(j.params, '$.max_tokens') AS INTEGER)"
+    return (
+        "SELECT a.balance_nano AS balance,"
+        f" (SELECT COALESCE(SUM(COALESCE({max_tokens}, 0)"
+        "  * c.price_completion_nano), 0)"
+        "  FROM jobs_job j JOIN jobs_catalogmodel c ON c.id = j.model_id"
+        "  WHERE j.renter_id = %s AND j.status IN (%s, %s)) AS reserved,"
+        " EXISTS (SELECT 1 FROM jobs_rental r WHERE r.renter_id = %s"
+        "  AND r.status IN (%s, %s)) AS rentals"
+        f" FROM billing_account a WHERE {account_where}"
+    )
+
+
+def _credit_params(renter_id: int) -> list:
+    from .models import Rental
+
+    open_rental = (Rental.Status.PENDING, Rental.Status.LIVE)
+    return [renter_id, *Job.OPEN_STATUSES, renter_id, *open_rental]
+
+
 def credit_available_nano(*, renter, account_id: int) -> int:
     """The renter's balance less ``credit_reserved_nano``, nano-USD, in one read.
 
@@ -1079,35 +1223,22 @@ def credit_available_nano(*, renter, account_id: int) -> int:
     jobs is summed by the database; open rentals, rare, are added by
     ``credit_reserved_nano``'s own reads only when there are any.
     """
-    from .models import Rental
-
-    if connection.vendor == "postgresql":
-        max_tokens = "(j.params->>'max_tokens')::bigint"
-    else:
-        max_tokens = "CAST(json_extract(j.params, '$.max_tokens') AS INTEGER)"
-    open_rental = (Rental.Status.PENDING, Rental.Status.LIVE)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT (SELECT a.balance_nano FROM billing_account a WHERE a.id = %s),"
-            f" (SELECT COALESCE(SUM(COALESCE({max_tokens}, 0)"
-            "  * c.price_completion_nano), 0)"
-            "  FROM jobs_job j JOIN jobs_catalogmodel c ON c.id = j.model_id"
-            "  WHERE j.renter_id = %s AND j.status IN (%s, %s)),"
-            " EXISTS (SELECT 1 FROM jobs_rental r WHERE r.renter_id = %s"
-            "  AND r.status IN (%s, %s))",
-            [account_id, renter.pk, *Job.OPEN_STATUSES, renter.pk, *open_rental],
-        )
-        balance, jobs_reserved, rentals_open = cursor.fetchone()
+    balance, jobs_reserved, rentals_open = row_fetch(
+        _credit_sql("a.id = %s"), [*_credit_params(renter.pk), account_id]
+    )
     if rentals_open:
         return balance - credit_reserved_nano(renter=renter)
     return balance - jobs_reserved
+
+
+# the renter's credit account, locked until the transaction ends (PostgreSQL)
+_CREDIT_LOCK_SQL = "SELECT id FROM billing_account WHERE kind = %s AND user_id = %s"
 
 
 def credit_lock(*, renter) -> int:
     """Lock the renter's credit account row until the transaction ends, so
     concurrent checks of one renter's credit run one after the other; return its id
     (the account is made on the renter's first request)."""
-    from billing.models import Account
     from billing.services import account_for
 
     lock = (
@@ -1115,13 +1246,9 @@ def credit_lock(*, renter) -> int:
     )  # SQLite: one writer
 
     def locked_id() -> int | None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id FROM billing_account WHERE kind = %s AND user_id = %s"
-                + lock,
-                [Account.Kind.RENTER_CREDIT, renter.pk],
-            )
-            row = cursor.fetchone()
+        row = row_fetch(
+            _CREDIT_LOCK_SQL + lock, [Account.Kind.RENTER_CREDIT, renter.pk]
+        )
         return row[0] if row else None
 
     account_id = locked_id()
@@ -1131,7 +1258,6 @@ def credit_lock(*, renter) -> int:
     return account_id
 
 
-@transaction.atomic
 def job_open(
     *, api_key: ApiKey, request, waiting_channel: str
 ) -> tuple[Job, CatalogModel, Dispatch]:
@@ -1143,7 +1269,40 @@ def job_open(
     claimed in the same commit. Returns (job, its catalog model, the dispatch: an
     attempt with its offer, a wait or an impossibility, as ``job_dispatch``).
     Raises ApiError as ``job_submit`` does; then nothing is stored.
+
+    On PostgreSQL, outside a transaction, the common request (a renter whose
+    credit account exists, no rental) takes the catalog read and one round trip
+    (``_job_open_pipelined``); otherwise the same steps run one statement at a
+    time (``_job_open_stepwise``). Either way the transaction commits without
+    waiting for its WAL to reach the disk (``synchronous_commit`` off for it
+    alone): it stores no money, and the end of the job, which does, commits
+    synchronously and so makes it durable too (docs/performance.md).
     """
+    if (
+        connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+        and not request.placement.get("rental")
+    ):
+        opened = _job_open_pipelined(
+            api_key=api_key, request=request, waiting_channel=waiting_channel
+        )
+        if opened is not None:
+            return opened
+    return _job_open_stepwise(
+        api_key=api_key, request=request, waiting_channel=waiting_channel
+    )
+
+
+_ASYNC_COMMIT_SQL = "SET LOCAL synchronous_commit TO OFF"
+
+
+@transaction.atomic
+def _job_open_stepwise(
+    *, api_key: ApiKey, request, waiting_channel: str
+) -> tuple[Job, CatalogModel, Dispatch]:
+    """``job_open`` one statement at a time (SQLite; PostgreSQL's rarer cases)."""
+    if connection.vendor == "postgresql":
+        rows_changed(_ASYNC_COMMIT_SQL, [])
     job, model = job_submit(
         api_key=api_key, request=request, waiting_channel=waiting_channel
     )
@@ -1151,6 +1310,139 @@ def job_open(
         job_id=str(job.id), waiting_channel=waiting_channel, job=job, model=model
     )
     return job, model, dispatch
+
+
+def _job_open_pipelined(
+    *, api_key: ApiKey, request, waiting_channel: str
+) -> tuple[Job, CatalogModel, Dispatch] | None:
+    """PostgreSQL: ``job_open`` as the catalog read and one round trip.
+
+    The round trip (``_transaction_pipelined``) holds: the renter's credit lock,
+    then one statement that reads the credit (after the lock is granted: its own
+    snapshot), inserts the job only if the credit covers it, and claims a slot
+    for it as ``job_dispatch`` does, with the pick gated on the same check.
+    Returns None, having stored nothing, when ``_job_open_stepwise`` must do it
+    (the renter's first request makes their credit account; an open rental
+    changes the reservation). Raises ApiError 404, 400 and 402 as ``job_submit``.
+    """
+    model = _request_model(request)
+    _request_fits(model, request)
+    renter_id = api_key.user_id
+    now = timezone.now()
+    job = job_build(
+        renter=api_key.user,
+        api_key=api_key,
+        model=model,
+        endpoint=request.endpoint,
+        messages=request.messages,
+        prompt=request.prompt,
+        params=request.params,
+        placement=request.placement,
+        stream=request.stream,
+        waiting_channel=waiting_channel,
+    )
+    fields, values = row_values(job)  # sets created_at, which the FCFS count reads
+    attempt = _attempt_build(job, "", now)
+    claim = _ClaimStatement(
+        job=job,
+        model=model,
+        now=now,
+        fcfs=True,
+        attempt=attempt,
+        gate="EXISTS (SELECT 1 FROM ok)",
+    )
+    qn = connection.ops.quote_name
+    job_values, job_params = [], []
+    for field, value in zip(fields, values, strict=True):
+        if field.attname == "status":  # running when the claim took a slot
+            job_values.append(
+                "CASE WHEN EXISTS (SELECT 1 FROM slot) THEN %s ELSE %s END"
+            )
+            job_params += [Job.Status.RUNNING, Job.Status.QUEUED]
+        else:
+            job_values.append("%s")
+            job_params.append(value)
+    worst_case = request.params["max_tokens"] * model.price_completion_nano
+    sql, params = claim.sql(
+        head=f"credit AS ({_credit_sql('a.kind = %s AND a.user_id = %s')}),"
+        " ok AS (SELECT 1 FROM credit WHERE NOT credit.rentals"
+        " AND credit.balance - credit.reserved >= %s)",
+        head_params=[
+            *_credit_params(renter_id),
+            Account.Kind.RENTER_CREDIT,
+            renter_id,
+            worst_case,
+        ],
+        tail=f"job AS (INSERT INTO jobs_job ({', '.join(qn(f.column) for f in fields)})"
+        f" SELECT {', '.join(job_values)} FROM ok)",
+        tail_params=job_params,
+        select=(
+            "(SELECT balance - reserved FROM credit)",
+            "(SELECT rentals FROM credit)",
+            "EXISTS (SELECT 1 FROM ok)",
+        ),
+    )
+    _, locked, (row,) = _transaction_pipelined(
+        [
+            (_ASYNC_COMMIT_SQL, [], False),
+            (
+                _CREDIT_LOCK_SQL + " FOR UPDATE",
+                [Account.Kind.RENTER_CREDIT, renter_id],
+                False,
+            ),
+            (sql, params, True),
+        ]
+    )
+    available, rentals_open, stored = row[:3]
+    if not locked or rentals_open:
+        return None
+    if not stored:
+        raise _credit_refused(available, request, model)
+    row_saved(job)
+    ahead, device = claim.result(row)
+    if device is None:
+        dispatch = _dispatch_unclaimed(
+            job=job, model=model, now=now, ahead=ahead, waiting_channel=waiting_channel
+        )
+    else:
+        job.status = Job.Status.RUNNING
+        dispatch = _dispatch_claimed(
+            job=job, attempt=attempt, device=device, continue_from="", now=now
+        )
+    return job, model, dispatch
+
+
+def _transaction_pipelined(statements: list[tuple[str, list, bool]]) -> list[list]:
+    """PostgreSQL: ``BEGIN``, ``statements``, ``COMMIT`` in one round trip.
+
+    ``statements``: (sql, params, prepare) each. psycopg's pipeline mode sends them
+    all before reading any result; the server still runs them in order, each with
+    its own snapshot (READ COMMITTED), so a statement after a lock sees everything
+    committed before the lock was granted. Returns each statement's rows ([] for
+    one that returns none). Needs Django's connection in autocommit (not inside
+    ``atomic``). Raises the database's error as Django's (IntegrityError, …),
+    after rolling the transaction back.
+    """
+    connection.ensure_connection()
+    pg = connection.connection
+    if pg.prepare_threshold is None:
+        pg.prepare_threshold = 2**31 - 1  # as _execute_prepared
+    cursors = []
+    try:
+        with connection.wrap_database_errors, pg.pipeline():
+            pg.execute("BEGIN")
+            for sql, params, prepare in statements:
+                raw = _PreparedCursor(pg) if prepare else pg.cursor()
+                cursor = connection._prepare_cursor(raw)
+                cursor.execute(sql, params)
+                cursors.append(cursor)
+            pg.execute("COMMIT")
+    except BaseException:
+        if not pg.closed and pg.info.transaction_status != 0:  # not IDLE
+            with connection.wrap_database_errors:
+                pg.execute("ROLLBACK")
+        raise
+    return [cursor.fetchall() if cursor.description else [] for cursor in cursors]
 
 
 def job_submit(
@@ -1165,18 +1457,9 @@ def job_submit(
     ``max_tokens`` at the model's price (the renter's credit account is locked
     until the transaction ends, so parallel requests cannot overspend).
     """
-    from billing.money import nano_to_usd_str
-
     from .errors import ApiError
 
-    model = catalog_model_active(model_id=request.model)
-    if model is None:
-        raise ApiError(
-            404,
-            f"model '{request.model}' is not in the catalog",
-            "model_not_found",
-            "model",
-        )
+    model = _request_model(request)
     rental = None
     if request.placement.get("rental"):
         from .models import Rental
@@ -1198,30 +1481,12 @@ def job_submit(
                 "rental_not_live",
                 "placement.rental",
             )
-    prompt_tokens = prompt_tokens_estimate(model_id=model.id, request=request)
-    if (
-        prompt_tokens is not None
-        and prompt_tokens + request.params["max_tokens"] > model.context_length
-    ):
-        raise ApiError(
-            400,
-            f"the prompt (about {prompt_tokens} tokens) plus max_tokens="
-            f"{request.params['max_tokens']} exceed the model's context of "
-            f"{model.context_length} tokens",
-            "context_length_exceeded",
-            "messages" if request.messages is not None else "prompt",
-        )
+    _request_fits(model, request)
     worst_case = request.params["max_tokens"] * model.price_completion_nano
     account_id = credit_lock(renter=api_key.user)
     balance = credit_available_nano(renter=api_key.user, account_id=account_id)
     if balance < worst_case:
-        raise ApiError(
-            402,
-            f"balance {nano_to_usd_str(balance)} USD cannot cover max_tokens="
-            f"{request.params['max_tokens']} at {nano_to_usd_str(model.price_completion_nano)} "
-            "USD per token",
-            "insufficient_credit",
-        )
+        raise _credit_refused(balance, request, model)
     job = job_create(
         renter=api_key.user,
         api_key=api_key,
@@ -1236,6 +1501,57 @@ def job_submit(
         waiting_channel=waiting_channel,
     )
     return job, model
+
+
+def _request_model(request) -> CatalogModel:
+    """The active catalog model the request names; ApiError 404 when there is none."""
+    from .errors import ApiError
+
+    model = catalog_model_active(model_id=request.model)
+    if model is None:
+        raise ApiError(
+            404,
+            f"model '{request.model}' is not in the catalog",
+            "model_not_found",
+            "model",
+        )
+    return model
+
+
+def _request_fits(model: CatalogModel, request) -> None:
+    """ApiError 400 when the prompt (the model's tokenizer) plus ``max_tokens``
+    exceed the model's context."""
+    from .errors import ApiError
+
+    prompt_tokens = prompt_tokens_estimate(model_id=model.id, request=request)
+    if (
+        prompt_tokens is not None
+        and prompt_tokens + request.params["max_tokens"] > model.context_length
+    ):
+        raise ApiError(
+            400,
+            f"the prompt (about {prompt_tokens} tokens) plus max_tokens="
+            f"{request.params['max_tokens']} exceed the model's context of "
+            f"{model.context_length} tokens",
+            "context_length_exceeded",
+            "messages" if request.messages is not None else "prompt",
+        )
+
+
+def _credit_refused(available: int, request, model: CatalogModel):
+    """The ApiError 402 of a request whose worst case ``available`` nano-USD
+    (balance less reservations) cannot cover."""
+    from billing.money import nano_to_usd_str
+
+    from .errors import ApiError
+
+    return ApiError(
+        402,
+        f"balance {nano_to_usd_str(available)} USD cannot cover max_tokens="
+        f"{request.params['max_tokens']} at {nano_to_usd_str(model.price_completion_nano)} "
+        "USD per token",
+        "insufficient_credit",
+    )
 
 
 def catalog_model_active(*, model_id: str) -> CatalogModel | None:

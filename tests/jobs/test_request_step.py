@@ -1,0 +1,300 @@
+"""The request path's database step (``jobs.services.job_open``): on PostgreSQL the
+common request is stored and claimed in one round trip (``_job_open_pipelined``);
+it must store exactly what the statement-at-a-time step stores, refuse what that
+step refuses with nothing left behind, and keep parallel requests from
+overspending (DESIGN.md "Money": the worst case is held before the offer)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections
+from django.db.utils import DataError
+from django.test.utils import CaptureQueriesContext
+
+from billing.models import Account
+from billing.money import usd_to_nano
+from billing.services import renter_top_up
+from hosts.models import Device, DeviceModel
+from hosts.services import user_get_or_create
+from jobs import services
+from jobs.errors import ApiError
+from jobs.models import Attempt, Job, Rental
+from jobs.requests import completion_request_parse
+from jobs.services import api_key_authenticate, api_key_create, job_open
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+postgresql_only = pytest.mark.skipif(
+    "connection.vendor != 'postgresql'",
+    reason="the one-round-trip step is PostgreSQL's (SQLite runs the stepwise one)",
+)
+
+
+def request(max_tokens: int = 16, model: str | None = None, content: str = "Hi"):
+    from tests.conftest import REFERENCE_MODEL
+
+    return completion_request_parse(
+        {
+            "model": model or REFERENCE_MODEL["id"],
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+        },
+        endpoint=Job.Endpoint.CHAT,
+    )
+
+
+def key_of(user):
+    _, plain = api_key_create(user=user)
+    return api_key_authenticate(plain=plain)
+
+
+def open_job(key, **kwargs):
+    return job_open(api_key=key, request=request(**kwargs), waiting_channel="w.1")
+
+
+@pytest.fixture
+def round_trips(monkeypatch):
+    """The statement lists sent through ``_transaction_pipelined``, as called."""
+    calls: list[list[str]] = []
+    real = services._transaction_pipelined
+
+    def spy(statements):
+        calls.append([sql for sql, _, _ in statements])
+        return real(statements)
+
+    monkeypatch.setattr(services, "_transaction_pipelined", spy)
+    return calls
+
+
+def transaction_idle() -> bool:
+    return connection.connection.info.transaction_status == 0  # psycopg: IDLE
+
+
+@postgresql_only
+def test_a_request_is_stored_and_claimed_in_one_round_trip(
+    renter, live_device, round_trips
+):
+    device = live_device()
+    tiebreak = DeviceModel.objects.get(device=device).tiebreak
+    key = key_of(renter)
+    with CaptureQueriesContext(connection) as queries:
+        job, model, dispatch = open_job(key)
+    assert len(round_trips) == 1
+    lock, claim = round_trips[0][1:]
+    assert lock.endswith("FOR UPDATE") and claim.startswith("WITH credit AS")
+    # besides the round trip (its three statements), only the catalog read
+    assert len(queries.captured_queries) == 1 + 3
+    assert transaction_idle()
+    stored = Job.objects.get(id=job.id)
+    assert stored.status == Job.Status.RUNNING == job.status
+    assert stored.renter_id == renter.id and stored.api_key_id == key.id
+    assert stored.waiting_channel == "w.1" and stored.params["max_tokens"] == 16
+    attempt = Attempt.objects.get(job=job)
+    assert attempt.id == dispatch.attempt.id and attempt.device_id == device.id
+    assert attempt.state == Attempt.State.OFFERED
+    assert dispatch.offer["job"] == str(attempt.id)
+    assert dispatch.machine_channel == device.machine.channel_name
+    assert Device.objects.get(id=device.id).slots_used == 1
+    assert DeviceModel.objects.get(device=device).tiebreak > tiebreak
+
+
+@postgresql_only
+def test_the_one_round_trip_stores_what_the_stepwise_step_stores(renter, live_device):
+    device = live_device(slots=2)
+    key = key_of(renter)
+    fast = open_job(key, content="same")
+    slow = services._job_open_stepwise(
+        api_key=key, request=request(content="same"), waiting_channel="w.1"
+    )
+    skip = {"id", "created_at", "lease_until"}
+    rows = [
+        Job.objects.filter(id=opened[0].id).values().get() for opened in (fast, slow)
+    ]
+    assert {k: v for k, v in rows[0].items() if k not in skip} == {
+        k: v for k, v in rows[1].items() if k not in skip
+    }
+    skip |= {"job_id", "offered_at", "claim_deadline"}
+    attempts = [
+        Attempt.objects.filter(job_id=opened[0].id).values().get()
+        for opened in (fast, slow)
+    ]
+    assert {k: v for k, v in attempts[0].items() if k not in skip} == {
+        k: v for k, v in attempts[1].items() if k not in skip
+    }
+    offers = [{**opened[2].offer, "job": None} for opened in (fast, slow)]
+    assert offers[0] == offers[1]
+    assert Device.objects.get(id=device.id).slots_used == 2
+
+
+def test_a_request_the_credit_cannot_cover_is_refused_with_nothing_claimed(live_device):
+    device = live_device()
+    user = user_get_or_create(email="poor@example.com")
+    renter_top_up(
+        user=user, amount_nano=usd_to_nano("0.000001"), key="poor"
+    )  # 5 tokens
+    key = key_of(user)
+    with pytest.raises(ApiError) as refused:
+        open_job(key, max_tokens=6)
+    assert refused.value.status == 402
+    assert "cannot cover max_tokens=6" in refused.value.message
+    assert not Job.objects.exists() and not Attempt.objects.exists()
+    assert Device.objects.get(id=device.id).slots_used == 0
+    if connection.vendor == "postgresql":
+        assert transaction_idle()
+        account_lock_free(user)
+    job, _, dispatch = open_job(key, max_tokens=5)  # exactly the balance: accepted
+    assert dispatch.attempt is not None
+
+
+def account_lock_free(user) -> None:
+    """Another connection can lock the renter's credit account at once (NOWAIT)."""
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute(
+                "SELECT id FROM billing_account WHERE user_id = %s FOR UPDATE NOWAIT",
+                [user.pk],
+            )
+            cursor.execute("ROLLBACK")
+    finally:
+        other.close()
+
+
+def test_a_renter_without_a_credit_account_is_refused_402(live_device):
+    """(No account: the one-round-trip step locks nothing and hands the request to
+    the stepwise one, which makes the account inside its rolled-back transaction.)"""
+    live_device()
+    user = user_get_or_create(email="new@example.com")
+    key = key_of(user)
+    with pytest.raises(ApiError) as refused:
+        open_job(key)
+    assert refused.value.status == 402
+    assert "balance 0" in refused.value.message
+    assert not Job.objects.exists()
+
+
+def test_an_unknown_model_or_an_oversized_prompt_is_refused_before_any_write(
+    renter, live_device
+):
+    live_device()
+    key = key_of(renter)
+    with pytest.raises(ApiError) as refused:
+        open_job(key, model="no-such-model")
+    assert refused.value.status == 404
+    with pytest.raises(ApiError) as refused:
+        open_job(key, content="word " * 2100)
+    assert refused.value.status == 400
+    assert not Job.objects.exists()
+
+
+def test_with_every_slot_taken_the_job_queues(renter, live_device):
+    device = live_device()
+    key = key_of(renter)
+    _, _, first = open_job(key)
+    job, _, second = open_job(key)
+    assert first.attempt is not None
+    assert second.wait and second.attempt is None
+    assert Job.objects.get(id=job.id).status == Job.Status.QUEUED == job.status
+    assert not Attempt.objects.filter(job_id=job.id).exists()
+    assert Device.objects.get(id=device.id).slots_used == 1
+
+
+def test_an_open_rental_is_held_against_the_credit(renter, live_device):
+    """The rental's unbilled hours count (the one-round-trip step hands this case to
+    the stepwise one, which adds them)."""
+    rented = live_device("rented")
+    live_device("other")
+    balance = services.credit_reserved_nano(renter=renter)  # nothing held yet
+    assert balance == 0
+    Rental.objects.create(
+        renter=renter,
+        device=rented,
+        hours=1,
+        price_per_hour_nano=usd_to_nano(5) - 100 * 200,  # leaves 100 tokens
+        status=Rental.Status.PENDING,
+    )
+    key = key_of(renter)
+    with pytest.raises(ApiError) as refused:
+        open_job(key, max_tokens=101)
+    assert refused.value.status == 402
+    job, _, dispatch = open_job(key, max_tokens=100)
+    assert dispatch.attempt is not None
+
+
+@postgresql_only
+def test_a_failed_round_trip_rolls_back_and_releases_the_lock(renter):
+    account = Account.objects.get(user=renter, kind=Account.Kind.RENTER_CREDIT)
+    connection.ensure_connection()
+    with pytest.raises(DataError):
+        services._transaction_pipelined(
+            [
+                (
+                    "SELECT id FROM billing_account WHERE id = %s FOR UPDATE",
+                    [account.id],
+                    False,
+                ),
+                ("SELECT 1 / %s", [0], False),
+            ]
+        )
+    assert transaction_idle()
+    account_lock_free(renter)
+
+
+@postgresql_only
+def test_requests_queued_on_the_credit_lock_see_each_others_jobs(live_device):
+    """Six requests wait on the renter's credit lock (held here), credit for three
+    worst cases: once it is released, each reads the credit after the one before
+    committed (its own snapshot, after the lock), so three are stored."""
+    live_device(slots=8)
+    user = user_get_or_create(email="three@example.com")
+    renter_top_up(user=user, amount_nano=3 * 10 * 200, key="three")  # 200 nano a token
+    key = key_of(user)
+    holder = connections.create_connection("default")
+    results: list[object] = []
+
+    def one() -> None:
+        try:
+            results.append(open_job(key, max_tokens=10))
+        except ApiError as exc:
+            results.append(exc.status)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute(
+                "SELECT id FROM billing_account WHERE user_id = %s FOR UPDATE",
+                [user.pk],
+            )
+            for thread in threads:
+                thread.start()
+            waiting_on_locks(6)
+            cursor.execute("ROLLBACK")
+    finally:
+        holder.close()
+        for thread in threads:
+            thread.join(30)
+    assert sorted(r for r in results if isinstance(r, int)) == [402] * 3
+    assert Job.objects.filter(renter=user).count() == 3
+
+
+def waiting_on_locks(count: int, timeout_s: float = 10.0) -> None:
+    """Wait until ``count`` sessions of this database wait on a lock (a state)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0] >= count:
+                return
+            time.sleep(0.005)
+    raise AssertionError(f"{count} requests never waited on the credit lock")
