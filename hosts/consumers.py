@@ -304,17 +304,17 @@ class HostConsumer(DirectDispatchConsumer):
             )
             return
         # the offer reached this connection and the attempt is still open on it:
-        # relay the claim at once and record it off the token path (the agent
-        # streams right after its claim; a database step here would hold them)
+        # relay the claim at once; it is recorded once the first token is relayed
+        # (``frame_token``): the agent streams right after its claim, and a
+        # database step beside the first token (a thread holding the GIL) costs it
+        # ~0.1 ms. Without a token the job's coroutine records the claim with the
+        # attempt's end (``claimed_at``).
         info["claimed"] = True
         await local.channel_send(
             self.channel_layer,
             info["reply"],
             {"type": "host.claim", "attempt": attempt_id},
         )
-        task = asyncio.create_task(self._claim_record(attempt_id))
-        self.background_tasks.add(task)
-        task.add_done_callback(self.background_tasks.discard)
 
     async def _claim_record(self, attempt_id: str) -> None:
         """Record a relayed claim (compare-and-set offered → claimed); when the
@@ -355,6 +355,14 @@ class HostConsumer(DirectDispatchConsumer):
         relay = info.get("relay")
         if relay is None or relay.done():
             info["relay"] = asyncio.create_task(self._tokens_relay(attempt_id, info))
+        if relay is None:  # the attempt's first token: now record its claim
+            relay = info["relay"]
+            relay.add_done_callback(lambda _: self._claim_record_soon(attempt_id))
+
+    def _claim_record_soon(self, attempt_id: str) -> None:
+        task = asyncio.create_task(self._claim_record(attempt_id))
+        self.background_tasks.add(task)
+        task.add_done_callback(self.background_tasks.discard)
 
     async def _tokens_relay(self, attempt_id: str, info: dict) -> bool:
         """Send the attempt's outbox until it is empty; False if the layer failed.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from .models import ApiKey
-from .services import api_key_authenticate
+from .models import ApiKey, CatalogModel
+from .services import api_key_and_model
 
 
 def bearer_from_header(value: str) -> str:
@@ -17,10 +17,18 @@ def bearer_from_header(value: str) -> str:
 
 def api_key_from_request_header(header: str) -> ApiKey | None:
     """The live API key named by an Authorization header value, or None; marks it used."""
-    key = api_key_authenticate(plain=bearer_from_header(header))
+    return api_key_and_model_from_request_header(header)[0]
+
+
+def api_key_and_model_from_request_header(
+    header: str, model_id: str | None = None
+) -> tuple[ApiKey | None, CatalogModel | None]:
+    """``api_key_from_request_header`` and the active catalog model ``model_id``,
+    read in the same statement (``services.api_key_and_model``)."""
+    key, model = api_key_and_model(plain=bearer_from_header(header), model_id=model_id)
     if key is not None and key.last_used_stale:
         ApiKey.objects.filter(id=key.id).update(last_used_at=timezone.now())
-    return key
+    return key, model
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

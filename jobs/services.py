@@ -87,27 +87,50 @@ def api_key_authenticate(*, plain: str) -> ApiKey | None:
     The key comes with ``user`` (its renter) and ``last_used_stale`` (True when
     ``last_used_at`` is older than ``API_KEY_LAST_USED_EVERY`` or unset).
     """
+    return api_key_and_model(plain=plain)[0]
+
+
+# ``model`` not read by the caller (``job_open``): distinct from None (not in the catalog)
+UNREAD = object()
+
+_CATALOG_FIELDS = (
+    "id",
+    "context_length",
+    "vram_per_request_mb",
+    "price_completion_nano",
+)
+
+
+def api_key_and_model(
+    *, plain: str, model_id: str | None = None
+) -> tuple[ApiKey | None, CatalogModel | None]:
+    """``api_key_authenticate`` and, in the same statement, the active catalog
+    model ``model_id`` (as ``catalog_model_active``; None when it is not in the
+    catalog, or when the key is not live or ``model_id`` is None)."""
     if not plain:
-        return None
+        return None, None
     # one fixed statement (the request path): the key, its renter, and whether its
     # last_used_at is due for a rewrite (``jobs.auth.LAST_USED_EVERY``)
+    catalog_columns = "".join(f", c.{name}" for name in _CATALOG_FIELDS)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT k.id, k.user_id, k.name, k.prefix,"
-            " (k.last_used_at IS NULL OR k.last_used_at < %s)"
+            f" (k.last_used_at IS NULL OR k.last_used_at < %s){catalog_columns}"
             " FROM jobs_apikey k JOIN auth_user u ON u.id = k.user_id"
+            " LEFT JOIN jobs_catalogmodel c ON c.id = %s AND c.active"
             " WHERE k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active",
             [
                 connection.ops.adapt_datetimefield_value(
                     timezone.now() - API_KEY_LAST_USED_EVERY
                 ),
+                model_id,
                 token_hash(plain),
             ],
         )
         row = cursor.fetchone()
     if row is None:
-        return None
-    key_id, user_id, name, prefix, stale = row
+        return None, None
+    key_id, user_id, name, prefix, stale = row[:5]
     # the fields not read here are deferred: loaded from the database if touched
     alias = connection.alias
     key = ApiKey.from_db(
@@ -115,7 +138,10 @@ def api_key_authenticate(*, plain: str) -> ApiKey | None:
     )
     key.user = get_user_model().from_db(alias, ["id", "is_active"], [user_id, True])
     key.last_used_stale = bool(stale)
-    return key
+    model = None
+    if row[5] is not None:
+        model = CatalogModel.from_db(alias, _CATALOG_FIELDS, row[5:])
+    return key, model
 
 
 # --- jobs ---------------------------------------------------------------------------
@@ -1259,7 +1285,11 @@ def credit_lock(*, renter) -> int:
 
 
 def job_open(
-    *, api_key: ApiKey, request, waiting_channel: str
+    *,
+    api_key: ApiKey,
+    request,
+    waiting_channel: str,
+    model: CatalogModel | None | object = UNREAD,
 ) -> tuple[Job, CatalogModel, Dispatch]:
     """Submit a renter's request and make its first dispatch, in one transaction.
 
@@ -1268,7 +1298,10 @@ def job_open(
     coroutine that will run it) and, when a device is free, its first attempt is
     claimed in the same commit. Returns (job, its catalog model, the dispatch: an
     attempt with its offer, a wait or an impossibility, as ``job_dispatch``).
-    Raises ApiError as ``job_submit`` does; then nothing is stored.
+    Raises ApiError as ``job_submit`` does; then nothing is stored. ``model``:
+    the request's catalog model when the caller read it with the key
+    (``api_key_and_model``: a CatalogModel, or None when it is not in the
+    catalog); left out, it is read here.
 
     On PostgreSQL, outside a transaction, the common request (a renter whose
     credit account exists, no rental) takes the catalog read and one round trip
@@ -1284,12 +1317,15 @@ def job_open(
         and not request.placement.get("rental")
     ):
         opened = _job_open_pipelined(
-            api_key=api_key, request=request, waiting_channel=waiting_channel
+            api_key=api_key,
+            request=request,
+            waiting_channel=waiting_channel,
+            model=model,
         )
         if opened is not None:
             return opened
     return _job_open_stepwise(
-        api_key=api_key, request=request, waiting_channel=waiting_channel
+        api_key=api_key, request=request, waiting_channel=waiting_channel, model=model
     )
 
 
@@ -1298,13 +1334,13 @@ _ASYNC_COMMIT_SQL = "SET LOCAL synchronous_commit TO OFF"
 
 @transaction.atomic
 def _job_open_stepwise(
-    *, api_key: ApiKey, request, waiting_channel: str
+    *, api_key: ApiKey, request, waiting_channel: str, model=UNREAD
 ) -> tuple[Job, CatalogModel, Dispatch]:
     """``job_open`` one statement at a time (SQLite; PostgreSQL's rarer cases)."""
     if connection.vendor == "postgresql":
         rows_changed(_ASYNC_COMMIT_SQL, [])
     job, model = job_submit(
-        api_key=api_key, request=request, waiting_channel=waiting_channel
+        api_key=api_key, request=request, waiting_channel=waiting_channel, model=model
     )
     dispatch = job_dispatch(
         job_id=str(job.id), waiting_channel=waiting_channel, job=job, model=model
@@ -1313,7 +1349,7 @@ def _job_open_stepwise(
 
 
 def _job_open_pipelined(
-    *, api_key: ApiKey, request, waiting_channel: str
+    *, api_key: ApiKey, request, waiting_channel: str, model=UNREAD
 ) -> tuple[Job, CatalogModel, Dispatch] | None:
     """PostgreSQL: ``job_open`` as the catalog read and one round trip.
 
@@ -1325,7 +1361,7 @@ def _job_open_pipelined(
     (the renter's first request makes their credit account; an open rental
     changes the reservation). Raises ApiError 404, 400 and 402 as ``job_submit``.
     """
-    model = _request_model(request)
+    model = _request_model(request, model)
     _request_fits(model, request)
     renter_id = api_key.user_id
     now = timezone.now()
@@ -1446,7 +1482,7 @@ def _transaction_pipelined(statements: list[tuple[str, list, bool]]) -> list[lis
 
 
 def job_submit(
-    *, api_key: ApiKey, request, waiting_channel: str = ""
+    *, api_key: ApiKey, request, waiting_channel: str = "", model=UNREAD
 ) -> tuple[Job, CatalogModel]:
     """Store a renter's checked request (``jobs.requests.CompletionRequest``) as a
     job, inside the caller's transaction (``job_open``); return the job and model.
@@ -1459,7 +1495,7 @@ def job_submit(
     """
     from .errors import ApiError
 
-    model = _request_model(request)
+    model = _request_model(request, model)
     rental = None
     if request.placement.get("rental"):
         from .models import Rental
@@ -1503,11 +1539,13 @@ def job_submit(
     return job, model
 
 
-def _request_model(request) -> CatalogModel:
-    """The active catalog model the request names; ApiError 404 when there is none."""
+def _request_model(request, model=UNREAD) -> CatalogModel:
+    """The active catalog model the request names (``model`` when the caller read
+    it already); ApiError 404 when there is none."""
     from .errors import ApiError
 
-    model = catalog_model_active(model_id=request.model)
+    if model is UNREAD:
+        model = catalog_model_active(model_id=request.model)
     if model is None:
         raise ApiError(
             404,
@@ -1556,14 +1594,12 @@ def _credit_refused(available: int, request, model: CatalogModel):
 
 def catalog_model_active(*, model_id: str) -> CatalogModel | None:
     """The active catalog model ``model_id``, or None (one fixed statement)."""
-    names = ("id", "context_length", "vram_per_request_mb", "price_completion_nano")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(names)} FROM jobs_catalogmodel WHERE id = %s AND active",
-            [model_id],
-        )
-        row = cursor.fetchone()
-    return CatalogModel.from_db(connection.alias, names, row) if row else None
+    row = row_fetch(
+        f"SELECT {', '.join(_CATALOG_FIELDS)} FROM jobs_catalogmodel"
+        " WHERE id = %s AND active",
+        [model_id],
+    )
+    return CatalogModel.from_db(connection.alias, _CATALOG_FIELDS, row) if row else None
 
 
 def _uuid_or_none(value: str):

@@ -19,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ballast.db import db_call
 
-from .auth import api_key_from_request_header
+from .auth import api_key_and_model_from_request_header, api_key_from_request_header
 from .errors import ApiError, error_body, error_response
 from .models import CatalogModel, Job
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
@@ -148,22 +148,33 @@ def _job_open(
     """Authorize, parse, store and first-dispatch a request: the request path's one
     database step (one worker thread, one transaction for the job and its claim).
 
-    Raises ApiError 401 (key), 400 (body), and as ``services.job_open``.
+    Raises ApiError 401 (key), 400 (body), and as ``services.job_open``. The key
+    is checked before the body (a caller without a valid key learns nothing of
+    its request), in the statement that also reads the request's catalog model.
     """
-    key = api_key_from_request_header(authorization)
-    if key is None:
-        raise ApiError(401, "missing, invalid or revoked API key", "invalid_api_key")
     try:
-        body = json.loads(raw or b"")
-    except (ValueError, RecursionError):
-        raise ApiError(
-            400, "the request body is not valid JSON", "invalid_json", "body"
-        ) from None
-    parsed = completion_request_parse(body, endpoint=endpoint)
+        try:
+            body = json.loads(raw or b"")
+        except (ValueError, RecursionError):
+            raise ApiError(
+                400, "the request body is not valid JSON", "invalid_json", "body"
+            ) from None
+        parsed = completion_request_parse(body, endpoint=endpoint)
+    except ApiError as refused:
+        if api_key_from_request_header(authorization) is None:
+            raise _unauthorized() from None
+        raise refused
+    key, model = api_key_and_model_from_request_header(authorization, parsed.model)
+    if key is None:
+        raise _unauthorized()
     job, model, dispatch = job_open(
-        api_key=key, request=parsed, waiting_channel=channel
+        api_key=key, request=parsed, waiting_channel=channel, model=model
     )
     return job, model, parsed, dispatch
+
+
+def _unauthorized() -> ApiError:
+    return ApiError(401, "missing, invalid or revoked API key", "invalid_api_key")
 
 
 async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:

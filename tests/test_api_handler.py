@@ -14,8 +14,8 @@ from ballast.asgi import application
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
-async def _post(path: str, body: bytes, headers: list) -> tuple[int, dict]:
-    scope = {
+def _scope(path: str, headers: list) -> dict:
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -28,7 +28,10 @@ async def _post(path: str, body: bytes, headers: list) -> tuple[int, dict]:
         "client": ("127.0.0.1", 5000),
         "server": ("testserver", 80),
     }
-    communicator = ApplicationCommunicator(application, scope)
+
+
+async def _post(path: str, body: bytes, headers: list) -> tuple[int, dict]:
+    communicator = ApplicationCommunicator(application, _scope(path, headers))
     await communicator.send_input({"type": "http.request", "body": body})
     start = await communicator.receive_output(5)
     assert start["type"] == "http.response.start"
@@ -69,3 +72,60 @@ async def test_other_pages_still_go_through_django_with_its_middleware():
     status, answer = await _post("/v1/no-such-endpoint", b"{}", [])
     assert status == 404
     assert answer["error"]["code"] == "not_found"
+
+
+async def test_the_key_is_checked_before_the_body_and_the_model(api_key, catalog):
+    """A caller without a valid key learns nothing of its request (401 whatever the
+    body); with one, the body's errors and an unknown model come back as such."""
+    bad_key = [(b"authorization", b"Bearer not-a-key")]
+    good_key = [(b"authorization", f"Bearer {api_key}".encode())]
+    unknown_model = json.dumps(
+        {"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}
+    ).encode()
+    for body in (b"{not json", b'{"model": "m"}', unknown_model):
+        status, answer = await _post("/v1/chat/completions", body, bad_key)
+        assert (status, answer["error"]["code"]) == (401, "invalid_api_key")
+    status, answer = await _post("/v1/chat/completions", b"{not json", good_key)
+    assert (status, answer["error"]["code"]) == (400, "invalid_json")
+    status, answer = await _post("/v1/chat/completions", b'{"model": "m"}', good_key)
+    assert status == 400 and answer["error"]["param"] == "messages"
+    status, answer = await _post("/v1/chat/completions", unknown_model, good_key)
+    assert (status, answer["error"]["code"]) == (404, "model_not_found")
+
+
+async def test_a_renter_going_away_mid_stream_cancels_the_job_and_bills_what_it_got(
+    api_key, catalog, machine_token
+):
+    from jobs.models import Attempt, Job
+    from tests.jobs.helpers import host_online
+
+    host = await host_online(machine_token, "rig")
+    body = json.dumps(
+        {
+            "model": catalog.id,
+            "stream": True,
+            "messages": [{"role": "user", "content": "Count"}],
+        }
+    ).encode()
+    headers = [(b"authorization", f"Bearer {api_key}".encode())]
+    communicator = ApplicationCommunicator(
+        application, _scope("/v1/chat/completions", headers)
+    )
+    await communicator.send_input({"type": "http.request", "body": body})
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "One,")
+    start = await communicator.receive_output(5)
+    assert start["status"] == 200
+    first = await communicator.receive_output(5)
+    assert b'"content":"One,"' in first["body"]
+    await communicator.send_input({"type": "http.disconnect"})
+    assert (await host.recv_type("cancel"))["job"] == offer["job"]
+    await communicator.wait(5)
+    attempt = await Attempt.objects.select_related("job", "device").aget(
+        id=offer["job"]
+    )
+    assert attempt.outcome == "cancelled" and attempt.device.slots_used == 0
+    assert attempt.job.status == Job.Status.CANCELLED
+    assert attempt.job.output_text == "One," and attempt.job.tokens_billed >= 1
+    await host.close()

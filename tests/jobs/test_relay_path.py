@@ -257,3 +257,31 @@ async def test_the_renter_websocket_relays_the_exact_text(
     assert message["finish_reason"] == "stop"
     await ws.disconnect()
     await host.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_claim_is_recorded_once_the_first_token_is_relayed(
+    catalog, api_key, machine_token, settings
+):
+    """Recorded off the first token's path, the claim still lands in the attempt's
+    row while it streams (claimed_at, first-token deadline), before its end."""
+    host = await host_online(machine_token, "rig")
+    request = chat_request(api_key)
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "One,")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while True:
+        attempt = await Attempt.objects.aget(id=offer["job"])
+        if attempt.state == Attempt.State.CLAIMED or loop.time() > deadline:
+            break
+        await asyncio.sleep(0.01)
+    assert attempt.state == Attempt.State.CLAIMED
+    assert attempt.claimed_at and attempt.first_token_deadline > attempt.claimed_at
+    await host.token(offer["job"], " two.")
+    await host.done(offer["job"], token_count(MODEL, "One, two."))
+    response = await request
+    assert sse_text(sse_events(await read_body(response))) == "One, two."
+    await host.close()
