@@ -26,9 +26,16 @@ def api_key_and_model_from_request_header(
     """``api_key_from_request_header`` and the active catalog model ``model_id``,
     read in the same statement (``services.api_key_and_model``)."""
     key, model = api_key_and_model(plain=bearer_from_header(header), model_id=model_id)
-    if key is not None and key.last_used_stale:
-        ApiKey.objects.filter(id=key.id).update(last_used_at=timezone.now())
+    if key is not None:
+        api_key_mark_used(key)
     return key, model
+
+
+def api_key_mark_used(key: ApiKey) -> None:
+    """Write the key's ``last_used_at`` when it is stale (at most once a minute,
+    ``services.API_KEY_LAST_USED_EVERY``)."""
+    if key.last_used_stale:
+        ApiKey.objects.filter(id=key.id).update(last_used_at=timezone.now())
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

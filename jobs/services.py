@@ -31,6 +31,7 @@ from ballast.db import (
     row_values,
     rows_changed,
     rows_fetch,
+    sql_value,
     value_datetime,
     value_json,
     value_uuid,
@@ -116,9 +117,8 @@ def api_key_and_model(
         cursor.execute(
             "SELECT k.id, k.user_id, k.name, k.prefix,"
             f" (k.last_used_at IS NULL OR k.last_used_at < %s){catalog_columns}"
-            " FROM jobs_apikey k JOIN auth_user u ON u.id = k.user_id"
-            " LEFT JOIN jobs_catalogmodel c ON c.id = %s AND c.active"
-            " WHERE k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active",
+            f" {_KEY_FROM_SQL} LEFT JOIN jobs_catalogmodel c ON c.id = %s AND c.active"
+            f" WHERE {_KEY_WHERE_SQL}",
             [
                 connection.ops.adapt_datetimefield_value(
                     timezone.now() - API_KEY_LAST_USED_EVERY
@@ -130,7 +130,17 @@ def api_key_and_model(
         row = cursor.fetchone()
     if row is None:
         return None, None
-    key_id, user_id, name, prefix, stale = row[:5]
+    key = _api_key_row(*row[:5])
+    model = None
+    if row[5] is not None:
+        model = _catalog_hints[row[5]] = CatalogModel.from_db(
+            connection.alias, _CATALOG_FIELDS, row[5:]
+        )
+    return key, model
+
+
+def _api_key_row(key_id, user_id, name, prefix, stale) -> ApiKey:
+    """An ApiKey (with ``user`` and ``last_used_stale``) from its row as read."""
     # the fields not read here are deferred: loaded from the database if touched
     alias = connection.alias
     key = ApiKey.from_db(
@@ -138,10 +148,7 @@ def api_key_and_model(
     )
     key.user = get_user_model().from_db(alias, ["id", "is_active"], [user_id, True])
     key.last_used_stale = bool(stale)
-    model = None
-    if row[5] is not None:
-        model = CatalogModel.from_db(alias, _CATALOG_FIELDS, row[5:])
-    return key, model
+    return key
 
 
 # --- jobs ---------------------------------------------------------------------------
@@ -523,9 +530,11 @@ class _ClaimStatement:
             if field.attname == "device_id":
                 values.append("slot.id")
                 continue
-            values.append("%s")
-            attempt_params.append(
-                field.get_db_prep_save(getattr(attempt, field.attname), connection)
+            values.append(
+                sql_value(
+                    field.get_db_prep_save(getattr(attempt, field.attname), connection),
+                    attempt_params,
+                )
             )
         self.attempt = attempt
         self.device_fields = Device._meta.concrete_fields
@@ -1213,10 +1222,11 @@ def credit_reserved_nano(*, renter) -> int:
     return jobs + rentals
 
 
-def _credit_sql(account_where: str) -> str:
+def _credit_sql(account_where: str, renter: str = "%s") -> str:
     """SELECT of (balance, open jobs' worst case, any open rental) of the renter's
-    credit account ``a`` chosen by ``account_where``; params:
-    ``_credit_params(renter_id)``, then the account's."""
+    credit account ``a`` chosen by ``account_where``; ``renter``: SQL of the
+    renter's user id (a parameter by default). Params: ``_credit_params`` (with
+    the renter's id twice when it is a parameter), then the account's."""
     if connection.vendor == "postgresql":
         max_tokens = "(j.params->>'max_tokens')::bigint"
     else:
@@ -1226,18 +1236,21 @@ def _credit_sql(account_where: str) -> str:
         f" (SELECT COALESCE(SUM(COALESCE({max_tokens}, 0)"
         "  * c.price_completion_nano), 0)"
         "  FROM jobs_job j JOIN jobs_catalogmodel c ON c.id = j.model_id"
-        "  WHERE j.renter_id = %s AND j.status IN (%s, %s)) AS reserved,"
-        " EXISTS (SELECT 1 FROM jobs_rental r WHERE r.renter_id = %s"
+        f"  WHERE j.renter_id = {renter} AND j.status IN (%s, %s)) AS reserved,"
+        f" EXISTS (SELECT 1 FROM jobs_rental r WHERE r.renter_id = {renter}"
         "  AND r.status IN (%s, %s)) AS rentals"
         f" FROM billing_account a WHERE {account_where}"
     )
 
 
-def _credit_params(renter_id: int) -> list:
+def _credit_params(renter_id: int | None = None) -> list:
+    """``_credit_sql``'s params before the account's (``renter_id``: when the
+    renter is a parameter)."""
     from .models import Rental
 
+    renter = [] if renter_id is None else [renter_id]
     open_rental = (Rental.Status.PENDING, Rental.Status.LIVE)
-    return [renter_id, *Job.OPEN_STATUSES, renter_id, *open_rental]
+    return [*renter, *Job.OPEN_STATUSES, *renter, *open_rental]
 
 
 def credit_available_nano(*, renter, account_id: int) -> int:
@@ -1329,7 +1342,8 @@ def job_open(
     )
 
 
-_ASYNC_COMMIT_SQL = "SET LOCAL synchronous_commit TO OFF"
+# SET LOCAL synchronous_commit TO OFF, as a statement that can be prepared
+_ASYNC_COMMIT_SQL = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
 @transaction.atomic
@@ -1338,7 +1352,7 @@ def _job_open_stepwise(
 ) -> tuple[Job, CatalogModel, Dispatch]:
     """``job_open`` one statement at a time (SQLite; PostgreSQL's rarer cases)."""
     if connection.vendor == "postgresql":
-        rows_changed(_ASYNC_COMMIT_SQL, [])
+        row_fetch(_ASYNC_COMMIT_SQL, [])
     job, model = job_submit(
         api_key=api_key, request=request, waiting_channel=waiting_channel, model=model
     )
@@ -1351,7 +1365,7 @@ def _job_open_stepwise(
 def _job_open_pipelined(
     *, api_key: ApiKey, request, waiting_channel: str, model=UNREAD
 ) -> tuple[Job, CatalogModel, Dispatch] | None:
-    """PostgreSQL: ``job_open`` as the catalog read and one round trip.
+    """PostgreSQL: ``job_open`` as the catalog read (unless given) and one round trip.
 
     The round trip (``_transaction_pipelined``) holds: the renter's credit lock,
     then one statement that reads the credit (after the lock is granted: its own
@@ -1363,89 +1377,229 @@ def _job_open_pipelined(
     """
     model = _request_model(request, model)
     _request_fits(model, request)
-    renter_id = api_key.user_id
-    now = timezone.now()
-    job = job_build(
-        renter=api_key.user,
-        api_key=api_key,
+    step = _OpenStatement(
+        request=request,
         model=model,
-        endpoint=request.endpoint,
-        messages=request.messages,
-        prompt=request.prompt,
-        params=request.params,
-        placement=request.placement,
-        stream=request.stream,
         waiting_channel=waiting_channel,
-    )
-    fields, values = row_values(job)  # sets created_at, which the FCFS count reads
-    attempt = _attempt_build(job, "", now)
-    claim = _ClaimStatement(
-        job=job,
-        model=model,
-        now=now,
-        fcfs=True,
-        attempt=attempt,
-        gate="EXISTS (SELECT 1 FROM ok)",
-    )
-    qn = connection.ops.quote_name
-    job_values, job_params = [], []
-    for field, value in zip(fields, values, strict=True):
-        if field.attname == "status":  # running when the claim took a slot
-            job_values.append(
-                "CASE WHEN EXISTS (SELECT 1 FROM slot) THEN %s ELSE %s END"
-            )
-            job_params += [Job.Status.RUNNING, Job.Status.QUEUED]
-        else:
-            job_values.append("%s")
-            job_params.append(value)
-    worst_case = request.params["max_tokens"] * model.price_completion_nano
-    sql, params = claim.sql(
-        head=f"credit AS ({_credit_sql('a.kind = %s AND a.user_id = %s')}),"
-        " ok AS (SELECT 1 FROM credit WHERE NOT credit.rentals"
-        " AND credit.balance - credit.reserved >= %s)",
-        head_params=[
-            *_credit_params(renter_id),
-            Account.Kind.RENTER_CREDIT,
-            renter_id,
-            worst_case,
-        ],
-        tail=f"job AS (INSERT INTO jobs_job ({', '.join(qn(f.column) for f in fields)})"
-        f" SELECT {', '.join(job_values)} FROM ok)",
-        tail_params=job_params,
-        select=(
-            "(SELECT balance - reserved FROM credit)",
-            "(SELECT rentals FROM credit)",
-            "EXISTS (SELECT 1 FROM ok)",
-        ),
+        renter_sql="SELECT %s::bigint AS user_id, %s::bigint AS key_id",
+        renter_params=[api_key.user_id, api_key.pk],
     )
     _, locked, (row,) = _transaction_pipelined(
         [
-            (_ASYNC_COMMIT_SQL, [], False),
+            (_ASYNC_COMMIT_SQL, [], True),
             (
                 _CREDIT_LOCK_SQL + " FOR UPDATE",
-                [Account.Kind.RENTER_CREDIT, renter_id],
-                False,
+                [Account.Kind.RENTER_CREDIT, api_key.user_id],
+                True,
             ),
-            (sql, params, True),
+            step.statement,
         ]
     )
-    available, rentals_open, stored = row[:3]
-    if not locked or rentals_open:
+    if not locked:
         return None
-    if not stored:
-        raise _credit_refused(available, request, model)
-    row_saved(job)
-    ahead, device = claim.result(row)
-    if device is None:
-        dispatch = _dispatch_unclaimed(
-            job=job, model=model, now=now, ahead=ahead, waiting_channel=waiting_channel
+    opened = step.result(row, renter=api_key.user, api_key=api_key)
+    return None if opened is None else (step.job, model, opened)
+
+
+def job_open_by_key(
+    *, plain: str, request, waiting_channel: str
+) -> tuple[ApiKey, Job, CatalogModel, Dispatch] | None:
+    """PostgreSQL: the whole request step — the API key, the credit, the job and
+    its claim — in one round trip, for a model this process has read before.
+
+    The catalog row read last time (``_catalog_hints``) shapes the statement, and
+    the statement checks it is still the catalog's (active, same price, context
+    and VRAM) before anything is stored; the key is checked there too (live, its
+    renter active), and locks the renter's credit account. Returns (the key, then
+    as ``job_open``), or None, having stored nothing, when the two-step way must
+    answer (``api_key_and_model`` then ``job_open``): an unknown, revoked or
+    first-time key, a model not read yet or changed since, a prompt that may not
+    fit, an open rental. Raises ApiError 402 as ``job_submit``.
+    """
+    model = _catalog_hints.get(request.model)
+    if (
+        model is None
+        or not plain
+        or request.placement.get("rental")
+        or connection.in_atomic_block
+    ):
+        return None
+    from .errors import ApiError
+
+    try:
+        _request_fits(model, request)
+    except ApiError:
+        return None  # the two-step way answers with the catalog's own row
+    key_hash = token_hash(plain)
+    step = _OpenStatement(
+        request=request,
+        model=model,
+        waiting_channel=waiting_channel,
+        renter_sql=f"SELECT k.user_id, k.id AS key_id {_KEY_FROM_SQL}"
+        f" WHERE {_KEY_WHERE_SQL}",
+        renter_params=[key_hash],
+    )
+    _, locked, (row,) = _transaction_pipelined(
+        [
+            (_ASYNC_COMMIT_SQL, [], True),
+            (
+                "SELECT a.id, k.id, k.user_id, k.name, k.prefix,"
+                " (k.last_used_at IS NULL OR k.last_used_at < %s)"
+                f" {_KEY_FROM_SQL} JOIN billing_account a ON a.user_id = k.user_id"
+                f" AND a.kind = %s WHERE {_KEY_WHERE_SQL} FOR UPDATE OF a",
+                [
+                    timezone.now() - API_KEY_LAST_USED_EVERY,
+                    Account.Kind.RENTER_CREDIT,
+                    key_hash,
+                ],
+                True,
+            ),
+            step.statement,
+        ]
+    )
+    if not locked:
+        return None
+    _, key_id, user_id, name, prefix, stale = locked[0]
+    api_key = _api_key_row(key_id, user_id, name, prefix, stale)
+    opened = step.result(row, renter=api_key.user, api_key=api_key)
+    return None if opened is None else (api_key, step.job, model, opened)
+
+
+# an API key ``k`` by its hash (``%s``), live, of an active user ``u``
+_KEY_FROM_SQL = "FROM jobs_apikey k JOIN auth_user u ON u.id = k.user_id"
+_KEY_WHERE_SQL = "k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active"
+
+# the catalog rows the request path read last, by model id: the shape of
+# ``job_open_by_key``'s statement, which checks them against the catalog
+_catalog_hints: dict[str, CatalogModel] = {}
+
+
+class _OpenStatement:
+    """PostgreSQL: the request step's statement and the reading of its row.
+
+    One data-modifying statement: the renter (``renter_sql``: one row of
+    ``user_id``, ``key_id``, or none), the catalog check (the model as read is
+    still the catalog's), the credit (balance less open jobs' worst case, read
+    after the caller's lock) and the gate ``ok`` (all three hold, no open
+    rental, the credit covers ``max_tokens``); then the job's insert and the
+    claim (``_ClaimStatement``), both only through ``ok``. ``statement`` is
+    (sql, params, prepare) for ``_transaction_pipelined``.
+    """
+
+    def __init__(
+        self,
+        *,
+        request,
+        model: CatalogModel,
+        waiting_channel: str,
+        renter_sql: str,
+        renter_params: list,
+    ) -> None:
+        self.request, self.model, self.waiting_channel = request, model, waiting_channel
+        self.now = now = timezone.now()
+        self.job = job = job_build(
+            renter=None,
+            api_key=None,
+            model=model,
+            endpoint=request.endpoint,
+            messages=request.messages,
+            prompt=request.prompt,
+            params=request.params,
+            placement=request.placement,
+            stream=request.stream,
+            waiting_channel=waiting_channel,
         )
-    else:
+        fields, values = row_values(job)  # sets created_at, which the FCFS count reads
+        self.attempt = _attempt_build(job, "", now)
+        self.claim = _ClaimStatement(
+            job=job,
+            model=model,
+            now=now,
+            fcfs=True,
+            attempt=self.attempt,
+            gate="EXISTS (SELECT 1 FROM ok)",
+        )
+        qn = connection.ops.quote_name
+        from_renter = {
+            "renter_id": "(SELECT user_id FROM renter)",
+            "api_key_id": "(SELECT key_id FROM renter)",
+        }
+        job_values, job_params = [], []
+        for field, value in zip(fields, values, strict=True):
+            if field.attname == "status":  # running when the claim took a slot
+                job_values.append(
+                    "CASE WHEN EXISTS (SELECT 1 FROM slot) THEN %s ELSE %s END"
+                )
+                job_params += [Job.Status.RUNNING, Job.Status.QUEUED]
+            elif field.attname in from_renter:
+                job_values.append(from_renter[field.attname])
+            else:
+                job_values.append(sql_value(value, job_params))
+        credit = _credit_sql(
+            "a.kind = %s AND a.user_id = (SELECT user_id FROM renter)",
+            renter="(SELECT user_id FROM renter)",
+        )
+        self.statement = (
+            *self.claim.sql(
+                head=f"renter AS ({renter_sql}),"
+                " model AS (SELECT 1 FROM jobs_catalogmodel WHERE id = %s AND active"
+                " AND context_length = %s AND vram_per_request_mb = %s"
+                " AND price_completion_nano = %s),"
+                f" credit AS ({credit}),"
+                " ok AS (SELECT 1 FROM credit, model WHERE NOT credit.rentals"
+                " AND credit.balance - credit.reserved >= %s)",
+                head_params=[
+                    *renter_params,
+                    model.id,
+                    model.context_length,
+                    model.vram_per_request_mb,
+                    model.price_completion_nano,
+                    *_credit_params(),
+                    Account.Kind.RENTER_CREDIT,
+                    request.params["max_tokens"] * model.price_completion_nano,
+                ],
+                tail=f"job AS (INSERT INTO jobs_job"
+                f" ({', '.join(qn(f.column) for f in fields)})"
+                f" SELECT {', '.join(job_values)} FROM ok)",
+                tail_params=job_params,
+                select=(
+                    "(SELECT balance - reserved FROM credit)",
+                    "(SELECT rentals FROM credit)",
+                    "EXISTS (SELECT 1 FROM model)",
+                    "EXISTS (SELECT 1 FROM ok)",
+                ),
+            ),
+            True,
+        )
+
+    def result(self, row: tuple, *, renter, api_key: ApiKey) -> Dispatch | None:
+        """The dispatch of the stored job (``self.job``, its renter and key set),
+        or None when nothing was stored for the caller to retry the slow way (the
+        catalog changed, an open rental). Raises ApiError 402."""
+        available, rentals_open, model_current, stored = row[:4]
+        if not model_current:
+            _catalog_hints.pop(self.model.id, None)
+            return None
+        if available is None or rentals_open:
+            return None
+        if not stored:
+            raise _credit_refused(available, self.request, self.model)
+        job = self.job
+        job.renter, job.api_key = renter, api_key
+        row_saved(job)
+        ahead, device = self.claim.result(row)
+        if device is None:
+            return _dispatch_unclaimed(
+                job=job,
+                model=self.model,
+                now=self.now,
+                ahead=ahead,
+                waiting_channel=self.waiting_channel,
+            )
         job.status = Job.Status.RUNNING
-        dispatch = _dispatch_claimed(
-            job=job, attempt=attempt, device=device, continue_from="", now=now
+        return _dispatch_claimed(
+            job=job, attempt=self.attempt, device=device, continue_from="", now=self.now
         )
-    return job, model, dispatch
 
 
 def _transaction_pipelined(statements: list[tuple[str, list, bool]]) -> list[list]:
@@ -1561,6 +1715,17 @@ def _request_fits(model: CatalogModel, request) -> None:
     exceed the model's context."""
     from .errors import ApiError
 
+    texts = (
+        [m["content"] for m in request.messages]
+        if request.messages is not None
+        else [request.prompt or ""]
+    )
+    # a token is at least one byte of its text (byte-level BPE; SentencePiece
+    # with byte fallback may add a leading space): a prompt whose bytes fit, with
+    # the chat template's allowance, fits without being tokenized
+    most = sum(len(text.encode("utf-8")) + 1 for text in texts) + 6 * len(texts) + 3
+    if most + request.params["max_tokens"] <= model.context_length:
+        return
     prompt_tokens = prompt_tokens_estimate(model_id=model.id, request=request)
     if (
         prompt_tokens is not None

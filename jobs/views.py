@@ -14,17 +14,23 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from ballast.db import db_call
 
-from .auth import api_key_and_model_from_request_header, api_key_from_request_header
+from .auth import (
+    api_key_and_model_from_request_header,
+    api_key_from_request_header,
+    api_key_mark_used,
+    bearer_from_header,
+)
 from .errors import ApiError, error_body, error_response
 from .models import CatalogModel, Job
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import CompletionRequest, completion_request_parse
-from .services import Dispatch, job_open
+from .services import Dispatch, job_open, job_open_by_key
 
 
 class ChunkWriter:
@@ -164,6 +170,17 @@ def _job_open(
         if api_key_from_request_header(authorization) is None:
             raise _unauthorized() from None
         raise refused
+    opened = None
+    if connection.vendor == "postgresql":  # one round trip for the whole step
+        opened = job_open_by_key(
+            plain=bearer_from_header(authorization),
+            request=parsed,
+            waiting_channel=channel,
+        )
+    if opened is not None:
+        key, job, model, dispatch = opened
+        api_key_mark_used(key)
+        return job, model, parsed, dispatch
     key, model = api_key_and_model_from_request_header(authorization, parsed.model)
     if key is None:
         raise _unauthorized()

@@ -12,6 +12,8 @@ import pytest
 from django.db import connection, connections
 from django.db.utils import DataError
 from django.test.utils import CaptureQueriesContext
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from billing.models import Account
 from billing.money import usd_to_nano
@@ -23,6 +25,7 @@ from jobs.errors import ApiError
 from jobs.models import Attempt, Job, Rental
 from jobs.requests import completion_request_parse
 from jobs.services import api_key_authenticate, api_key_create, job_open
+from jobs.tokens import token_count
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,7 +86,7 @@ def test_a_request_is_stored_and_claimed_in_one_round_trip(
         job, model, dispatch = open_job(key)
     assert len(round_trips) == 1
     lock, claim = round_trips[0][1:]
-    assert lock.endswith("FOR UPDATE") and claim.startswith("WITH credit AS")
+    assert lock.endswith("FOR UPDATE") and claim.startswith("WITH renter AS")
     # besides the round trip (its three statements), only the catalog read
     assert len(queries.captured_queries) == 1 + 3
     assert transaction_idle()
@@ -298,3 +301,80 @@ def waiting_on_locks(count: int, timeout_s: float = 10.0) -> None:
                 return
             time.sleep(0.005)
     raise AssertionError(f"{count} requests never waited on the credit lock")
+
+
+@postgresql_only
+def test_a_known_model_takes_the_whole_step_key_included_in_one_round_trip(
+    renter, live_device, round_trips
+):
+    from jobs.services import job_open_by_key
+
+    live_device(slots=2)
+    _, plain = api_key_create(user=renter)
+    services._catalog_hints.clear()  # no model read by this process yet
+    assert job_open_by_key(plain=plain, request=request(), waiting_channel="w") is None
+    services.api_key_and_model(plain=plain, model_id=request().model)  # reads it
+    with CaptureQueriesContext(connection) as queries:
+        key, job, _, dispatch = job_open_by_key(
+            plain=plain, request=request(), waiting_channel="w"
+        )
+    assert len(round_trips) == 1 and len(queries.captured_queries) == 3
+    assert key.user_id == renter.id and job.renter_id == renter.id
+    stored = Job.objects.get(id=job.id)
+    assert (stored.renter_id, stored.api_key_id) == (renter.id, key.id)
+    assert stored.status == Job.Status.RUNNING and dispatch.attempt is not None
+
+
+@postgresql_only
+def test_a_revoked_key_or_a_changed_catalog_stores_nothing_in_one_round_trip(
+    renter, live_device, catalog
+):
+    """Either way the two-step path answers: 401, or the catalog's own price."""
+    from django.utils import timezone
+
+    from jobs.models import ApiKey
+    from jobs.services import job_open_by_key
+
+    live_device(slots=2)
+    _, plain = api_key_create(user=renter)
+    services.api_key_and_model(plain=plain, model_id=catalog.id)
+    catalog.price_completion_nano = 10**9  # 64 tokens: more than the 5 USD credit
+    catalog.save()
+    assert (
+        job_open_by_key(plain=plain, request=request(64), waiting_channel="w") is None
+    )
+    key, model = services.api_key_and_model(plain=plain, model_id=catalog.id)
+    assert model.price_completion_nano == 10**9
+    with pytest.raises(ApiError) as refused:
+        job_open(api_key=key, request=request(64), waiting_channel="w", model=model)
+    assert refused.value.status == 402
+    catalog.price_completion_nano = 200
+    catalog.save()
+    services.api_key_and_model(plain=plain, model_id=catalog.id)  # the hint: current
+    ApiKey.objects.filter(user=renter).update(revoked_at=timezone.now())
+    assert job_open_by_key(plain=plain, request=request(), waiting_channel="w") is None
+    assert not Job.objects.exists() and not Attempt.objects.exists()
+    assert Device.objects.filter(slots_used__gt=0).count() == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_the_context_check_may_skip_the_tokenizer_since_no_token_is_under_a_byte(text):
+    """``_request_fits`` admits a prompt on its UTF-8 bytes (+1 per text) without
+    tokenizing it: that bound must hold for the reference model's tokenizer."""
+    from tests.conftest import REFERENCE_MODEL
+
+    assert token_count(REFERENCE_MODEL["id"], text) <= len(text.encode("utf-8")) + 1
+
+
+def test_a_prompt_near_the_context_is_counted_exactly(renter, live_device, catalog):
+    """Over the byte bound the tokenizer decides: 2,000 one-token words and
+    max_tokens 16 fit 2,048; 40 more tokens do not."""
+    live_device()
+    key = key_of(renter)
+    words = " the" * 2000  # 8,000 bytes, 2,000 tokens
+    _, _, dispatch = open_job(key, content=words)
+    assert dispatch.attempt is not None
+    with pytest.raises(ApiError) as refused:
+        open_job(key, content=words + " the" * 40)
+    assert refused.value.status == 400
