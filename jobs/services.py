@@ -152,40 +152,10 @@ def _api_key_row(key_id, user_id, name, prefix, stale) -> ApiKey:
 
 
 # --- jobs ---------------------------------------------------------------------------
-def job_create(
-    *,
-    renter: AbstractBaseUser | None,
-    api_key: ApiKey | None,
-    model: CatalogModel,
-    endpoint: str,
-    messages: list[dict] | None,
-    prompt: str | None,
-    params: dict,
-    placement: dict,
-    stream: bool,
-    is_spot_check: bool = False,
-    rental=None,
-    waiting_channel: str = "",
-) -> Job:
-    """Store a new queued job with a lease held by the coroutine that will run it.
-
-    A rental's job runs only on the rented device (``target_device``);
-    ``waiting_channel`` is the channel of that coroutine, woken when a slot frees.
-    """
-    job = job_build(
-        renter=renter,
-        api_key=api_key,
-        model=model,
-        endpoint=endpoint,
-        messages=messages,
-        prompt=prompt,
-        params=params,
-        placement=placement,
-        stream=stream,
-        is_spot_check=is_spot_check,
-        rental=rental,
-        waiting_channel=waiting_channel,
-    )
+def job_create(**fields) -> Job:
+    """Store a new queued job (``job_build(**fields)``: same arguments) with a
+    lease held by the coroutine that will run it."""
+    job = job_build(**fields)
     row_insert(job)  # the request path: no ORM compile (ballast.db)
     return job
 
@@ -205,7 +175,12 @@ def job_build(
     rental=None,
     waiting_channel: str = "",
 ) -> Job:
-    """The unsaved queued job ``job_create`` stores (its id set, its lease from now)."""
+    """The unsaved queued job ``job_create`` stores (its id set, its lease from now).
+
+    A rental's job runs only on the rented device (``target_device``);
+    ``waiting_channel`` is the channel of the coroutine that runs it, woken when a
+    slot frees.
+    """
     return Job(
         rental=rental,
         target_device_id=rental.device_id if rental is not None else None,
@@ -1498,16 +1473,7 @@ class _OpenStatement:
         self.request, self.model, self.waiting_channel = request, model, waiting_channel
         self.now = now = timezone.now()
         self.job = job = job_build(
-            renter=None,
-            api_key=None,
-            model=model,
-            endpoint=request.endpoint,
-            messages=request.messages,
-            prompt=request.prompt,
-            params=request.params,
-            placement=request.placement,
-            stream=request.stream,
-            waiting_channel=waiting_channel,
+            renter=None, api_key=None, **_request_job(request, model, waiting_channel)
         )
         fields, values = row_values(job)  # sets created_at, which the FCFS count reads
         self.attempt = _attempt_build(job, "", now)
@@ -1680,6 +1646,15 @@ def job_submit(
     job = job_create(
         renter=api_key.user,
         api_key=api_key,
+        rental=rental,
+        **_request_job(request, model, waiting_channel),
+    )
+    return job, model
+
+
+def _request_job(request, model: CatalogModel, waiting_channel: str) -> dict:
+    """``job_build``'s arguments that come from a renter's checked request."""
+    return dict(
         model=model,
         endpoint=request.endpoint,
         messages=request.messages,
@@ -1687,10 +1662,8 @@ def job_submit(
         params=request.params,
         placement=request.placement,
         stream=request.stream,
-        rental=rental,
         waiting_channel=waiting_channel,
     )
-    return job, model
 
 
 def _request_model(request, model=UNREAD) -> CatalogModel:

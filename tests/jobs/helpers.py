@@ -129,3 +129,23 @@ def job_queued(renter, model, *, placement: dict | None = None):
         placement=placement or {},
         stream=False,
     )
+
+
+def sessions_waiting_on_locks(count: int = 1, timeout_s: float = 10.0) -> None:
+    """Wait until ``count`` sessions of this database wait on a row lock
+    (PostgreSQL; a state, polled, not a sleep)."""
+    import time
+
+    from django.db import connection
+
+    deadline = time.monotonic() + timeout_s
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0] >= count:
+                return
+            time.sleep(0.005)
+    raise AssertionError(f"{count} session(s) never waited on a lock")

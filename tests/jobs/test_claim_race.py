@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from django.db import connection, connections, transaction
 
 from jobs.models import Attempt, Job
 from jobs.services import attempt_claim, attempt_end, job_create, job_dispatch
+from tests.jobs.helpers import sessions_waiting_on_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,21 +30,6 @@ def _offered_attempt(catalog, renter, live_device) -> Attempt:
     attempt = job_dispatch(job_id=str(job.id)).attempt
     assert attempt is not None and attempt.device_id == device.id
     return attempt
-
-
-def _waiting_on_a_lock(timeout: float = 10.0) -> None:
-    """Wait until another session of this database waits for a row lock."""
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'"
-            )
-            if cursor.fetchone()[0]:
-                return
-            time.sleep(0.005)
-    raise AssertionError("the claim never waited for the ending attempt's row lock")
 
 
 def test_a_claim_after_the_end_changes_nothing(catalog, renter, live_device):
@@ -76,7 +61,7 @@ def test_a_claim_racing_the_end_never_reopens_the_attempt(catalog, renter, live_
         attempt_end(attempt_id=str(attempt.id), outcome="died_midstream")
         racer = threading.Thread(target=claim)
         racer.start()
-        _waiting_on_a_lock()  # the claim's UPDATE waits for the end to commit
+        sessions_waiting_on_locks()  # the claim's UPDATE waits for the end to commit
     racer.join(10)
     assert claimed == [False]
     attempt.refresh_from_db()

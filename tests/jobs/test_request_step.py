@@ -6,6 +6,7 @@ overspending (DESIGN.md "Money": the worst case is held before the offer)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -26,6 +27,7 @@ from jobs.models import Attempt, Job, Rental
 from jobs.requests import completion_request_parse
 from jobs.services import api_key_authenticate, api_key_create, job_open
 from jobs.tokens import token_count
+from tests.jobs.helpers import sessions_waiting_on_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -153,14 +155,23 @@ def test_a_request_the_credit_cannot_cover_is_refused_with_nothing_claimed(live_
 
 def account_lock_free(user) -> None:
     """Another connection can lock the renter's credit account at once (NOWAIT)."""
+    with account_locked(user, nowait=True):
+        pass
+
+
+@contextlib.contextmanager
+def account_locked(user, *, nowait: bool = False):
+    """Hold the renter's credit account row lock on another connection."""
     other = connections.create_connection("default")
     try:
         with other.cursor() as cursor:
             cursor.execute("BEGIN")
             cursor.execute(
-                "SELECT id FROM billing_account WHERE user_id = %s FOR UPDATE NOWAIT",
+                "SELECT id FROM billing_account WHERE user_id = %s FOR UPDATE"
+                + (" NOWAIT" if nowait else ""),
                 [user.pk],
             )
+            yield
             cursor.execute("ROLLBACK")
     finally:
         other.close()
@@ -255,7 +266,6 @@ def test_requests_queued_on_the_credit_lock_see_each_others_jobs(live_device):
     user = user_get_or_create(email="three@example.com")
     renter_top_up(user=user, amount_nano=3 * 10 * 200, key="three")  # 200 nano a token
     key = key_of(user)
-    holder = connections.create_connection("default")
     results: list[object] = []
 
     def one() -> None:
@@ -268,93 +278,15 @@ def test_requests_queued_on_the_credit_lock_see_each_others_jobs(live_device):
 
     threads = [threading.Thread(target=one) for _ in range(6)]
     try:
-        with holder.cursor() as cursor:
-            cursor.execute("BEGIN")
-            cursor.execute(
-                "SELECT id FROM billing_account WHERE user_id = %s FOR UPDATE",
-                [user.pk],
-            )
+        with account_locked(user):
             for thread in threads:
                 thread.start()
-            waiting_on_locks(6)
-            cursor.execute("ROLLBACK")
+            sessions_waiting_on_locks(6)
     finally:
-        holder.close()
         for thread in threads:
             thread.join(30)
     assert sorted(r for r in results if isinstance(r, int)) == [402] * 3
     assert Job.objects.filter(renter=user).count() == 3
-
-
-def waiting_on_locks(count: int, timeout_s: float = 10.0) -> None:
-    """Wait until ``count`` sessions of this database wait on a lock (a state)."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'"
-            )
-            if cursor.fetchone()[0] >= count:
-                return
-            time.sleep(0.005)
-    raise AssertionError(f"{count} requests never waited on the credit lock")
-
-
-@postgresql_only
-def test_a_known_model_takes_the_whole_step_key_included_in_one_round_trip(
-    renter, live_device, round_trips
-):
-    from jobs.services import job_open_by_key
-
-    live_device(slots=2)
-    _, plain = api_key_create(user=renter)
-    services._catalog_hints.clear()  # no model read by this process yet
-    assert job_open_by_key(plain=plain, request=request(), waiting_channel="w") is None
-    services.api_key_and_model(plain=plain, model_id=request().model)  # reads it
-    with CaptureQueriesContext(connection) as queries:
-        key, job, _, dispatch = job_open_by_key(
-            plain=plain, request=request(), waiting_channel="w"
-        )
-    assert len(round_trips) == 1 and len(queries.captured_queries) == 3
-    assert key.user_id == renter.id and job.renter_id == renter.id
-    stored = Job.objects.get(id=job.id)
-    assert (stored.renter_id, stored.api_key_id) == (renter.id, key.id)
-    assert stored.status == Job.Status.RUNNING and dispatch.attempt is not None
-
-
-@postgresql_only
-def test_a_revoked_key_or_a_changed_catalog_stores_nothing_in_one_round_trip(
-    renter, live_device, catalog
-):
-    """Either way the two-step path answers: 401, or the catalog's own price."""
-    from django.utils import timezone
-
-    from jobs.models import ApiKey
-    from jobs.services import job_open_by_key
-
-    live_device(slots=2)
-    _, plain = api_key_create(user=renter)
-    services.api_key_and_model(plain=plain, model_id=catalog.id)
-    catalog.price_completion_nano = 10**9  # 64 tokens: more than the 5 USD credit
-    catalog.save()
-    assert (
-        job_open_by_key(plain=plain, request=request(64), waiting_channel="w") is None
-    )
-    key, model = services.api_key_and_model(plain=plain, model_id=catalog.id)
-    assert model.price_completion_nano == 10**9
-    with pytest.raises(ApiError) as refused:
-        job_open(api_key=key, request=request(64), waiting_channel="w", model=model)
-    assert refused.value.status == 402
-    catalog.price_completion_nano = 200
-    catalog.save()
-    services.api_key_and_model(plain=plain, model_id=catalog.id)  # the hint: current
-    ApiKey.objects.filter(user=renter).update(revoked_at=timezone.now())
-    assert job_open_by_key(plain=plain, request=request(), waiting_channel="w") is None
-    assert not Job.objects.exists() and not Attempt.objects.exists()
-    assert Device.objects.filter(slots_used__gt=0).count() == 0
 
 
 @settings(max_examples=300, deadline=None)
