@@ -100,14 +100,47 @@ async def job_channel_open(open_job: Callable[[str], Awaitable[T]]) -> tuple[str
     The channel exists before the offer can go out, so no reply is lost. If
     ``open_job`` raises (an ApiError for a refused request, or anything else), the
     channel is given back (``channel_release``) and the error re-raised.
+
+    If the caller is cancelled meanwhile (the renter went away), the database
+    step still ends in its thread: what it stored is closed at once
+    (``_job_abandon``: the job cancelled, a claimed slot freed, nothing billed)
+    instead of holding a slot and the renter's credit until its lease runs out;
+    then the cancellation goes on.
     """
     layer = get_channel_layer()
     channel = await layer.new_channel("job.")
+    step = asyncio.ensure_future(open_job(channel))
     try:
-        return channel, await open_job(channel)
+        return channel, await asyncio.shield(step)
+    except asyncio.CancelledError:
+        await asyncio.shield(_job_abandon(step))
+        await channel_release(layer, channel)
+        raise
     except BaseException:
         await channel_release(layer, channel)
         raise
+
+
+async def _job_abandon(step: asyncio.Future) -> None:
+    """Wait for a request's database step whose renter went away; close the job
+    it stored (its result's first item), if any. Failures are logged."""
+    try:
+        opened = await step
+    except BaseException:  # refused or failed: nothing stored
+        return
+    job = opened[0]
+    try:
+        await db_call(services.job_finish)(
+            job_id=str(job.id),
+            status=Job.Status.CANCELLED,
+            output_text="",
+            error_code="cancelled",
+            error_message="the renter disconnected before the job started",
+        )
+    except Exception:
+        log.exception("job %s: closing it after the renter went away failed", job.id)
+        return
+    slots_announce_soon([job.model_id])
 
 
 @dataclass

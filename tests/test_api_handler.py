@@ -129,3 +129,57 @@ async def test_a_renter_going_away_mid_stream_cancels_the_job_and_bills_what_it_
     assert attempt.job.status == Job.Status.CANCELLED
     assert attempt.job.output_text == "One," and attempt.job.tokens_billed >= 1
     await host.close()
+
+
+async def test_a_renter_gone_during_the_database_step_leaves_no_job_holding_a_slot(
+    api_key, catalog, machine_token, monkeypatch
+):
+    """The step finishes in its thread after the renter left; what it stored is
+    closed at once (cancelled, slot freed, nothing billed), no offer goes out."""
+    import asyncio
+
+    from hosts.models import Device
+    from jobs import orchestration, views
+    from jobs.models import Job
+    from tests.jobs.helpers import host_online
+
+    host = await host_online(machine_token, "rig")
+    entered, gate = threading.Event(), threading.Event()
+    real_step = views._job_open
+
+    def held_step(*args):
+        entered.set()
+        gate.wait(10)
+        return real_step(*args)
+
+    monkeypatch.setattr(views, "_job_open", held_step)
+    abandoning = asyncio.Event()
+    real_abandon = orchestration._job_abandon
+
+    async def abandon(step):
+        abandoning.set()  # the view was cancelled while its step ran
+        await real_abandon(step)
+
+    monkeypatch.setattr(orchestration, "_job_abandon", abandon)
+    body = json.dumps(
+        {
+            "model": catalog.id,
+            "stream": True,
+            "messages": [{"role": "user", "content": "x"}],
+        }
+    ).encode()
+    headers = [(b"authorization", f"Bearer {api_key}".encode())]
+    communicator = ApplicationCommunicator(
+        application, _scope("/v1/chat/completions", headers)
+    )
+    await communicator.send_input({"type": "http.request", "body": body})
+    assert await asyncio.to_thread(entered.wait, 5)
+    await communicator.send_input({"type": "http.disconnect"})
+    await asyncio.wait_for(abandoning.wait(), 5)
+    gate.set()
+    await communicator.wait(5)
+    job = await Job.objects.aget()
+    assert job.status == Job.Status.CANCELLED and job.cost_nano == 0
+    assert await Device.objects.filter(slots_used__gt=0).acount() == 0
+    assert await host.ws.receive_nothing(timeout=0.2), "no offer for an abandoned job"
+    await host.close()
