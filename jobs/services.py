@@ -59,7 +59,12 @@ from .selectors import (
     requirement_unmet,
     tiebreak_step,
 )
-from .tokens import token_count, token_count_believable
+from .tokens import (
+    prompt_token_count,
+    prompt_tokens_most,
+    token_count,
+    token_count_believable,
+)
 
 log = logging.getLogger("ballast.jobs")
 
@@ -1144,20 +1149,6 @@ def attempts_reap(*, now: datetime | None = None) -> int:
     return closed
 
 
-def prompt_tokens_estimate(*, model_id: str, request) -> int | None:
-    """Tokens the prompt will take on a host (the model's tokenizer), or None.
-
-    Chat messages are counted with a small allowance per message for the chat
-    template's role markers (SmolLM2's template adds about 5 tokens a message).
-    """
-    if request.messages is not None:
-        counts = [token_count(model_id, m["content"]) for m in request.messages]
-        if any(c is None for c in counts):
-            return None
-        return sum(counts) + 6 * len(request.messages) + 3
-    return token_count(model_id, request.prompt or "")
-
-
 def credit_reserved_nano(*, renter) -> int:
     """What the renter's open commitments may still cost, nano-USD.
 
@@ -1684,29 +1675,23 @@ def _request_model(request, model=UNREAD) -> CatalogModel:
 
 
 def _request_fits(model: CatalogModel, request) -> None:
-    """ApiError 400 when the prompt (the model's tokenizer) plus ``max_tokens``
-    exceed the model's context."""
+    """ApiError 400 when the prompt (counted as the host's engine counts it:
+    ``tokens.prompt_token_count``) plus ``max_tokens`` exceed the model's context.
+
+    A prompt whose cheap bound (``tokens.prompt_tokens_most``: its bytes) fits is
+    not rendered or tokenized (the request path).
+    """
     from .errors import ApiError
 
-    texts = (
-        [m["content"] for m in request.messages]
-        if request.messages is not None
-        else [request.prompt or ""]
-    )
-    # a token is at least one byte of its text (byte-level BPE; SentencePiece
-    # with byte fallback may add a leading space): a prompt whose bytes fit, with
-    # the chat template's allowance, fits without being tokenized
-    most = sum(len(text.encode("utf-8")) + 1 for text in texts) + 6 * len(texts) + 3
-    if most + request.params["max_tokens"] <= model.context_length:
+    room = model.context_length - request.params["max_tokens"]
+    most = prompt_tokens_most(model.id, request.messages, request.prompt)
+    if most is not None and most <= room:
         return
-    prompt_tokens = prompt_tokens_estimate(model_id=model.id, request=request)
-    if (
-        prompt_tokens is not None
-        and prompt_tokens + request.params["max_tokens"] > model.context_length
-    ):
+    prompt_tokens = prompt_token_count(model.id, request.messages, request.prompt)
+    if prompt_tokens is not None and prompt_tokens > room:
         raise ApiError(
             400,
-            f"the prompt (about {prompt_tokens} tokens) plus max_tokens="
+            f"the prompt ({prompt_tokens} tokens) plus max_tokens="
             f"{request.params['max_tokens']} exceed the model's context of "
             f"{model.context_length} tokens",
             "context_length_exceeded",
@@ -1723,7 +1708,8 @@ def _credit_refused(available: int, request, model: CatalogModel):
 
     return ApiError(
         402,
-        f"balance {nano_to_usd_str(available)} USD cannot cover max_tokens="
+        f"available credit {nano_to_usd_str(available)} USD (the balance less the "
+        "worst case of your open jobs) cannot cover max_tokens="
         f"{request.params['max_tokens']} at {nano_to_usd_str(model.price_completion_nano)} "
         "USD per token",
         "insufficient_credit",

@@ -61,6 +61,88 @@ def token_count(model_id: str, text: str) -> int | None:
         return len(vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
 
+@functools.lru_cache(maxsize=4)
+def _chat_template(model_id: str):
+    """The model's own chat template (from its GGUF), as the agent renders it."""
+    path = smollm2_gguf_path() if model_id.startswith("smollm2-135m") else None
+    if path is None:
+        return None
+    from agent.engines.chat_template import ChatTemplate
+    from agent.engines.gguf import gguf_chat_template
+
+    source, bos, eos = gguf_chat_template(path)
+    return ChatTemplate(source, bos_token=bos, eos_token=eos) if source else None
+
+
+def prompt_token_count(
+    model_id: str, messages: list[dict] | None, prompt: str | None
+) -> int | None:
+    """Tokens of the prompt a host feeds the model, or None without a tokenizer.
+
+    Counted as the reference engine counts it (``agent.engines.llamacpp``): the
+    chat rendered with the model's own template (its default system prompt
+    included when the renter gives none), BOS added once.
+    """
+    from agent.engines.chat_template import prompt_build
+
+    if messages is not None:
+        template = _chat_template(model_id)
+        if template is None:
+            return None
+        text = prompt_build(template, messages, None, "")
+    else:
+        text = prompt or ""
+    with _lock:
+        vocab = _vocab(model_id)
+        if vocab is None:
+            return None
+        tokens = vocab.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        bos = vocab.token_bos()
+    if len(tokens) >= 2 and tokens[0] == tokens[1] == bos:
+        tokens = tokens[1:]  # the template printed BOS already
+    return len(tokens)
+
+
+def prompt_tokens_most(
+    model_id: str, messages: list[dict] | None, prompt: str | None
+) -> int | None:
+    """A bound ``prompt_token_count`` never exceeds, without rendering or
+    tokenizing (None without a template or tokenizer).
+
+    A token is at least one byte of the text it stands for (byte-level BPE; a
+    special token is one token for a longer string), so the rendered prompt's
+    bytes bound its tokens: the template's own text for one empty user message
+    (the default system prompt, the generation prompt), then per message its
+    content, its role and at most 48 bytes of framing, and BOS.
+    """
+    if messages is None:
+        return len((prompt or "").encode("utf-8")) + 1
+    base = _template_bytes(model_id)
+    if base is None:
+        return None
+    return (
+        base
+        + sum(
+            len(str(m.get("content") or "").encode("utf-8"))
+            + len(str(m.get("role", "")).encode("utf-8"))
+            + 48
+            for m in messages
+        )
+        + 1
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _template_bytes(model_id: str) -> int | None:
+    template = _chat_template(model_id)
+    if template is None:
+        return None
+    from agent.engines.chat_template import prompt_build
+
+    empty = prompt_build(template, [{"role": "user", "content": ""}], None, "")
+    return len(empty.encode("utf-8"))
+
+
 def token_count_believable(*, reported: int, text: str, recount: int | None) -> bool:
     """True when a host's reported count is believable for ``text``.
 

@@ -9,12 +9,13 @@ stream with a ``finish_reason: "error"`` chunk carrying an ``error`` object.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from django.core.exceptions import RequestDataTooBig
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -31,6 +32,8 @@ from .models import CatalogModel, Job
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import CompletionRequest, completion_request_parse
 from .services import Dispatch, job_open, job_open_by_key
+
+log = logging.getLogger("ballast.jobs")
 
 
 class ChunkWriter:
@@ -195,6 +198,27 @@ def _unauthorized() -> ApiError:
 
 
 async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
+    """A completion request, answered in OpenAI's shape whatever happens before
+    the response starts: a database that cannot be reached is a 503 to retry
+    (nothing was stored: the step is one transaction), anything unexpected a
+    500 (logged), never Django's HTML error page."""
+    try:
+        return await _completion_answer(request, endpoint)
+    except DatabaseError:
+        log.exception("completion: the database step failed")
+        return error_response(
+            ApiError(
+                503,
+                "the database is unavailable right now; retry the request",
+                "service_unavailable",
+            )
+        )
+    except Exception:
+        log.exception("completion failed")
+        return error_response(ApiError(500, "internal error", "internal_error"))
+
+
+async def _completion_answer(request: HttpRequest, endpoint: str) -> HttpResponse:
     if request.method != "POST":
         return JsonResponse(
             error_body(405, "use POST", "method_not_allowed"), status=405

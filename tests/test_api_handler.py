@@ -183,3 +183,33 @@ async def test_a_renter_gone_during_the_database_step_leaves_no_job_holding_a_sl
     assert await Device.objects.filter(slots_used__gt=0).acount() == 0
     assert await host.ws.receive_nothing(timeout=0.2), "no offer for an abandoned job"
     await host.close()
+
+
+@pytest.mark.parametrize(
+    "failure, status, code",
+    [
+        ("database", 503, "service_unavailable"),
+        ("bug", 500, "internal_error"),
+    ],
+)
+async def test_a_failing_step_is_answered_in_openai_shape_not_an_html_page(
+    api_key, catalog, monkeypatch, failure, status, code
+):
+    from django.db import OperationalError
+
+    from jobs import views
+
+    def failing_step(*args):
+        if failure == "database":
+            raise OperationalError(
+                "consuming input failed: server closed the connection"
+            )
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(views, "_job_open", failing_step)
+    body = json.dumps(
+        {"model": catalog.id, "messages": [{"role": "user", "content": "x"}]}
+    ).encode()
+    headers = [(b"authorization", f"Bearer {api_key}".encode())]
+    got_status, answer = await _post("/v1/chat/completions", body, headers)
+    assert (got_status, answer["error"]["code"]) == (status, code)

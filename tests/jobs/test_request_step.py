@@ -24,9 +24,9 @@ from hosts.services import user_get_or_create
 from jobs import services
 from jobs.errors import ApiError
 from jobs.models import Attempt, Job, Rental
-from jobs.requests import completion_request_parse
+from jobs.requests import ROLES, completion_request_parse
 from jobs.services import api_key_authenticate, api_key_create, job_open
-from jobs.tokens import token_count
+from jobs.tokens import prompt_token_count, prompt_tokens_most
 from tests.jobs.helpers import sessions_waiting_on_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -186,7 +186,7 @@ def test_a_renter_without_a_credit_account_is_refused_402(live_device):
     with pytest.raises(ApiError) as refused:
         open_job(key)
     assert refused.value.status == 402
-    assert "balance 0" in refused.value.message
+    assert "available credit 0 USD" in refused.value.message
     assert not Job.objects.exists()
 
 
@@ -289,14 +289,44 @@ def test_requests_queued_on_the_credit_lock_see_each_others_jobs(live_device):
     assert Job.objects.filter(renter=user).count() == 3
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(max_size=300))
-def test_the_context_check_may_skip_the_tokenizer_since_no_token_is_under_a_byte(text):
-    """``_request_fits`` admits a prompt on its UTF-8 bytes (+1 per text) without
-    tokenizing it: that bound must hold for the reference model's tokenizer."""
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(sorted(ROLES)), st.text(max_size=200)),
+        min_size=1,
+        max_size=4,
+    ),
+    st.text(max_size=300),
+)
+def test_the_context_checks_cheap_bound_is_never_under_the_count(messages, prompt):
+    """``_request_fits`` admits a prompt on ``prompt_tokens_most`` (bytes) without
+    rendering or tokenizing it: the bound must hold for the reference model's
+    template and tokenizer, chat and raw prompts alike."""
     from tests.conftest import REFERENCE_MODEL
 
-    assert token_count(REFERENCE_MODEL["id"], text) <= len(text.encode("utf-8")) + 1
+    model = REFERENCE_MODEL["id"]
+    chat = [{"role": role, "content": text} for role, text in messages]
+    assert prompt_token_count(model, chat, None) <= prompt_tokens_most(
+        model, chat, None
+    )
+    assert prompt_token_count(model, None, prompt) <= prompt_tokens_most(
+        model, None, prompt
+    )
+
+
+def test_the_context_check_counts_the_templates_default_system_prompt(
+    renter, live_device
+):
+    """2,030 one-token words render to 2,060 tokens with SmolLM2's template (its
+    default system prompt): with max_tokens 9 that is over 2,048, refused here
+    rather than failing on the host (which would count against its score)."""
+    live_device()
+    key = key_of(renter)
+    with pytest.raises(ApiError) as refused:
+        open_job(key, content=" hello" * 2030, max_tokens=9)
+    assert refused.value.status == 400 and "2060 tokens" in refused.value.message
+    _, _, dispatch = open_job(key, content=" hello" * 2000)  # 2,030 + 16 fit
+    assert dispatch.attempt is not None
 
 
 def test_a_prompt_near_the_context_is_counted_exactly(renter, live_device, catalog):
@@ -310,3 +340,13 @@ def test_a_prompt_near_the_context_is_counted_exactly(renter, live_device, catal
     with pytest.raises(ApiError) as refused:
         open_job(key, content=words + " the" * 40)
     assert refused.value.status == 400
+
+
+@pytest.mark.parametrize("n", [2, 0, True, "1", 1.5])
+def test_only_n_1_is_accepted(n):
+    with pytest.raises(ApiError) as refused:
+        completion_request_parse(
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "n": n},
+            endpoint=Job.Endpoint.CHAT,
+        )
+    assert refused.value.status == 400 and refused.value.param == "n"
