@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             f"  curl -N {stack.url}/v1/chat/completions -H 'Authorization: Bearer {api_key}' "
             "-H 'Content-Type: application/json' "
             f'-d \'{{"model": "{MODEL}", "stream": true, '
-            '"messages": [{"role": "user", "content": "Say hello"}]}\'\n'
-            "Press Ctrl-C to stop.",
+            '"messages": [{"role": "user", "content": "Say hello"}]}\''
+            + ("" if args.exit else "\nPress Ctrl-C to stop."),
             flush=True,
         )
         if args.exit:

@@ -99,6 +99,12 @@ class Job(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     tokens_billed = models.PositiveIntegerField(default=0)
     cost_nano = models.BigIntegerField(default=0)
+    price_completion_nano = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="the model's completion price when the job was admitted, nano-USD "
+        "per token: what it is charged at (none: the catalog's, for older jobs)",
+    )
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.TextField(blank=True)
     target_device = models.ForeignKey(

@@ -193,6 +193,7 @@ def job_build(
         renter=renter,
         api_key=api_key,
         model_id=model.id,
+        price_completion_nano=model.price_completion_nano,
         endpoint=endpoint,
         messages=messages,
         prompt=prompt,
@@ -792,10 +793,9 @@ def _job_finish(
         )
     if still_open:
         attempts = list(job.attempts.all())
+    price = job_price_nano(job, model)
     job.tokens_billed = sum(a.tokens_billed for a in attempts)
-    job.cost_nano = (
-        0 if job.is_spot_check else job.tokens_billed * model.price_completion_nano
-    )
+    job.cost_nano = 0 if job.is_spot_check else job.tokens_billed * price
     fresh = [a for a in attempts if a.prompt_tokens_reported is not None]
     job.prompt_tokens = fresh[0].prompt_tokens_reported if fresh else 0
     job.status = status
@@ -805,8 +805,16 @@ def _job_finish(
     job.error_message = error_message[:2000]
     job.finished_at = now
     job.save()
-    job_charge(job=job, now=now, price_nano=model.price_completion_nano)
+    job_charge(job=job, now=now, price_nano=price)
     return job
+
+
+def job_price_nano(job: Job, model: CatalogModel) -> int:
+    """The completion price ``job`` is charged at, nano-USD per token: the one it
+    was admitted at (``Job.price_completion_nano``), else the catalog's."""
+    if job.price_completion_nano is not None:
+        return job.price_completion_nano
+    return model.price_completion_nano
 
 
 job_finish = transaction.atomic(_job_finish)
@@ -887,7 +895,7 @@ _SUCCEED_READ_SQL = (
     " a.tokens_billed, a.output_chars, a.token_count_flagged, a.receipt_valid,"
     " a.prompt_tokens_reported, rc.verdict, m.owner_id, m.public_key, ha.id,"
     " j.status, j.is_spot_check, j.renter_id, j.model_id, j.params,"
-    " c.price_completion_nano,"
+    " COALESCE(j.price_completion_nano, c.price_completion_nano),"
     " (SELECT r.id FROM billing_account r WHERE r.kind = %s AND r.user_id = j.renter_id),"
     " (SELECT p.id FROM billing_account p WHERE p.kind = %s AND p.user_id IS NULL),"
     " (SELECT COUNT(*) FROM billing_receiptcheck s WHERE s.signature = %s)"
@@ -1152,7 +1160,8 @@ def attempts_reap(*, now: datetime | None = None) -> int:
 def credit_reserved_nano(*, renter) -> int:
     """What the renter's open commitments may still cost, nano-USD.
 
-    The worst case (max_tokens × price) of their jobs still open, plus the unbilled
+    The worst case (max_tokens × the price each was admitted at) of their jobs
+    still open, plus the unbilled
     hours of their pending and live rentals. New requests and rentals are checked
     against the balance less this, so nothing taken in parallel can overspend.
     """
@@ -1160,21 +1169,22 @@ def credit_reserved_nano(*, renter) -> int:
 
     open_jobs = list(
         Job.objects.filter(renter=renter, status__in=Job.OPEN_STATUSES).values_list(
-            "model_id", "params"
+            "model_id", "params", "price_completion_nano"
         )
     )
     prices = (
         dict(
             CatalogModel.objects.filter(
-                id__in={model_id for model_id, _ in open_jobs}
+                id__in={model_id for model_id, _, _ in open_jobs}
             ).values_list("id", "price_completion_nano")
         )
         if open_jobs
         else {}
     )
     jobs = sum(
-        (params.get("max_tokens") or 0) * prices.get(model_id, 0)
-        for model_id, params in open_jobs
+        (params.get("max_tokens") or 0)
+        * (admitted if admitted is not None else prices.get(model_id, 0))
+        for model_id, params, admitted in open_jobs
     )
     rentals = 0
     for rental in Rental.objects.filter(
@@ -1200,7 +1210,7 @@ def _credit_sql(account_where: str, renter: str = "%s") -> str:
     return (
         "SELECT a.balance_nano AS balance,"
         f" (SELECT COALESCE(SUM(COALESCE({max_tokens}, 0)"
-        "  * c.price_completion_nano), 0)"
+        "  * COALESCE(j.price_completion_nano, c.price_completion_nano)), 0)"
         "  FROM jobs_job j JOIN jobs_catalogmodel c ON c.id = j.model_id"
         f"  WHERE j.renter_id = {renter} AND j.status IN (%s, %s)) AS reserved,"
         f" EXISTS (SELECT 1 FROM jobs_rental r WHERE r.renter_id = {renter}"

@@ -281,3 +281,39 @@ async def test_a_nul_in_a_token_is_refused(catalog, api_key, machine_token):
     await host.done(offer["job"], 1)
     assert (await request).status_code == 200
     await host.close()
+
+
+async def test_a_price_change_mid_answer_charges_the_price_the_job_was_admitted_at(
+    catalog, machine_token
+):
+    """Credit for exactly the worst case at the old price; the price rises 500×
+    while the answer streams: the renter is charged the admitted price, never
+    overdrawn (before: the catalog's price at the end, a balance of −800,000)."""
+    from billing.models import Account
+    from hosts.services import user_get_or_create
+    from jobs.models import CatalogModel
+    from jobs.services import api_key_create
+
+    user = await database_sync_to_async(user_get_or_create)(email="exact@example.com")
+    await database_sync_to_async(renter_top_up)(
+        user=user, amount_nano=1000 * 200, key="exact"
+    )  # max_tokens 1000 at 200 nano-USD
+    _, key = await database_sync_to_async(api_key_create)(user=user)
+    host = await host_online(machine_token, "rig")
+    request = chat_request(key, stream=False, max_tokens=1000)
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], " the the")
+    await CatalogModel.objects.filter(id=catalog.id).aupdate(
+        price_completion_nano=100_000
+    )
+    await host.token(offer["job"], " the")
+    await host.done(offer["job"], 3)
+    response = await request
+    assert response.status_code == 200
+    job = await Job.objects.aget(id=response["x-ballast-job-id"])
+    assert job.price_completion_nano == 200
+    assert job.cost_nano == job.tokens_billed * 200 > 0
+    account = await Account.objects.aget(user=user, kind=Account.Kind.RENTER_CREDIT)
+    assert account.balance_nano == 1000 * 200 - job.cost_nano >= 0
+    await host.close()
