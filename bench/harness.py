@@ -290,7 +290,7 @@ class StreamResult:
         return [(a - s) / 1e9 for a, s in zip(self.arrivals, sent_ns, strict=False)]
 
 
-def chat_body(max_tokens: int = 2000, content: str = "hello") -> dict:
+def chat_body(max_tokens: int = 1900, content: str = "hello") -> dict:
     return {"model": MODEL, "stream": True, "max_tokens": max_tokens,
             "messages": [{"role": "user", "content": content}]}
 
