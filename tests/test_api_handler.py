@@ -93,18 +93,15 @@ async def test_the_key_is_checked_before_the_body_and_the_model(api_key, catalog
     assert (status, answer["error"]["code"]) == (404, "model_not_found")
 
 
-async def test_a_renter_going_away_mid_stream_cancels_the_job_and_bills_what_it_got(
-    api_key, catalog, machine_token
-):
-    from jobs.models import Attempt, Job
-    from tests.jobs.helpers import host_online
-
-    host = await host_online(machine_token, "rig")
+async def _completion_sent(
+    api_key: str, model: str, content: str
+) -> ApplicationCommunicator:
+    """A streamed chat completion sent through the production ASGI app."""
     body = json.dumps(
         {
-            "model": catalog.id,
+            "model": model,
             "stream": True,
-            "messages": [{"role": "user", "content": "Count"}],
+            "messages": [{"role": "user", "content": content}],
         }
     ).encode()
     headers = [(b"authorization", f"Bearer {api_key}".encode())]
@@ -112,6 +109,17 @@ async def test_a_renter_going_away_mid_stream_cancels_the_job_and_bills_what_it_
         application, _scope("/v1/chat/completions", headers)
     )
     await communicator.send_input({"type": "http.request", "body": body})
+    return communicator
+
+
+async def test_a_renter_going_away_mid_stream_cancels_the_job_and_bills_what_it_got(
+    api_key, catalog, machine_token
+):
+    from jobs.models import Attempt, Job
+    from tests.jobs.helpers import host_online
+
+    host = await host_online(machine_token, "rig")
+    communicator = await _completion_sent(api_key, catalog.id, "Count")
     offer = await host.recv_type("offer")
     await host.claim(offer["job"])
     await host.token(offer["job"], "One,")
@@ -161,18 +169,7 @@ async def test_a_renter_gone_during_the_database_step_leaves_no_job_holding_a_sl
         await real_abandon(step)
 
     monkeypatch.setattr(orchestration, "_job_abandon", abandon)
-    body = json.dumps(
-        {
-            "model": catalog.id,
-            "stream": True,
-            "messages": [{"role": "user", "content": "x"}],
-        }
-    ).encode()
-    headers = [(b"authorization", f"Bearer {api_key}".encode())]
-    communicator = ApplicationCommunicator(
-        application, _scope("/v1/chat/completions", headers)
-    )
-    await communicator.send_input({"type": "http.request", "body": body})
+    communicator = await _completion_sent(api_key, catalog.id, "x")
     assert await asyncio.to_thread(entered.wait, 5)
     await communicator.send_input({"type": "http.disconnect"})
     await asyncio.wait_for(abandoning.wait(), 5)
