@@ -154,6 +154,10 @@ if DATABASE_URL:
             "max_size": env_int("BALLAST_DB_POOL_MAX", 8, minimum=1),
             "timeout": 30,
         }
+        # with the pool, Django tests each connection (an empty query) as the
+        # pool hands it out: one the server closed (a restart, a killed session)
+        # is replaced instead of failing the request that got it
+        _db["CONN_HEALTH_CHECKS"] = True
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     _db = {

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+from django.db import DatabaseError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -55,18 +58,34 @@ def error_body(status: int, message: str, code: str, param: str | None = None) -
     }
 
 
+log = logging.getLogger("ballast.api")
+
+# the answer to a request whose database step failed to reach the database
+DATABASE_UNAVAILABLE = ApiError(
+    503,
+    "the database is unavailable right now; retry the request",
+    "service_unavailable",
+)
+
+
 def error_response(exc: ApiError) -> JsonResponse:
     """A JsonResponse for an ApiError."""
     return JsonResponse(exc.body(), status=exc.status)
 
 
 def openai_exception_handler(exc: Exception, context: dict) -> Response | None:
-    """DRF exception handler that answers every API error in OpenAI's shape."""
+    """DRF exception handler that answers every API error in OpenAI's shape:
+    a database that cannot be reached is a 503 to retry, anything unexpected a
+    500 (logged), never Django's HTML error page."""
     if isinstance(exc, ApiError):
         return Response(exc.body(), status=exc.status)
     response = exception_handler(exc, context)
     if response is None:
-        return None
+        if isinstance(exc, DatabaseError):
+            log.warning("API: the database is unavailable: %s", exc)
+            return Response(DATABASE_UNAVAILABLE.body(), status=503)
+        log.error("API request failed", exc_info=exc)
+        return Response(error_body(500, "internal error", "internal_error"), status=500)
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
         response.status_code = 401
         code = "invalid_api_key"

@@ -23,6 +23,7 @@ from typing import TypeVar
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 
 from ballast import local
@@ -588,7 +589,7 @@ class JobRun:
         slots_announce_soon([self.job.model_id])
 
     async def _succeed(self, segment: _Segment) -> Finished:
-        job = await db_call(services.job_succeed)(
+        job = await _db_retried(services.job_succeed)(
             job_id=self.job_id,
             attempt_id=str(segment.attempt.id),
             segment_text=segment.text,
@@ -609,7 +610,7 @@ class JobRun:
         *,
         job_status: str = Job.Status.FAILED,
     ) -> Failed:
-        job = await db_call(services.job_finish)(
+        job = await _db_retried(services.job_finish)(
             job_id=self.job_id,
             status=job_status,
             output_text=self.delivered_text,
@@ -636,7 +637,7 @@ class JobRun:
         except Exception:  # (the host's cancel may fail to send: still close the job)
             log.exception("job %s: ending the attempt after cancel failed", self.job_id)
         try:
-            await db_call(services.job_finish)(
+            await _db_retried(services.job_finish)(
                 job_id=self.job_id,
                 status=Job.Status.CANCELLED,
                 output_text=self.delivered_text,
@@ -646,6 +647,27 @@ class JobRun:
         except Exception:  # never let cleanup errors escape a cancelled request
             log.exception("job %s: cleanup after cancel failed", self.job_id)
         self.finished = True
+
+
+def _db_retried(func: Callable) -> Callable:
+    """``db_call(func)``, tried once more when the database connection failed.
+
+    For the end of a job (``job_succeed``, ``job_finish``): a connection the
+    server closed fails the call that used it; the retry gets another (the
+    pool checks what it hands out). Both are safe to repeat: a job already
+    closed is returned as it is, and its charge is posted once whatever the
+    retries (the charge's key). Raises the second failure.
+    """
+    call = db_call(func)
+
+    async def retried(**kwargs):
+        try:
+            return await call(**kwargs)
+        except DatabaseError as exc:
+            log.warning("%s failed (%s); once more", func.__name__, exc)
+            return await call(**kwargs)
+
+    return retried
 
 
 def _usage(job: Job) -> dict:

@@ -27,7 +27,7 @@ from .auth import (
     api_key_mark_used,
     bearer_from_header,
 )
-from .errors import ApiError, error_body, error_response
+from .errors import DATABASE_UNAVAILABLE, ApiError, error_body, error_response
 from .models import CatalogModel, Job
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import CompletionRequest, completion_request_parse
@@ -200,19 +200,13 @@ def _unauthorized() -> ApiError:
 async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
     """A completion request, answered in OpenAI's shape whatever happens before
     the response starts: a database that cannot be reached is a 503 to retry
-    (nothing was stored: the step is one transaction), anything unexpected a
-    500 (logged), never Django's HTML error page."""
+    (a job already stored is closed, billed nothing), anything unexpected a 500
+    (logged), never Django's HTML error page."""
     try:
         return await _completion_answer(request, endpoint)
     except DatabaseError:
         log.exception("completion: the database step failed")
-        return error_response(
-            ApiError(
-                503,
-                "the database is unavailable right now; retry the request",
-                "service_unavailable",
-            )
-        )
+        return error_response(DATABASE_UNAVAILABLE)
     except Exception:
         log.exception("completion failed")
         return error_response(ApiError(500, "internal error", "internal_error"))

@@ -210,3 +210,22 @@ async def test_a_failing_step_is_answered_in_openai_shape_not_an_html_page(
     headers = [(b"authorization", f"Bearer {api_key}".encode())]
     got_status, answer = await _post("/v1/chat/completions", body, headers)
     assert (got_status, answer["error"]["code"]) == (status, code)
+
+
+async def test_the_json_apis_answer_a_lost_database_in_openai_shape(
+    api_key, monkeypatch
+):
+    from django.db import OperationalError
+    from django.test import AsyncClient
+
+    from jobs.apis import ModelsApi
+
+    def failing_get(self, request):
+        raise OperationalError("the connection was closed")
+
+    monkeypatch.setattr(ModelsApi, "get", failing_get)
+    response = await AsyncClient().get(
+        "/v1/models", headers={"Authorization": f"Bearer {api_key}"}
+    )
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "service_unavailable"

@@ -317,3 +317,39 @@ async def test_a_price_change_mid_answer_charges_the_price_the_job_was_admitted_
     account = await Account.objects.aget(user=user, kind=Account.Kind.RENTER_CREDIT)
     assert account.balance_nano == 1000 * 200 - job.cost_nano >= 0
     await host.close()
+
+
+async def test_a_lost_database_connection_at_the_end_of_an_answer_is_retried(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """The end of a job whose connection the server closed runs once more: the
+    renter gets the whole answer and ``[DONE]``, and is billed once."""
+    from django.db import OperationalError
+
+    from billing.models import LedgerTransaction
+    from jobs import services
+
+    real_succeed = services.job_succeed
+    failures = []
+
+    def succeed_after_a_lost_connection(**kwargs):
+        if not failures:
+            failures.append(1)
+            raise OperationalError(
+                "consuming input failed: server closed the connection"
+            )
+        return real_succeed(**kwargs)
+
+    succeed_after_a_lost_connection.__name__ = "job_succeed"
+    monkeypatch.setattr(services, "job_succeed", succeed_after_a_lost_connection)
+    host = await host_online(machine_token, "rig")
+    request = chat_request(api_key)
+    offer = await host.recv_type("offer")
+    await host.answer(offer, ["Hello", " there."])
+    response = await request
+    events = sse_events(await read_body(response))
+    assert sse_text(events) == "Hello there." and events[-1] == "[DONE]"
+    job = await Job.objects.aget(id=response["x-ballast-job-id"])
+    assert failures and job.status == Job.Status.SUCCEEDED and job.cost_nano > 0
+    assert await LedgerTransaction.objects.filter(job=job).acount() == 1
+    await host.close()

@@ -350,3 +350,26 @@ def test_only_n_1_is_accepted(n):
             endpoint=Job.Endpoint.CHAT,
         )
     assert refused.value.status == 400 and refused.value.param == "n"
+
+
+@postgresql_only
+def test_a_connection_the_server_closed_is_replaced_not_handed_to_a_request(renter):
+    """The pool checks a connection as it hands it out (``CONN_HEALTH_CHECKS``):
+    after the server kills every idle session, the next request step still runs."""
+    from django.db import close_old_connections
+
+    key = key_of(renter)
+    close_old_connections()  # back to the pool, idle
+    killer = connections.create_connection("default")
+    try:
+        with killer.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert cursor.fetchone()[0] >= 1
+    finally:
+        killer.close()
+    with pytest.raises(ApiError) as refused:  # a real step (the catalog read)
+        open_job(key, model="no-such-model")
+    assert refused.value.status == 404
