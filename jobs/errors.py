@@ -68,6 +68,10 @@ DATABASE_UNAVAILABLE = ApiError(
 )
 
 
+# the answer to a request that failed on something unexpected (logged)
+INTERNAL_ERROR = ApiError(500, "internal error", "internal_error")
+
+
 def error_response(exc: ApiError) -> JsonResponse:
     """A JsonResponse for an ApiError."""
     return JsonResponse(exc.body(), status=exc.status)
@@ -85,7 +89,7 @@ def openai_exception_handler(exc: Exception, context: dict) -> Response | None:
             log.warning("API: the database is unavailable: %s", exc)
             return Response(DATABASE_UNAVAILABLE.body(), status=503)
         log.error("API request failed", exc_info=exc)
-        return Response(error_body(500, "internal error", "internal_error"), status=500)
+        return Response(INTERNAL_ERROR.body(), status=500)
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
         response.status_code = 401
         code = "invalid_api_key"

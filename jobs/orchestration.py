@@ -131,7 +131,7 @@ async def _job_abandon(step: asyncio.Future) -> None:
         return
     job = opened[0]
     try:
-        await db_call(services.job_finish)(
+        await _db_retried(services.job_finish)(
             job_id=str(job.id),
             status=Job.Status.CANCELLED,
             output_text="",

@@ -1360,16 +1360,8 @@ def _job_open_pipelined(
         renter_sql="SELECT %s::bigint AS user_id, %s::bigint AS key_id",
         renter_params=[api_key.user_id, api_key.pk],
     )
-    _, locked, (row,) = _transaction_pipelined(
-        [
-            (_ASYNC_COMMIT_SQL, [], True),
-            (
-                _CREDIT_LOCK_SQL + " FOR UPDATE",
-                [Account.Kind.RENTER_CREDIT, api_key.user_id],
-                True,
-            ),
-            step.statement,
-        ]
+    locked, row = step.send(
+        _CREDIT_LOCK_SQL + " FOR UPDATE", [Account.Kind.RENTER_CREDIT, api_key.user_id]
     )
     if not locked:
         return None
@@ -1388,13 +1380,14 @@ def job_open_by_key(
     and VRAM) before anything is stored; the key is checked there too (live, its
     renter active), and locks the renter's credit account. Returns (the key, then
     as ``job_open``), or None, having stored nothing, when the two-step way must
-    answer (``api_key_and_model`` then ``job_open``): an unknown, revoked or
-    first-time key, a model not read yet or changed since, a prompt that may not
+    answer (``api_key_and_model`` then ``job_open``): SQLite, a transaction
+    already open, an unknown, revoked or first-time key, a model not read yet or changed since, a prompt that may not
     fit, an open rental. Raises ApiError 402 as ``job_submit``.
     """
     model = _catalog_hints.get(request.model)
     if (
-        model is None
+        connection.vendor != "postgresql"
+        or model is None
         or not plain
         or request.placement.get("rental")
         or connection.in_atomic_block
@@ -1415,28 +1408,20 @@ def job_open_by_key(
         f" WHERE {_KEY_WHERE_SQL}",
         renter_params=[key_hash],
     )
-    _, locked, (row,) = _transaction_pipelined(
+    locked, row = step.send(
+        "SELECT a.id, k.id, k.user_id, k.name, k.prefix,"
+        " (k.last_used_at IS NULL OR k.last_used_at < %s)"
+        f" {_KEY_FROM_SQL} JOIN billing_account a ON a.user_id = k.user_id"
+        f" AND a.kind = %s WHERE {_KEY_WHERE_SQL} FOR UPDATE OF a",
         [
-            (_ASYNC_COMMIT_SQL, [], True),
-            (
-                "SELECT a.id, k.id, k.user_id, k.name, k.prefix,"
-                " (k.last_used_at IS NULL OR k.last_used_at < %s)"
-                f" {_KEY_FROM_SQL} JOIN billing_account a ON a.user_id = k.user_id"
-                f" AND a.kind = %s WHERE {_KEY_WHERE_SQL} FOR UPDATE OF a",
-                [
-                    timezone.now() - API_KEY_LAST_USED_EVERY,
-                    Account.Kind.RENTER_CREDIT,
-                    key_hash,
-                ],
-                True,
-            ),
-            step.statement,
-        ]
+            timezone.now() - API_KEY_LAST_USED_EVERY,
+            Account.Kind.RENTER_CREDIT,
+            key_hash,
+        ],
     )
     if not locked:
         return None
-    _, key_id, user_id, name, prefix, stale = locked[0]
-    api_key = _api_key_row(key_id, user_id, name, prefix, stale)
+    api_key = _api_key_row(*locked[0][1:])
     opened = step.result(row, renter=api_key.user, api_key=api_key)
     return None if opened is None else (api_key, step.job, model, opened)
 
@@ -1459,7 +1444,7 @@ class _OpenStatement:
     after the caller's lock) and the gate ``ok`` (all three hold, no open
     rental, the credit covers ``max_tokens``); then the job's insert and the
     claim (``_ClaimStatement``), both only through ``ok``. ``statement`` is
-    (sql, params, prepare) for ``_transaction_pipelined``.
+    (sql, params, prepare) for ``_transaction_pipelined``; ``send`` runs it.
     """
 
     def __init__(
@@ -1538,6 +1523,20 @@ class _OpenStatement:
             ),
             True,
         )
+
+    def send(self, lock_sql: str, lock_params: list) -> tuple[list, tuple]:
+        """Run the transaction in one round trip (``_transaction_pipelined``): the
+        async-commit setting, ``lock_sql`` (the renter's credit lock; its rows are
+        returned, none when there is no account to lock), then the statement
+        (its one row, returned)."""
+        _, locked, (row,) = _transaction_pipelined(
+            [
+                (_ASYNC_COMMIT_SQL, [], True),
+                (lock_sql, lock_params, True),
+                self.statement,
+            ]
+        )
+        return locked, row
 
     def result(self, row: tuple, *, renter, api_key: ApiKey) -> Dispatch | None:
         """The dispatch of the stored job (``self.job``, its renter and key set),

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -27,7 +27,13 @@ from .auth import (
     api_key_mark_used,
     bearer_from_header,
 )
-from .errors import DATABASE_UNAVAILABLE, ApiError, error_body, error_response
+from .errors import (
+    DATABASE_UNAVAILABLE,
+    INTERNAL_ERROR,
+    ApiError,
+    error_body,
+    error_response,
+)
 from .models import CatalogModel, Job
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import CompletionRequest, completion_request_parse
@@ -173,13 +179,9 @@ def _job_open(
         if api_key_from_request_header(authorization) is None:
             raise _unauthorized() from None
         raise refused
-    opened = None
-    if connection.vendor == "postgresql":  # one round trip for the whole step
-        opened = job_open_by_key(
-            plain=bearer_from_header(authorization),
-            request=parsed,
-            waiting_channel=channel,
-        )
+    opened = job_open_by_key(  # PostgreSQL: one round trip for the whole step
+        plain=bearer_from_header(authorization), request=parsed, waiting_channel=channel
+    )
     if opened is not None:
         key, job, model, dispatch = opened
         api_key_mark_used(key)
@@ -209,7 +211,7 @@ async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
         return error_response(DATABASE_UNAVAILABLE)
     except Exception:
         log.exception("completion failed")
-        return error_response(ApiError(500, "internal error", "internal_error"))
+        return error_response(INTERNAL_ERROR)
 
 
 async def _completion_answer(request: HttpRequest, endpoint: str) -> HttpResponse:
