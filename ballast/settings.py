@@ -154,10 +154,12 @@ if DATABASE_URL:
             "max_size": env_int("BALLAST_DB_POOL_MAX", 8, minimum=1),
             "timeout": 30,
         }
-        # with the pool, Django tests each connection (an empty query) as the
-        # pool hands it out: one the server closed (a restart, a killed session)
-        # is replaced instead of failing the request that got it
-        _db["CONN_HEALTH_CHECKS"] = True
+        # Django's backend whose pool checks each connection as it hands it out
+        # (``ballast.dbpool.connection_check``): one the server closed (a
+        # restart, a killed session) is replaced instead of failing the request
+        # that got it, and a healthy one costs no round trip (Django's
+        # CONN_HEALTH_CHECKS would send an empty query every time)
+        _db["ENGINE"] = "ballast.postgresql"
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     _db = {

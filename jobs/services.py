@@ -518,9 +518,13 @@ class _ClaimStatement:
                 )
             )
         self.attempt = attempt
-        self.device_fields = Device._meta.concrete_fields
-        # of the machine, what the dispatch needs (its channel; the rest deferred):
-        # the statement's text stays under psycopg's cache limit (4,096 characters)
+        # of the device and its machine, what the dispatch needs (the offer's
+        # device index, the machine's channel; the rest deferred, read on
+        # access): the statement's text stays under psycopg's cache limit
+        # (4,096 characters; past it every call parses the text again)
+        self.device_fields = [
+            Device._meta.get_field(name) for name in ("id", "machine", "index", "name")
+        ]
         self.machine_fields = [
             Machine._meta.get_field(name) for name in ("id", "name", "channel_name")
         ]
@@ -538,11 +542,8 @@ class _ClaimStatement:
             f" SELECT {', '.join(values)} FROM slot)"
         )
         self.params = [*ahead_params, *pick_params, tiebreak_step(), *attempt_params]
-        self.columns = (
-            "(SELECT n FROM ahead), "
-            + ", ".join(f"slot.{qn(f.column)}" for f in self.device_fields)
-            + ", "
-            + ", ".join(f"m.{qn(f.column)}" for f in self.machine_fields)
+        self.columns = "(SELECT n FROM ahead), slot.*, " + ", ".join(
+            f"m.{qn(f.column)}" for f in self.machine_fields
         )
         self.select_count = 0
 

@@ -106,6 +106,36 @@ def test_a_request_is_stored_and_claimed_in_one_round_trip(
 
 
 @postgresql_only
+@pytest.mark.parametrize("placement", [{}, {"gpu": "RTX", "region": "eu"}])
+def test_the_request_statement_stays_within_psycopgs_statement_cache(
+    renter, live_device, monkeypatch, placement
+):
+    """psycopg converts a statement's ``%s`` once and caches it only up to 4,096
+    characters and 50 parameters (``psycopg._queries``): past either, every
+    request pays the conversion again (docs/performance.md)."""
+    from psycopg import _queries
+
+    live_device()
+    _, plain = api_key_create(user=renter)
+    parsed = request()
+    parsed.placement = placement
+    services.api_key_and_model(plain=plain, model_id=parsed.model)  # the hint
+    sent = []
+    real = services._transaction_pipelined
+
+    def spy(statements):
+        sent.extend(statements)
+        return real(statements)
+
+    monkeypatch.setattr(services, "_transaction_pipelined", spy)
+    assert services.job_open_by_key(plain=plain, request=parsed, waiting_channel="w.1")
+    sql, params, _ = sent[-1]
+    assert sql.startswith("WITH renter AS")
+    assert len(sql.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH
+    assert len(params) <= _queries.MAX_CACHED_STATEMENT_PARAMS
+
+
+@postgresql_only
 def test_the_one_round_trip_stores_what_the_stepwise_step_stores(renter, live_device):
     device = live_device(slots=2)
     key = key_of(renter)
@@ -354,8 +384,8 @@ def test_only_n_1_is_accepted(n):
 
 @postgresql_only
 def test_a_connection_the_server_closed_is_replaced_not_handed_to_a_request(renter):
-    """The pool checks a connection as it hands it out (``CONN_HEALTH_CHECKS``):
-    after the server kills every idle session, the next request step still runs."""
+    """The pool checks a connection as it hands it out (``ballast.dbpool``):
+    after the server ended every idle session, the next request step still runs."""
     from django.db import close_old_connections
 
     key = key_of(renter)
@@ -364,10 +394,21 @@ def test_a_connection_the_server_closed_is_replaced_not_handed_to_a_request(rent
     try:
         with killer.cursor() as cursor:
             cursor.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                "SELECT array_agg(pid) FILTER (WHERE pg_terminate_backend(pid))"
+                " FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
-            assert cursor.fetchone()[0] >= 1
+            killed = cursor.fetchone()[0]
+            assert killed
+            # as after a restart: the sessions have ended (their backends gone)
+            while True:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)",
+                    [killed],
+                )
+                if cursor.fetchone()[0] == 0:
+                    break
+                cursor.execute("SELECT pg_sleep(0.01)")
     finally:
         killer.close()
     with pytest.raises(ApiError) as refused:  # a real step (the catalog read)
