@@ -72,7 +72,8 @@ def frame_parse(message: str | bytes) -> dict[str, Any] | None:
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         log.warning("ignoring a frame without a type: %.80r", message)
         return None
-    log.debug("received %s", frame_summary(frame))
+    if log.isEnabledFor(logging.DEBUG):  # the summary is a JSON encoding
+        log.debug("received %s", frame_summary(frame))
     return frame
 
 

@@ -44,7 +44,8 @@ class Session:
         data = json.dumps(frame, ensure_ascii=False)
         async with self._send_lock:
             await self.ws.send(data)
-        log.debug("sent %s", frame_summary(frame))
+        if log.isEnabledFor(logging.DEBUG):  # the summary is a JSON encoding
+            log.debug("sent %s", frame_summary(frame))
 
     async def open(self) -> bool:
         """Send ``hello`` and wait for ``welcome``; False on timeout or close."""

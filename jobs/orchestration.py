@@ -52,13 +52,18 @@ async def slots_announce(model_ids, *, slots: int = 1) -> None:
     woken request that cannot use the slot leaves it to the next wake-up or to the
     fallback poll (``SLOT_POLL_S``).
     """
-    layer = get_channel_layer()
     for model_id in model_ids:
         channels = await db_call(services.jobs_waiting_channels)(
             model_id=model_id, limit=2 * slots
         )
-        for channel in channels:
-            await local.channel_send(layer, channel, {"type": "slot.free"})
+        await slot_free_send(channels)
+
+
+async def slot_free_send(channels: list[str]) -> None:
+    """Send ``slot.free`` to each of ``channels`` (queued jobs' coroutines)."""
+    layer = get_channel_layer()
+    for channel in channels:
+        await local.channel_send(layer, channel, {"type": "slot.free"})
 
 
 _announcements: set[asyncio.Task] = set()
@@ -589,7 +594,9 @@ class JobRun:
         slots_announce_soon([self.job.model_id])
 
     async def _succeed(self, segment: _Segment) -> Finished:
-        job = await _db_retried(services.job_succeed)(
+        # the end and the look-up of the queued jobs its slot wakes in one call
+        job, waiting = await _db_retried(services.job_succeed_waking)(
+            model_id=self.job.model_id,
             job_id=self.job_id,
             attempt_id=str(segment.attempt.id),
             segment_text=segment.text,
@@ -599,7 +606,10 @@ class JobRun:
             first_token_at=segment.first_token_at,
         )
         self.finished = True
-        slots_announce_soon([self.job.model_id])
+        try:
+            await slot_free_send(waiting)
+        except Exception:  # the queued requests' fallback poll still runs
+            log.exception("job %s: waking the queued requests failed", self.job_id)
         return Finished(finish_reason=job.finish_reason, usage=_usage(job))
 
     async def _fail(

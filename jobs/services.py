@@ -861,6 +861,20 @@ def job_succeed(
     return job if job is not None else _job_succeed_general(**end)
 
 
+def job_succeed_waking(*, model_id: str, **end) -> tuple[Job, list[str]]:
+    """``job_succeed(**end)``, then the channels of the jobs queued for
+    ``model_id`` that its freed slot wakes (``jobs_waiting_channels``, read
+    after the end committed: a job queued before it is seen), in one call.
+
+    One worker-thread call for the end of an answer: the look-up costs one more
+    round trip before ``[DONE]`` instead of a thread hop and a round trip after
+    it, beside the renter's next request (docs/performance.md). Returns
+    (the job as ``job_succeed``, at most two channels).
+    """
+    job = job_succeed(**end)
+    return job, jobs_waiting_channels(model_id=model_id, limit=2)
+
+
 def _job_succeed_general(
     *,
     job_id: str,

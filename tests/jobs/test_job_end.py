@@ -343,3 +343,37 @@ def test_a_second_end_of_the_same_job_changes_nothing(worlds, renter):
         Device.objects.get(id=hosts[0].device.id).slots_used,
     )
     assert Account.objects.filter(kind=Account.Kind.HOST_HELD).count() == 1
+
+
+def test_the_end_of_a_job_returns_the_queued_jobs_its_slot_wakes(worlds, renter):
+    """``job_succeed_waking``: the end, then (after it committed) the oldest two
+    jobs queued for the model, in one call — what the answer's coroutine wakes."""
+    rig, hosts = worlds[0]
+    job = rig.job(renter=renter, model=MODEL)
+    attempt, host = rig.attempt(job, device=hosts[0].device)
+    queued = []
+    for i in range(3):
+        waiting = rig.job(renter=renter, model=MODEL)
+        Job.objects.filter(id=waiting.id).update(
+            status=Job.Status.QUEUED,
+            waiting_channel=f"job.waiting{i}",
+            created_at=job.created_at + timedelta(seconds=i + 1),
+            lease_until=job.created_at + timedelta(minutes=1),
+        )
+        queued.append(waiting)
+    tokens = token_count(MODEL, TEXT)
+    ended, channels = services.job_succeed_waking(
+        model_id=MODEL,
+        job_id=str(job.id),
+        attempt_id=str(attempt.id),
+        segment_text=TEXT,
+        done={
+            "finish_reason": "stop",
+            "prompt_tokens": 10,
+            "completion_tokens": tokens,
+            "receipt": host.sign(str(attempt.id), tokens, TEXT),
+        },
+        answer_text=TEXT,
+    )
+    assert ended.status == Job.Status.SUCCEEDED
+    assert channels == ["job.waiting0", "job.waiting1"]
