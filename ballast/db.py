@@ -11,8 +11,11 @@ thread, where they would otherwise only contend for the file's lock.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import uuid
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -164,3 +167,82 @@ def value_uuid(value) -> uuid.UUID | None:
 def value_json(value):
     """A JSON column read by a raw statement (text on both backends here)."""
     return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+# --- PostgreSQL: a whole transaction in one message -----------------------------------
+# the statements each connection has prepared (SQL PREPARE), by connection
+_prepared_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# at most this many per connection; past it a statement is sent planned afresh
+PREPARED_PER_CONNECTION = 64
+
+
+def transaction_one_message(statements: list[tuple[str, list, bool]]) -> list[list]:
+    """PostgreSQL: ``BEGIN``, ``statements``, ``COMMIT`` as one query message.
+
+    ``statements``: (sql with ``%s`` placeholders, params, prepare) each. The
+    transaction goes to the server as one simple-protocol message, the
+    parameters as literals (psycopg's client-side binding, ``ClientCursor``):
+    one write, one wait for the answer, where psycopg's pipeline mode sends and
+    polls once per statement (docs/performance.md). A statement marked
+    ``prepare`` runs as ``EXECUTE`` of a statement the connection prepared
+    (SQL ``PREPARE``, the first time this connection sends that text: one extra
+    round trip), so the server plans it once per connection, not per call. The
+    server runs the statements in order, each with its own snapshot (READ
+    COMMITTED): a statement after a lock sees everything committed before the
+    lock was granted.
+
+    Returns each statement's rows ([] for one that returns none). Needs
+    Django's connection in autocommit (not inside ``atomic``). Raises the
+    database's error as Django's (IntegrityError, …), after rolling the
+    transaction back.
+    """
+    from psycopg import ClientCursor
+
+    connection.ensure_connection()
+    pg = connection.connection
+    prepared = _prepared_names.setdefault(pg, set())
+    parts, params = ["BEGIN"], []
+    with connection.wrap_database_errors:
+        for sql, values, prepare in statements:
+            name = _prepared_name(sql) if prepare else None
+            if name is not None and name not in prepared:
+                if len(prepared) < PREPARED_PER_CONNECTION:
+                    pg.execute(f"PREPARE {name} AS {_dollar_placeholders(sql)}")
+                    prepared.add(name)
+                else:
+                    name = None
+            if name is None:
+                parts.append(sql)
+            elif values:
+                parts.append(f"EXECUTE {name}({', '.join(['%s'] * len(values))})")
+            else:
+                parts.append(f"EXECUTE {name}")
+            params += values
+        parts.append("COMMIT")
+    cursor = connection._prepare_cursor(ClientCursor(pg))
+    try:
+        cursor.execute("; ".join(parts), params)
+    except BaseException:
+        if not pg.closed and pg.info.transaction_status != 0:  # not IDLE
+            with connection.wrap_database_errors:
+                pg.execute("ROLLBACK")
+        raise
+    rows = []
+    raw = cursor.cursor
+    for _ in statements:
+        raw.nextset()  # past BEGIN, then each statement in turn
+        rows.append(raw.fetchall() if raw.description else [])
+    return rows
+
+
+def _prepared_name(sql: str) -> str:
+    """The name a connection prepares ``sql`` under (the same text, the same name)."""
+    return "ballast_" + hashlib.blake2b(sql.encode(), digest_size=10).hexdigest()
+
+
+def _dollar_placeholders(sql: str) -> str:
+    """``sql``'s ``%s`` placeholders as PREPARE's ``$1``, ``$2``, … (``%%`` → ``%``)."""
+    numbers = iter(range(1, len(sql)))
+    return re.sub(
+        r"%([%s])", lambda m: "%" if m[1] == "%" else f"${next(numbers)}", sql
+    )

@@ -32,6 +32,7 @@ from ballast.db import (
     rows_changed,
     rows_fetch,
     sql_value,
+    transaction_one_message,
     value_datetime,
     value_json,
     value_uuid,
@@ -1358,7 +1359,7 @@ def _job_open_pipelined(
 ) -> tuple[Job, CatalogModel, Dispatch] | None:
     """PostgreSQL: ``job_open`` as the catalog read (unless given) and one round trip.
 
-    The round trip (``_transaction_pipelined``) holds: the renter's credit lock,
+    The round trip (``ballast.db.transaction_one_message``) holds: the renter's credit lock,
     then one statement that reads the credit (after the lock is granted: its own
     snapshot), inserts the job only if the credit covers it, and claims a slot
     for it as ``job_dispatch`` does, with the pick gated on the same check.
@@ -1459,7 +1460,7 @@ class _OpenStatement:
     after the caller's lock) and the gate ``ok`` (all three hold, no open
     rental, the credit covers ``max_tokens``); then the job's insert and the
     claim (``_ClaimStatement``), both only through ``ok``. ``statement`` is
-    (sql, params, prepare) for ``_transaction_pipelined``; ``send`` runs it.
+    (sql, params, prepare) for ``ballast.db.transaction_one_message``; ``send`` runs it.
     """
 
     def __init__(
@@ -1540,13 +1541,13 @@ class _OpenStatement:
         )
 
     def send(self, lock_sql: str, lock_params: list) -> tuple[list, tuple]:
-        """Run the transaction in one round trip (``_transaction_pipelined``): the
+        """Run the transaction in one message (``ballast.db.transaction_one_message``): the
         async-commit setting, ``lock_sql`` (the renter's credit lock; its rows are
         returned, none when there is no account to lock), then the statement
         (its one row, returned)."""
-        _, locked, (row,) = _transaction_pipelined(
+        _, locked, (row,) = transaction_one_message(
             [
-                (_ASYNC_COMMIT_SQL, [], True),
+                (_ASYNC_COMMIT_SQL, [], False),
                 (lock_sql, lock_params, True),
                 self.statement,
             ]
@@ -1581,39 +1582,6 @@ class _OpenStatement:
         return _dispatch_claimed(
             job=job, attempt=self.attempt, device=device, continue_from="", now=self.now
         )
-
-
-def _transaction_pipelined(statements: list[tuple[str, list, bool]]) -> list[list]:
-    """PostgreSQL: ``BEGIN``, ``statements``, ``COMMIT`` in one round trip.
-
-    ``statements``: (sql, params, prepare) each. psycopg's pipeline mode sends them
-    all before reading any result; the server still runs them in order, each with
-    its own snapshot (READ COMMITTED), so a statement after a lock sees everything
-    committed before the lock was granted. Returns each statement's rows ([] for
-    one that returns none). Needs Django's connection in autocommit (not inside
-    ``atomic``). Raises the database's error as Django's (IntegrityError, …),
-    after rolling the transaction back.
-    """
-    connection.ensure_connection()
-    pg = connection.connection
-    if pg.prepare_threshold is None:
-        pg.prepare_threshold = 2**31 - 1  # as _execute_prepared
-    cursors = []
-    try:
-        with connection.wrap_database_errors, pg.pipeline():
-            pg.execute("BEGIN")
-            for sql, params, prepare in statements:
-                raw = _PreparedCursor(pg) if prepare else pg.cursor()
-                cursor = connection._prepare_cursor(raw)
-                cursor.execute(sql, params)
-                cursors.append(cursor)
-            pg.execute("COMMIT")
-    except BaseException:
-        if not pg.closed and pg.info.transaction_status != 0:  # not IDLE
-            with connection.wrap_database_errors:
-                pg.execute("ROLLBACK")
-        raise
-    return [cursor.fetchall() if cursor.description else [] for cursor in cursors]
 
 
 def job_submit(

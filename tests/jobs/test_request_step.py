@@ -61,15 +61,15 @@ def open_job(key, **kwargs):
 
 @pytest.fixture
 def round_trips(monkeypatch):
-    """The statement lists sent through ``_transaction_pipelined``, as called."""
+    """The statement lists sent through ``transaction_one_message``, as called."""
     calls: list[list[str]] = []
-    real = services._transaction_pipelined
+    real = services.transaction_one_message
 
     def spy(statements):
         calls.append([sql for sql, _, _ in statements])
         return real(statements)
 
-    monkeypatch.setattr(services, "_transaction_pipelined", spy)
+    monkeypatch.setattr(services, "transaction_one_message", spy)
     return calls
 
 
@@ -79,8 +79,9 @@ def transaction_idle() -> bool:
 
 @postgresql_only
 def test_a_request_is_stored_and_claimed_in_one_round_trip(
-    renter, live_device, round_trips
+    renter, live_device, round_trips, settings
 ):
+    settings.BALLAST_CANARY_RATE = 0  # no random spot check marked on the device
     device = live_device()
     tiebreak = DeviceModel.objects.get(device=device).tiebreak
     key = key_of(renter)
@@ -89,8 +90,12 @@ def test_a_request_is_stored_and_claimed_in_one_round_trip(
     assert len(round_trips) == 1
     lock, claim = round_trips[0][1:]
     assert lock.endswith("FOR UPDATE") and claim.startswith("WITH renter AS")
-    # besides the round trip (its three statements), only the catalog read
-    assert len(queries.captured_queries) == 1 + 3
+    # besides the one message (its statements prepared on the connection and
+    # executed by name), only the catalog read
+    assert len(queries.captured_queries) == 1 + 1
+    message = queries.captured_queries[1]["sql"]
+    assert message.startswith("BEGIN; SELECT set_config(")
+    assert message.count("EXECUTE ballast_") == 2 and message.endswith("; COMMIT")
     assert transaction_idle()
     stored = Job.objects.get(id=job.id)
     assert stored.status == Job.Status.RUNNING == job.status
@@ -121,13 +126,13 @@ def test_the_request_statement_stays_within_psycopgs_statement_cache(
     parsed.placement = placement
     services.api_key_and_model(plain=plain, model_id=parsed.model)  # the hint
     sent = []
-    real = services._transaction_pipelined
+    real = services.transaction_one_message
 
     def spy(statements):
         sent.extend(statements)
         return real(statements)
 
-    monkeypatch.setattr(services, "_transaction_pipelined", spy)
+    monkeypatch.setattr(services, "transaction_one_message", spy)
     assert services.job_open_by_key(plain=plain, request=parsed, waiting_channel="w.1")
     sql, params, _ = sent[-1]
     assert sql.startswith("WITH renter AS")
@@ -273,7 +278,7 @@ def test_a_failed_round_trip_rolls_back_and_releases_the_lock(renter):
     account = Account.objects.get(user=renter, kind=Account.Kind.RENTER_CREDIT)
     connection.ensure_connection()
     with pytest.raises(DataError):
-        services._transaction_pipelined(
+        services.transaction_one_message(
             [
                 (
                     "SELECT id FROM billing_account WHERE id = %s FOR UPDATE",

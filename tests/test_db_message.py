@@ -1,0 +1,77 @@
+"""``ballast.db.transaction_one_message``: a transaction sent as one message, its
+statements prepared once per connection, its values as literals."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+from psycopg.types.json import Jsonb
+
+from ballast import db
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="the one message is PostgreSQL's"
+    ),
+]
+
+ECHO = "SELECT %s::text, %s::jsonb, %s::timestamptz, %s::uuid, %s::bigint, %s::text"
+
+
+def _prepared() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name FROM pg_prepared_statements WHERE name LIKE 'ballast_%%'"
+        )
+        return [name for (name,) in cursor.fetchall()]
+
+
+def test_values_arrive_exactly_as_given():
+    """Quotes, backslashes, a statement's end, non-ASCII text, JSON, NULL: the
+    literals carry the values, never SQL (psycopg's quoting)."""
+    text = "it's \\ a 'quote'; DROP TABLE jobs_job; -- é 😀 \x01"
+    values = [
+        text,
+        Jsonb({"content": text, "n": [1, None]}),
+        datetime(2026, 11, 30, 9, 0, 0, 123456, tzinfo=UTC),
+        uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        2**62,
+        None,
+    ]
+    for prepare in (False, True, True):
+        ((row,),) = db.transaction_one_message([(ECHO, values, prepare)])
+        # Django reads jsonb as text (its JSONField decodes it)
+        assert (row[0], json.loads(row[1]), *row[2:]) == (
+            text,
+            {"content": text, "n": [1, None]},
+            *values[2:],
+        )
+
+
+def test_a_statement_is_prepared_once_per_connection():
+    connection.ensure_connection()
+    before = set(_prepared())
+    for n in range(3):
+        (rows,) = db.transaction_one_message([("SELECT %s::int + 1", [n], True)])
+        assert rows == [(n + 1,)]
+    assert len(set(_prepared()) - before) == 1
+
+
+def test_past_the_bound_statements_are_sent_unprepared(monkeypatch):
+    monkeypatch.setattr(db, "PREPARED_PER_CONNECTION", 0)
+    connection.ensure_connection()
+    before = set(_prepared())
+    (rows,) = db.transaction_one_message([("SELECT %s::int * 2", [21], True)])
+    assert rows == [(42,)] and set(_prepared()) == before
+
+
+def test_percent_signs_in_the_text_survive_preparing():
+    (rows,) = db.transaction_one_message(
+        [("SELECT 'a%%b' || %s::text, 7 %% %s::int", ["c", 4], True)]
+    )
+    assert rows == [("a%bc", 3)]
