@@ -42,12 +42,13 @@ def port_free() -> int:
         return sock.getsockname()[1]
 
 
-def manage(*args: str, env: dict[str, str]) -> str:
-    """Run ``manage.py`` with ``args``; return its stdout. Raises CalledProcessError."""
+def manage(*args: str, env: dict[str, str], root: Path = ROOT) -> str:
+    """Run ``manage.py`` with ``args`` (of the checkout at ``root``); return its
+    stdout. Raises CalledProcessError."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *args],
+        [sys.executable, str(root / "manage.py"), *args],
         env=env,
-        cwd=ROOT,
+        cwd=root,
         capture_output=True,
         text=True,
         check=False,
@@ -69,12 +70,15 @@ class Stack:
     """A set of Ballast processes sharing one environment (database, Redis, settings).
 
     ``env`` is the environment of every child; ``log_dir`` receives one log file per
-    process. Use as a context manager: leaving it stops every child.
+    process. Use as a context manager: leaving it stops every child. ``root``: the
+    checkout whose code the children run (this one by default; the benchmarks
+    compare another commit's in the same run).
     """
 
     env: dict[str, str]
     log_dir: Path
     port: int = 0
+    root: Path = ROOT
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     @property
@@ -93,7 +97,7 @@ class Stack:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the child
         process = subprocess.Popen(
             args,
-            cwd=ROOT,
+            cwd=self.root,
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -104,7 +108,7 @@ class Stack:
 
     def migrate(self) -> None:
         """Apply migrations (this also loads the catalog's reference model)."""
-        manage("migrate", "--noinput", "-v0", env=self.env)
+        manage("migrate", "--noinput", "-v0", env=self.env, root=self.root)
 
     def start_coordinator(self, name: str = "coordinator", port: int = 0) -> str:
         """Start an ASGI server process (uvicorn) and wait until it answers HTTP.

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -172,6 +173,122 @@ async def measure(url: str, key: str, sequential: int, concurrency: int, rounds:
     return seq, conc, errors, phases
 
 
+async def measure_interleaved(targets: list[tuple[str, str]], sequential: int, concurrency: int,
+                              rounds: int, warmup: int = 5) -> list[tuple[list, list, list]]:
+    """``--base``: measure ``targets`` ((base URL, API key) each) in one session, interleaved:
+    each sequential step sends one request to every target, in a fresh random order (so no
+    target always follows the same one, whose leftover work would land on it); the
+    concurrent rounds go target by target, the order shuffled per round. Returns per
+    target (sequential ttfts, concurrent ttfts, errors), in seconds."""
+    order = random.Random(7)
+    results = [([], [], []) for _ in targets]
+    limits = httpx.Limits(max_connections=concurrency + 10, max_keepalive_connections=concurrency + 10)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+
+        async def one(target: int, i: int) -> float | None:
+            url, key = targets[target]
+            result = await sse_stream(client, url + "/v1/chat/completions", key, chat_body(64, f"question {i}"))
+            if result.error or not result.first:
+                results[target][2].append(result.error or "no token")
+                return None
+            return result.first - result.start
+
+        for i in range(warmup):
+            for target in range(len(targets)):
+                await one(target, i)
+        await asyncio.sleep(0.5)
+        sides = list(range(len(targets)))
+        for i in range(sequential):
+            order.shuffle(sides)
+            for target in sides:
+                if (t := await one(target, i)) is not None:
+                    results[target][0].append(t)
+        for r in range(rounds):
+            order.shuffle(sides)
+            for target in sides:
+                got = await asyncio.wait_for(
+                    asyncio.gather(*(one(target, r * concurrency + i) for i in range(concurrency))), 120)
+                results[target][1].extend(t for t in got if t is not None)
+                await asyncio.sleep(0.5)  # the round's ends land before the next target's round
+    return results
+
+
+def compare(args, script: str) -> int:
+    """``--base REV``: commit REV's coordinator and agents beside this checkout's (each on its
+    own scratch database and Redis db), and the direct app, measured interleaved."""
+    import contextlib
+    import shutil
+
+    from ballast.stack import ROOT as this_root
+    from ballast.stack import Stack, port_free
+    from bench.harness import REDIS_URL
+
+    work = Path(tempfile.mkdtemp())
+    base_root = work / "base"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base_root), args.base],
+                   cwd=ROOT, check=True)
+    rev = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    this_rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":!bench", ":!docs"],
+                           cwd=ROOT).returncode != 0
+    print(f"compare: base {args.base} ({rev}) vs this checkout ({this_rev}{' + uncommitted' if dirty else ''})",
+          flush=True)
+    (base_root / ".venv").symlink_to(ROOT / ".venv")
+    try:
+        port = port_free()
+        direct = uvicorn_start("bench.ttft:direct_app", port, dict(os.environ, BENCH_SCRIPT=script),
+                               work / "direct.log")
+        direct_url = f"http://127.0.0.1:{port}"
+        try:
+            wait_http(direct_url + "/")
+            for layer in args.layers.split(","):
+                with contextlib.ExitStack() as stacks:
+                    targets = [(direct_url, "x")]
+                    for side, root, redis_db in (("base", base_root, 8), ("this", this_root, 7)):
+                        db = stacks.enter_context(scratch_postgres())
+                        redis_url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db}"
+                        if layer != "inmem":
+                            import redis
+
+                            redis.Redis.from_url(redis_url).flushdb()
+                        env = coordinator_env(db, layer, str(work), **(
+                            {"REDIS_URL": redis_url} if layer != "inmem" else {}))
+                        stack = stacks.enter_context(
+                            Stack(env=env, log_dir=work / f"logs-{layer}-{side}", root=root))
+                        stack.migrate()
+                        coordinator_start(stack, instrumented=False)
+                        key = renter_key(env, root)
+                        tokens = machines_bulk(db, args.agents, prefix=f"agent{layer}{side}")
+                        for i, token in enumerate(tokens):
+                            stack.start_agent(f"agent-{i}", token, "--engine", "scripted", "--script", script,
+                                              "--slots", str(args.slots), "--name", "Bench GPU")
+                        stack.wait_for_capacity(key, MODEL, devices=args.agents)
+                        targets.append((stack.url, key))
+                    got = asyncio.run(measure_interleaved(targets, args.sequential, args.concurrency,
+                                                          args.rounds))
+                (d_seq, d_conc, d_err), *sides = got
+                print(line(f"direct  sequential (beside {layer})", d_seq))
+                print(line(f"direct  {args.concurrency} concurrent", d_conc))
+                for name, (seq, conc, err) in zip((f"base {rev}", f"this {this_rev}"), sides, strict=True):
+                    print(line(f"{name}[{layer}] sequential", seq))
+                    print(line(f"{name}[{layer}] {args.concurrency} concurrent", conc))
+                    for label, b, a in (("sequential", seq, d_seq), (f"{args.concurrency} concurrent", conc, d_conc)):
+                        if b and a:
+                            print(f"  added, {label:<14} p50 {percentile(b, 50) * 1000 - percentile(a, 50) * 1000:8.2f} ms"
+                                  f"  p99 {percentile(b, 99) * 1000 - percentile(a, 99) * 1000:8.2f} ms")
+                    print(f"  errors {len(err)} {err[:2]}")
+                print(f"  direct errors {len(d_err)} {d_err[:2]}", flush=True)
+        finally:
+            direct.terminate()
+            direct.wait(10)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(base_root)], cwd=ROOT, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def line(label: str, values: list[float]) -> str:
     ms = [v * 1000 for v in values]
     return f"{label:<34} n={len(ms):4d}  p50 {percentile(ms, 50):8.2f} ms  p99 {percentile(ms, 99):8.2f} ms"
@@ -189,6 +306,10 @@ def main() -> int:
                         help="renters the concurrent requests come from, in turn (each has its own credit lock)")
     parser.add_argument("--plain", action="store_true", help="serve ballast.asgi without counters")
     parser.add_argument("--profile", metavar="DIR", help="py-spy the coordinator; collapsed stacks to DIR")
+    parser.add_argument("--base", metavar="REV",
+                        help="also run commit REV's coordinator and agents (a temporary worktree) beside "
+                             "this checkout's and the direct app, requests interleaved in random order: "
+                             "before/after in one session (plain, in-memory or pub/sub per --layers)")
     args = parser.parse_args()
     script = json.dumps(SCRIPT)
 
@@ -198,6 +319,8 @@ def main() -> int:
           f"renter(s); ballast: uvicorn "
           f"(uvloop, httptools, --ws websockets), DJANGO_DEBUG=0, PostgreSQL scratch db, "
           f"{args.agents} scripted agent processes x {args.slots} slots", flush=True)
+    if args.base:
+        return compare(args, script)
     from ballast.stack import Stack, port_free
 
     results: dict[str, tuple] = {}
