@@ -353,10 +353,12 @@ async def ws_stream(ws_url: str, key: str, body: dict) -> StreamResult:
     return result
 
 
-def renter_key(env: dict[str, str]) -> str:
-    from ballast.stack import last_line, manage
+def renter_key(env: dict[str, str], root: Path | None = None) -> str:
+    """A renter with credit, made by the checkout at ``root`` (default: this one); its key."""
+    from ballast.stack import ROOT, last_line, manage
 
-    return last_line(manage("renter_create", "renter@example.com", "--credit", "1000000", env=env))
+    return last_line(manage("renter_create", "renter@example.com", "--credit", "1000000", env=env,
+                            root=root or ROOT))
 
 
 # --- the coordinator process --------------------------------------------------------------
