@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,12 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 2000
 """Error texts sent to the coordinator are cut to this length (characters)."""
 
+CLAIM_WITH_FIRST_PIECE_S = 0.002
+"""How long a claim waits for the engine's first piece to leave with it, in one
+TCP segment (s): an engine that answers at once (a cached prefix, a scripted
+engine) costs the coordinator one wake-up instead of two; a slower one's claim
+leaves after this wait, far inside the 5 s claim deadline (DESIGN.md)."""
+
 
 class Session:
     """State of one connection: the send lock, the running jobs, the heartbeat."""
@@ -36,16 +43,21 @@ class Session:
         self._send_lock = asyncio.Lock()
         self._heartbeat: asyncio.Task[None] | None = None
 
-    async def send(self, frame: dict[str, Any]) -> None:
-        """Send one JSON frame; safe to call from concurrent tasks.
+    async def send(self, *frames: dict[str, Any]) -> None:
+        """Send JSON frames, in order; safe to call from concurrent tasks.
 
-        Raises ``ConnectionClosed`` when the connection is gone.
+        Several frames leave in one TCP segment where the platform can hold the
+        socket's output (Linux ``TCP_CORK``) while they are written. Raises
+        ``ConnectionClosed`` when the connection is gone.
         """
-        data = json.dumps(frame, ensure_ascii=False)
+        data = [json.dumps(frame, ensure_ascii=False) for frame in frames]
         async with self._send_lock:
-            await self.ws.send(data)
+            with _corked(self.ws, len(data) > 1):
+                for text in data:
+                    await self.ws.send(text)
         if log.isEnabledFor(logging.DEBUG):  # the summary is a JSON encoding
-            log.debug("sent %s", frame_summary(frame))
+            for frame in frames:
+                log.debug("sent %s", frame_summary(frame))
 
     async def open(self) -> bool:
         """Send ``hello`` and wait for ``welcome``; False on timeout or close."""
@@ -199,14 +211,17 @@ class Session:
         engine = self.agent.engine
         sent: list[str] = []
         result = GenerationResult()
+        claim = {"type": "claim", "job": job}
         try:
-            await self.send({"type": "claim", "job": job})
-            log.info(
-                "job %s claimed (%s)",
-                job,
-                "continuation" if request.continue_from else "fresh",
-            )
             async with _closing(engine.stream(request, result)) as pieces:
+                first = await _first_piece(pieces, self, claim)
+                log.info(
+                    "job %s claimed (%s)",
+                    job,
+                    "continuation" if request.continue_from else "fresh",
+                )
+                if first:
+                    sent.append(first)
                 async for piece in pieces:
                     if not isinstance(piece, str) or not piece:
                         continue
@@ -280,6 +295,65 @@ class Session:
                 }
             )
         return {"type": "heartbeat", "devices": devices, "paused": False}
+
+
+async def _first_piece(
+    pieces: AsyncIterator[str], session: Session, claim: dict[str, Any]
+) -> str:
+    """Start the engine, send ``claim`` — with the first piece's ``token`` frame
+    when the engine yields it within ``CLAIM_WITH_FIRST_PIECE_S`` — and return
+    that first piece once sent ("" when the stream ended without one).
+
+    Pieces that are not non-empty text are skipped, as the stream's loop does.
+    The claim always leaves first, also when the engine fails (its error
+    follows) or the job is cancelled meanwhile (then nothing more is sent).
+    """
+
+    async def next_text() -> str:
+        async for piece in pieces:
+            if isinstance(piece, str) and piece:
+                return piece
+        return ""
+
+    first = asyncio.ensure_future(next_text())
+    try:
+        done, _ = await asyncio.wait({first}, timeout=CLAIM_WITH_FIRST_PIECE_S)
+        if first in done and first.exception() is None and first.result():
+            token = {"type": "token", "job": claim["job"], "text": first.result()}
+            await session.send(claim, token)
+            return first.result()
+        await session.send(claim)
+        piece = await first
+        if piece:
+            await session.send({"type": "token", "job": claim["job"], "text": piece})
+        return piece
+    finally:
+        if not first.done():  # cancelled: stop the engine's first step first
+            first.cancel()
+            await asyncio.wait({first})
+
+
+@contextlib.contextmanager
+def _corked(ws: ClientConnection, cork: bool):
+    """Hold the socket's output while the block writes (Linux ``TCP_CORK``), so
+    its frames leave in one segment; a no-op when ``cork`` is false or the
+    platform or transport has no such option."""
+    transport = getattr(ws, "transport", None) if cork else None
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    option = getattr(socket, "TCP_CORK", None)
+    if sock is None or option is None:
+        yield
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, 0)
 
 
 @contextlib.asynccontextmanager

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import socket
 from typing import Any
 
 import pytest
@@ -66,6 +68,72 @@ async def test_it_claims_streams_and_signs_the_exact_text(
     assert done["finish_reason"] == "stop"
     assert done["usage"]["completion_tokens"] == 3
     assert_receipt(coordinator.hellos[0], "job-1", done, text)
+
+
+@pytest.fixture
+def sends(monkeypatch) -> list[tuple[tuple[str, ...], bool]]:
+    """Each ``Session.send`` of the agent: its frames' types, and whether the
+    socket's output was held (TCP_CORK) while they were written."""
+    from agent import session
+
+    calls: list[tuple[tuple[str, ...], bool]] = []
+    real_corked = session._corked
+
+    @contextlib.contextmanager
+    def corked(ws, cork):
+        with real_corked(ws, cork):
+            sock = ws.transport.get_extra_info("socket")
+            held = bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK))
+            calls[-1] = (calls[-1][0], held)
+            yield
+
+    real_send = session.Session.send
+
+    async def send(self, *frames):
+        calls.append((tuple(f["type"] for f in frames), False))
+        await real_send(self, *frames)
+
+    monkeypatch.setattr(session, "_corked", corked)
+    monkeypatch.setattr(session.Session, "send", send)
+    return calls
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(not hasattr(socket, "TCP_CORK"), reason="Linux's TCP_CORK")
+async def test_a_claim_leaves_with_a_first_piece_that_is_ready(
+    coordinator, agent_start, offer_frame, sends
+) -> None:
+    """Claim and first token in one write, the socket's output held: one TCP
+    segment, so the coordinator wakes once for both."""
+    await agent_start(coordinator, script={"pieces": ["Four", "."]})
+    await coordinator.send(offer_frame("job-1"))
+    await coordinator.expect("claim", job="job-1")
+    assert (await coordinator.expect("token", job="job-1"))["text"] == "Four"
+    await coordinator.expect("token", job="job-1")
+    await coordinator.expect("done", job="job-1")
+    jobs = [call for call in sends if call[0] not in (("hello",), ("heartbeat",))]
+    assert jobs == [
+        (("claim", "token"), True),
+        (("token",), False),
+        (("done",), False),
+    ]
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(not hasattr(socket, "TCP_CORK"), reason="Linux's TCP_CORK")
+async def test_a_claim_does_not_wait_for_a_slow_first_piece(
+    coordinator, agent_start, offer_frame, sends
+) -> None:
+    """An engine slower than ``CLAIM_WITH_FIRST_PIECE_S`` (here 1 s a piece): the
+    claim leaves alone, the piece after it."""
+    await agent_start(coordinator, script={"pieces": ["Four"], "delay_s": 1.0})
+    await coordinator.send(offer_frame("job-1"))
+    await coordinator.expect("claim", job="job-1")
+    assert coordinator.frames.empty()  # the claim came ahead of the piece
+    await coordinator.expect("token", job="job-1")
+    await coordinator.expect("done", job="job-1")
+    jobs = [call for call in sends if call[0] not in (("hello",), ("heartbeat",))]
+    assert jobs == [(("claim",), False), (("token",), False), (("done",), False)]
 
 
 @pytest.mark.asyncio
