@@ -23,6 +23,7 @@ if [ "${QUICK:-0}" = 1 ]; then  # ~25 min: the figures of docs/performance.md's 
   run claim 1500 $PY bench/claim.py --fleets 1000,10000,100000 --claims 300
   run job_end 600 $PY bench/job_end.py --jobs 200 --rounds 2
   run credit_check 600 $PY bench/credit_check.py --histories 0,10000,100000 --checks 200
+  run request_step 600 $PY bench/request_step.py --requests 400
   PROFILE=0
 else
   run ttft 900 $PY bench/ttft.py --plain
@@ -38,6 +39,7 @@ else
   run job_end 900 $PY bench/job_end.py --jobs 300 --rounds 3 --profile "$OUT/job_end.prof"
   run credit_check 900 $PY bench/credit_check.py --histories 0,10000,100000,1000000
   run failover 900 $PY bench/failover.py --kills 10
+  run request_step 600 $PY bench/request_step.py
 fi
 # Profiles (py-spy: .venv/bin/pip install py-spy; not in requirements.txt):
 if [ -x .venv/bin/py-spy ] && [ "${PROFILE:-1}" = 1 ]; then
