@@ -274,10 +274,7 @@ def compare(args, script: str) -> int:
                 for name, (seq, conc, err) in zip((f"base {rev}", f"this {this_rev}"), sides, strict=True):
                     print(line(f"{name}[{layer}] sequential", seq))
                     print(line(f"{name}[{layer}] {args.concurrency} concurrent", conc))
-                    for label, b, a in (("sequential", seq, d_seq), (f"{args.concurrency} concurrent", conc, d_conc)):
-                        if b and a:
-                            print(f"  added, {label:<14} p50 {percentile(b, 50) * 1000 - percentile(a, 50) * 1000:8.2f} ms"
-                                  f"  p99 {percentile(b, 99) * 1000 - percentile(a, 99) * 1000:8.2f} ms")
+                    print_added(args.concurrency, seq, conc, d_seq, d_conc)
                     print(f"  errors {len(err)} {err[:2]}")
                 print(f"  direct errors {len(d_err)} {d_err[:2]}", flush=True)
         finally:
@@ -287,6 +284,15 @@ def compare(args, script: str) -> int:
         subprocess.run(["git", "worktree", "remove", "--force", str(base_root)], cwd=ROOT, check=False)
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def print_added(concurrency: int, seq: list[float], conc: list[float], d_seq: list[float],
+                d_conc: list[float]) -> None:
+    """Print the added p50/p99 (ms) of a Ballast side over the direct side, both phases."""
+    for label, b, a in (("sequential", seq, d_seq), (f"{concurrency} concurrent", conc, d_conc)):
+        if b and a:
+            print(f"  added, {label:<14} p50 {percentile(b, 50) * 1000 - percentile(a, 50) * 1000:8.2f} ms"
+                  f"  p99 {percentile(b, 99) * 1000 - percentile(a, 99) * 1000:8.2f} ms")
 
 
 def line(label: str, values: list[float]) -> str:
@@ -370,10 +376,7 @@ def main() -> int:
         n = len(seq) + len(conc) + 5
         print(line(f"ballast[{layer}] sequential", seq))
         print(line(f"ballast[{layer}] {args.concurrency} concurrent", conc))
-        for label, b, a in (("sequential", seq, d_seq), (f"{args.concurrency} concurrent", conc, d_conc)):
-            if b and a:
-                print(f"  added, {label:<14} p50 {percentile(b, 50) * 1000 - percentile(a, 50) * 1000:8.2f} ms"
-                      f"  p99 {percentile(b, 99) * 1000 - percentile(a, 99) * 1000:8.2f} ms")
+        print_added(args.concurrency, seq, conc, d_seq, d_conc)
         print(f"  coordinator CPU {cpu / n * 1000:.1f} ms per request; errors {len(err)} {err[:2]}")
         for label, phase, count in zip(("sequential", f"{args.concurrency} concurrent"), phases,
                                        (len(seq), len(conc)), strict=False):

@@ -116,9 +116,12 @@ def play(rig, hosts, renter, scenario: dict, *, fixed: bool, replay_of: str = ""
     return job, ended, done["receipt"]
 
 
-def end_with_text(job: Job, attempt, *, tokens: int, receipt: str, **extra) -> Job:
-    """``services.job_succeed`` of ``attempt``, the job's only one, having sent ``TEXT``."""
-    return services.job_succeed(
+def end_with_text(
+    job: Job, attempt, *, tokens: int, receipt: str, succeed=None, **extra
+):
+    """``services.job_succeed`` (or ``succeed``) of ``attempt``, the job's only
+    one, having sent ``TEXT``; what it returns."""
+    return (succeed or services.job_succeed)(
         job_id=str(job.id),
         attempt_id=str(attempt.id),
         segment_text=TEXT,
@@ -362,18 +365,13 @@ def test_the_end_of_a_job_returns_the_queued_jobs_its_slot_wakes(worlds, renter)
         )
         queued.append(waiting)
     tokens = token_count(MODEL, TEXT)
-    ended, channels = services.job_succeed_waking(
+    ended, channels = end_with_text(
+        job,
+        attempt,
+        tokens=tokens,
+        receipt=host.sign(str(attempt.id), tokens, TEXT),
+        succeed=services.job_succeed_waking,
         model_id=MODEL,
-        job_id=str(job.id),
-        attempt_id=str(attempt.id),
-        segment_text=TEXT,
-        done={
-            "finish_reason": "stop",
-            "prompt_tokens": 10,
-            "completion_tokens": tokens,
-            "receipt": host.sign(str(attempt.id), tokens, TEXT),
-        },
-        answer_text=TEXT,
     )
     assert ended.status == Job.Status.SUCCEEDED
     assert channels == ["job.waiting0", "job.waiting1"]
