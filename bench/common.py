@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import statistics
 import uuid
 from contextlib import contextmanager
 from urllib.parse import urlparse, urlunparse
 
 DEFAULT_PG = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+def sigterm_exits() -> None:
+    """Make SIGTERM leave like Ctrl-C: ``SystemExit`` runs every ``finally`` and
+    context exit (the bench's processes stopped, its scratch databases dropped,
+    its worktree removed) where Python's default would end the process at once."""
+
+    def leave(signum, frame) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
 
 
 def machine_line() -> str:

@@ -35,6 +35,7 @@ from bench.common import (  # noqa: E402
     django_on,
     machine_line,
     scratch_postgres,
+    sigterm_exits,
     summary_ms,
 )
 
@@ -70,6 +71,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=600, help="per side")
     parser.add_argument("--block", type=int, default=50)
     args = parser.parse_args()
+    sigterm_exits()
     print(f"machine: {machine_line()}")
     print(f"settings: PostgreSQL scratch database, {args.requests} requests per side in "
           f"alternating blocks of {args.block}, one renter, one live device, spot checks off")

@@ -31,7 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ballast.stack import UVICORN_FLAGS  # noqa: E402
-from bench.common import machine_line, percentile, scratch_postgres  # noqa: E402
+from bench.common import (  # noqa: E402
+    machine_line,
+    percentile,
+    scratch_postgres,
+    sigterm_exits,
+)
 from bench.harness import (  # noqa: E402
     MODEL,
     bench_stats,
@@ -317,6 +322,7 @@ def main() -> int:
                              "this checkout's and the direct app, requests interleaved in random order: "
                              "before/after in one session (plain, in-memory or pub/sub per --layers)")
     args = parser.parse_args()
+    sigterm_exits()
     script = json.dumps(SCRIPT)
 
     print(f"machine: {machine_line()}")
