@@ -220,7 +220,9 @@ async def measure_interleaved(targets: list[tuple[str, str]], sequential: int, c
 
 def compare(args, script: str) -> int:
     """``--base REV``: commit REV's coordinator and agents beside this checkout's (each on its
-    own scratch database and Redis db), and the direct app, measured interleaved."""
+    own scratch database; with pub/sub, this checkout on ``BENCH_REDIS_URL``'s db and REV on
+    the next db, both flushed), and the direct app, measured interleaved. Returns the exit
+    status (2: REV is not a commit)."""
     import contextlib
     import shutil
 
@@ -228,6 +230,13 @@ def compare(args, script: str) -> int:
     from ballast.stack import Stack, port_free
     from bench.harness import REDIS_URL
 
+    known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.base}^{{commit}}"],
+                           cwd=ROOT, capture_output=True, text=True)
+    if known.returncode != 0:
+        print(f"ttft: --base {args.base!r} is not a commit of this repository", file=sys.stderr)
+        return 2
+    this_db = int(REDIS_URL.rsplit("/", 1)[1] or 0)
+    redis_dbs = {"this": REDIS_URL, "base": REDIS_URL.rsplit("/", 1)[0] + f"/{this_db + 1}"}
     work = Path(tempfile.mkdtemp())
     base_root = work / "base"
     subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base_root), args.base],
@@ -251,9 +260,9 @@ def compare(args, script: str) -> int:
             for layer in args.layers.split(","):
                 with contextlib.ExitStack() as stacks:
                     targets = [(direct_url, "x")]
-                    for side, root, redis_db in (("base", base_root, 8), ("this", this_root, 7)):
+                    for side, root in (("base", base_root), ("this", this_root)):
                         db = stacks.enter_context(scratch_postgres())
-                        redis_url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db}"
+                        redis_url = redis_dbs[side]
                         if layer != "inmem":
                             import redis
 

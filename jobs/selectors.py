@@ -105,9 +105,11 @@ def _eligible_where(
                 " AND r.status IN ('pending', 'live'))",
             ]
     placement = job.placement or {}
-    if placement.get("gpu"):  # rule 6: placement
-        where.append("UPPER(d.name) LIKE %s")
-        params.append("%" + str(placement["gpu"]).upper() + "%")
+    if placement.get(
+        "gpu"
+    ):  # rule 6: placement (a substring: LIKE's wildcards escaped)
+        where.append("UPPER(d.name) LIKE %s ESCAPE '\\'")
+        params.append("%" + _like_escaped(str(placement["gpu"]).upper()) + "%")
     if placement.get("min_vram_gb") is not None:
         where.append("d.vram_total_mb >= %s")
         params.append(int(float(placement["min_vram_gb"]) * 1024))
@@ -121,6 +123,12 @@ def _eligible_where(
         " WHERE " + " AND ".join(where)
     )
     return sql, params
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` for a LIKE pattern with ``ESCAPE '\\'``: its ``\\``, ``%`` and ``_``
+    match themselves (as ``placement_filter``'s ``icontains`` does)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 # The ranking of DESIGN.md "Picking a device" on the device-model row: the

@@ -109,6 +109,9 @@ def test_it_skips_machines_that_refuse_serverless(live_device, job, catalog):
     [
         ({"gpu": "RTX 4090"}, True),
         ({"gpu": "RTX 3090"}, False),
+        ({"gpu": "%"}, False),  # LIKE's wildcards match only themselves
+        ({"gpu": "RTX_4090"}, False),
+        ({"gpu": "\\"}, False),
         ({"min_vram_gb": 24}, True),
         ({"min_vram_gb": 25}, False),
         ({"region": "eu"}, True),
