@@ -105,9 +105,7 @@ def _eligible_where(
                 " AND r.status IN ('pending', 'live'))",
             ]
     placement = job.placement or {}
-    if placement.get(
-        "gpu"
-    ):  # rule 6: placement (a substring: LIKE's wildcards escaped)
+    if placement.get("gpu"):  # rule 6: placement, a substring (wildcards escaped)
         where.append("UPPER(d.name) LIKE %s ESCAPE '\\'")
         params.append("%" + _like_escaped(str(placement["gpu"]).upper()) + "%")
     if placement.get("min_vram_gb") is not None:
