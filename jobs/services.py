@@ -1310,7 +1310,7 @@ def job_open(
 
     On PostgreSQL, outside a transaction, the common request (a renter whose
     credit account exists, no rental) takes the catalog read and one round trip
-    (``_job_open_pipelined``); otherwise the same steps run one statement at a
+    (``_job_open_one_trip``); otherwise the same steps run one statement at a
     time (``_job_open_stepwise``). Either way the transaction commits without
     waiting for its WAL to reach the disk (``synchronous_commit`` off for it
     alone): it stores no money, and the end of the job, which does, commits
@@ -1321,7 +1321,7 @@ def job_open(
         and not connection.in_atomic_block
         and not request.placement.get("rental")
     ):
-        opened = _job_open_pipelined(
+        opened = _job_open_one_trip(
             api_key=api_key,
             request=request,
             waiting_channel=waiting_channel,
@@ -1354,15 +1354,16 @@ def _job_open_stepwise(
     return job, model, dispatch
 
 
-def _job_open_pipelined(
+def _job_open_one_trip(
     *, api_key: ApiKey, request, waiting_channel: str, model=UNREAD
 ) -> tuple[Job, CatalogModel, Dispatch] | None:
     """PostgreSQL: ``job_open`` as the catalog read (unless given) and one round trip.
 
-    The round trip (``ballast.db.transaction_one_message``) holds: the renter's credit lock,
-    then one statement that reads the credit (after the lock is granted: its own
-    snapshot), inserts the job only if the credit covers it, and claims a slot
-    for it as ``job_dispatch`` does, with the pick gated on the same check.
+    The round trip (one message, ``ballast.db.transaction_one_message``) holds:
+    the renter's credit lock, then one statement that reads the credit (after
+    the lock is granted: its own snapshot), inserts the job only if the credit
+    covers it, and claims a slot for it as ``job_dispatch`` does, with the pick
+    gated on the same check.
     Returns None, having stored nothing, when ``_job_open_stepwise`` must do it
     (the renter's first request makes their credit account; an open rental
     changes the reservation). Raises ApiError 404, 400 and 402 as ``job_submit``.
@@ -1460,7 +1461,8 @@ class _OpenStatement:
     after the caller's lock) and the gate ``ok`` (all three hold, no open
     rental, the credit covers ``max_tokens``); then the job's insert and the
     claim (``_ClaimStatement``), both only through ``ok``. ``statement`` is
-    (sql, params, prepare) for ``ballast.db.transaction_one_message``; ``send`` runs it.
+    (sql, params, prepare) for ``ballast.db.transaction_one_message``; ``send``
+    runs it.
     """
 
     def __init__(
@@ -1541,8 +1543,8 @@ class _OpenStatement:
         )
 
     def send(self, lock_sql: str, lock_params: list) -> tuple[list, tuple]:
-        """Run the transaction in one message (``ballast.db.transaction_one_message``): the
-        async-commit setting, ``lock_sql`` (the renter's credit lock; its rows are
+        """Run the transaction in one message (``ballast.db.transaction_one_message``):
+        the async-commit setting, ``lock_sql`` (the renter's credit lock; its rows are
         returned, none when there is no account to lock), then the statement
         (its one row, returned)."""
         _, locked, (row,) = transaction_one_message(

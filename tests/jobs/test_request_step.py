@@ -1,5 +1,5 @@
 """The request path's database step (``jobs.services.job_open``): on PostgreSQL the
-common request is stored and claimed in one round trip (``_job_open_pipelined``);
+common request is stored and claimed in one round trip (``_job_open_one_trip``);
 it must store exactly what the statement-at-a-time step stores, refuse what that
 step refuses with nothing left behind, and keep parallel requests from
 overspending (DESIGN.md "Money": the worst case is held before the offer)."""
