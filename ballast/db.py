@@ -12,6 +12,7 @@ thread, where they would otherwise only contend for the file's lock.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import uuid
@@ -242,7 +243,7 @@ def _prepared_name(sql: str) -> str:
 
 def _dollar_placeholders(sql: str) -> str:
     """``sql``'s ``%s`` placeholders as PREPARE's ``$1``, ``$2``, … (``%%`` → ``%``)."""
-    numbers = iter(range(1, len(sql)))
+    numbers = itertools.count(1)
     return re.sub(
         r"%([%s])", lambda m: "%" if m[1] == "%" else f"${next(numbers)}", sql
     )

@@ -1334,7 +1334,8 @@ def job_open(
     )
 
 
-# SET LOCAL synchronous_commit TO OFF, as a statement that can be prepared
+# SET LOCAL synchronous_commit TO OFF, as a function call (a row to read back,
+# whichever way the statement is sent)
 _ASYNC_COMMIT_SQL = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
@@ -1398,8 +1399,9 @@ def job_open_by_key(
     renter active), and locks the renter's credit account. Returns (the key, then
     as ``job_open``), or None, having stored nothing, when the two-step way must
     answer (``api_key_and_model`` then ``job_open``): SQLite, a transaction
-    already open, an unknown, revoked or first-time key, a model not read yet or changed since, a prompt that may not
-    fit, an open rental. Raises ApiError 402 as ``job_submit``.
+    already open, an unknown, revoked or first-time key, a model not read yet or
+    changed since, a prompt that may not fit, an open rental. Raises ApiError
+    402 as ``job_submit``.
     """
     model = _catalog_hints.get(request.model)
     if (

@@ -61,12 +61,13 @@ def open_job(key, **kwargs):
 
 @pytest.fixture
 def round_trips(monkeypatch):
-    """The statement lists sent through ``transaction_one_message``, as called."""
-    calls: list[list[str]] = []
+    """The statement lists sent through ``transaction_one_message``, as called:
+    (sql, params, prepare) each."""
+    calls: list[list[tuple[str, list, bool]]] = []
     real = services.transaction_one_message
 
     def spy(statements):
-        calls.append([sql for sql, _, _ in statements])
+        calls.append(list(statements))
         return real(statements)
 
     monkeypatch.setattr(services, "transaction_one_message", spy)
@@ -88,7 +89,7 @@ def test_a_request_is_stored_and_claimed_in_one_round_trip(
     with CaptureQueriesContext(connection) as queries:
         job, model, dispatch = open_job(key)
     assert len(round_trips) == 1
-    lock, claim = round_trips[0][1:]
+    lock, claim = [sql for sql, _, _ in round_trips[0][1:]]
     assert lock.endswith("FOR UPDATE") and claim.startswith("WITH renter AS")
     # besides the one message (its statements prepared on the connection and
     # executed by name), only the catalog read
@@ -113,11 +114,14 @@ def test_a_request_is_stored_and_claimed_in_one_round_trip(
 @postgresql_only
 @pytest.mark.parametrize("placement", [{}, {"gpu": "RTX", "region": "eu"}])
 def test_the_request_statement_stays_within_psycopgs_statement_cache(
-    renter, live_device, monkeypatch, placement
+    renter, live_device, round_trips, placement
 ):
-    """psycopg converts a statement's ``%s`` once and caches it only up to 4,096
+    """psycopg converts a query's ``%s`` once and caches it only up to 4,096
     characters and 50 parameters (``psycopg._queries``): past either, every
-    request pays the conversion again (docs/performance.md)."""
+    request pays the conversion again (docs/performance.md). The request's one
+    message carries every statement's parameters; the statement's own text is
+    what ``job_dispatch`` sends for its claim too, and what the message sends
+    when the connection prepared too many."""
     from psycopg import _queries
 
     live_device()
@@ -125,19 +129,15 @@ def test_the_request_statement_stays_within_psycopgs_statement_cache(
     parsed = request()
     parsed.placement = placement
     services.api_key_and_model(plain=plain, model_id=parsed.model)  # the hint
-    sent = []
-    real = services.transaction_one_message
-
-    def spy(statements):
-        sent.extend(statements)
-        return real(statements)
-
-    monkeypatch.setattr(services, "transaction_one_message", spy)
     assert services.job_open_by_key(plain=plain, request=parsed, waiting_channel="w.1")
+    (sent,) = round_trips
     sql, params, _ = sent[-1]
     assert sql.startswith("WITH renter AS")
     assert len(sql.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH
     assert len(params) <= _queries.MAX_CACHED_STATEMENT_PARAMS
+    if not placement:  # the common request; each placement field adds one
+        message_params = sum(len(values) for _, values, _ in sent)
+        assert message_params <= _queries.MAX_CACHED_STATEMENT_PARAMS
 
 
 @postgresql_only
