@@ -66,11 +66,11 @@ def coordinator_env(db_url: str, layer: str, var_dir: str, **extra: str) -> dict
     return env
 
 
-def redis_flush() -> None:
-    """Empty the benchmark's Redis database (only ``BENCH_REDIS_URL``'s db)."""
+def redis_flush(url: str = REDIS_URL) -> None:
+    """Empty one Redis database (default: only ``BENCH_REDIS_URL``'s db)."""
     import redis
 
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    redis.Redis.from_url(url).flushdb()
 
 
 def machines_bulk(db_url: str, count: int, *, prefix: str = "sim") -> list[str]:

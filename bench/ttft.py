@@ -264,21 +264,13 @@ def compare(args, script: str) -> int:
                         db = stacks.enter_context(scratch_postgres())
                         redis_url = redis_dbs[side]
                         if layer != "inmem":
-                            import redis
-
-                            redis.Redis.from_url(redis_url).flushdb()
+                            redis_flush(redis_url)
                         env = coordinator_env(db, layer, str(work), **(
                             {"REDIS_URL": redis_url} if layer != "inmem" else {}))
                         stack = stacks.enter_context(
                             Stack(env=env, log_dir=work / f"logs-{layer}-{side}", root=root))
-                        stack.migrate()
-                        coordinator_start(stack, instrumented=False)
-                        key = renter_key(env, root)
-                        tokens = machines_bulk(db, args.agents, prefix=f"agent{layer}{side}")
-                        for i, token in enumerate(tokens):
-                            stack.start_agent(f"agent-{i}", token, "--engine", "scripted", "--script", script,
-                                              "--slots", str(args.slots), "--name", "Bench GPU")
-                        stack.wait_for_capacity(key, MODEL, devices=args.agents)
+                        key = ballast_start(stack, db, env, args, script, prefix=f"agent{layer}{side}",
+                                            instrumented=False, root=root)
                         targets.append((stack.url, key))
                     got = asyncio.run(measure_interleaved(targets, args.sequential, args.concurrency,
                                                           args.rounds))
@@ -298,6 +290,22 @@ def compare(args, script: str) -> int:
         subprocess.run(["git", "worktree", "remove", "--force", str(base_root)], cwd=ROOT, check=False)
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def ballast_start(stack, db: str, env: dict, args, script: str, *, prefix: str,
+                  instrumented: bool, root: Path | None = None) -> str:
+    """Migrate, start the coordinator and ``args.agents`` scripted agents of ``stack``
+    (on the scratch database ``db``) and wait until they are online; return a
+    renter's API key (made by the checkout at ``root``, default this one)."""
+    stack.migrate()
+    coordinator_start(stack, instrumented=instrumented)
+    key = renter_key(env, root)
+    tokens = machines_bulk(db, args.agents, prefix=prefix)
+    for i, token in enumerate(tokens):
+        stack.start_agent(f"agent-{i}", token, "--engine", "scripted", "--script", script,
+                          "--slots", str(args.slots), "--name", "Bench GPU")
+    stack.wait_for_capacity(key, MODEL, devices=args.agents)
+    return key
 
 
 def print_added(concurrency: int, seq: list[float], conc: list[float], d_seq: list[float],
@@ -365,15 +373,9 @@ def main() -> int:
                     redis_flush()
                 env = coordinator_env(db, layer, tmp)
                 with Stack(env=env, log_dir=Path(tmp) / f"logs-{layer}") as stack:
-                    stack.migrate()
-                    coordinator_start(stack, instrumented=not args.plain)
-                    key = renter_key(env)
+                    key = ballast_start(stack, db, env, args, script, prefix=f"agent{layer}",
+                                        instrumented=not args.plain)
                     keys = [key] + renter_keys(env, args.renters - 1)
-                    tokens = machines_bulk(db, args.agents, prefix=f"agent{layer}")
-                    for i, token in enumerate(tokens):
-                        stack.start_agent(f"agent-{i}", token, "--engine", "scripted", "--script", script,
-                                          "--slots", str(args.slots), "--name", "Bench GPU")
-                    stack.wait_for_capacity(key, MODEL, devices=args.agents)
                     pid = stack.processes["coordinator"].pid
                     spy = profile_start(pid, args.profile, f"ttft-{layer}")
                     cpu0 = cpu_seconds(pid)
