@@ -148,7 +148,9 @@ if DATABASE_URL:
     if _db["ENGINE"] == "django.db.backends.postgresql":
         # A bounded psycopg pool per process: every request's thread borrows a
         # connection instead of opening one (and many processes stay under
-        # max_connections). BALLAST_DB_POOL_MAX connections at most per process.
+        # max_connections). BALLAST_DB_POOL_MAX connections at most per process,
+        # and as many again for the request step awaited in the event loop
+        # (ballast.db.async_connections).
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
             "max_size": env_int("BALLAST_DB_POOL_MAX", 8, minimum=1),

@@ -108,7 +108,7 @@ async def job_channel_open(open_job: Callable[[str], Awaitable[T]]) -> tuple[str
     channel is given back (``channel_release``) and the error re-raised.
 
     If the caller is cancelled meanwhile (the renter went away), the database
-    step still ends in its thread: what it stored is closed at once
+    step still ends (its own task, shielded): what it stored is closed at once
     (``_job_abandon``: the job cancelled, a claimed slot freed, nothing billed)
     instead of holding a slot and the renter's credit until its lease runs out;
     then the cancellation goes on.

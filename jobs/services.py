@@ -17,12 +17,14 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ballast.db import (
+    db_call,
+    db_connection,
     db_datetime,
     db_uuid,
     row_fetch,
@@ -33,6 +35,7 @@ from ballast.db import (
     rows_fetch,
     sql_value,
     transaction_one_message,
+    transaction_one_message_async,
     value_datetime,
     value_json,
     value_uuid,
@@ -148,7 +151,7 @@ def api_key_and_model(
 def _api_key_row(key_id, user_id, name, prefix, stale) -> ApiKey:
     """An ApiKey (with ``user`` and ``last_used_stale``) from its row as read."""
     # the fields not read here are deferred: loaded from the database if touched
-    alias = connection.alias
+    alias = DEFAULT_DB_ALIAS
     key = ApiKey.from_db(
         alias, ["id", "user_id", "name", "prefix"], [key_id, user_id, name, prefix]
     )
@@ -361,11 +364,20 @@ def _attempt_build(job: Job, continue_from: str, now: datetime) -> Attempt:
 
 
 def _dispatch_claimed(
-    *, job: Job, attempt: Attempt, device: Device, continue_from: str, now: datetime
+    *,
+    job: Job,
+    attempt: Attempt,
+    device: Device,
+    continue_from: str,
+    now: datetime,
+    spot_check_due: bool | None = None,
 ) -> Dispatch:
     """The dispatch of a claimed slot: the offer to send (and, at
-    ``BALLAST_CANARY_RATE``, a spot check marked due on the device)."""
-    if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
+    ``BALLAST_CANARY_RATE``, a spot check marked due on the device: rolled here
+    unless the caller rolled it, ``spot_check_due``)."""
+    if spot_check_due is None:
+        spot_check_due = random.random() < settings.BALLAST_CANARY_RATE
+    if spot_check_due and not job.is_spot_check:
         spot_check_mark_due(device_id=device.id, reason="rate", now=now)
     return Dispatch(
         attempt=attempt,
@@ -504,7 +516,8 @@ class _ClaimStatement:
         pick, pick_params = device_pick_sql(
             job=job, model=model, now=now, offset="(SELECT n FROM ahead)", gate=gate
         )
-        qn = connection.ops.quote_name
+        db = db_connection()
+        qn = db.ops.quote_name
         attempt.offered_at = timezone.now()
         columns, values, attempt_params = [], [], []
         for field in Attempt._meta.concrete_fields:
@@ -514,7 +527,7 @@ class _ClaimStatement:
                 continue
             values.append(
                 sql_value(
-                    field.get_db_prep_save(getattr(attempt, field.attname), connection),
+                    field.get_db_prep_save(getattr(attempt, field.attname), db),
                     attempt_params,
                 )
             )
@@ -573,6 +586,10 @@ class _ClaimStatement:
         )
         return sql, [*(head_params or []), *self.params, *tail_params]
 
+    def claimed(self, row: tuple) -> bool:
+        """Whether the statement's row (as ``result`` takes it) claimed a slot."""
+        return row[self.select_count + 1] is not None
+
     def result(self, row: tuple) -> tuple[int, Device | None]:
         """``(ahead, device)`` from the statement's row (past the caller's columns);
         the device comes with its machine and is set on the attempt, or is None."""
@@ -582,10 +599,10 @@ class _ClaimStatement:
         if device_values[0] is None:
             return ahead, None
         device = Device.from_db(
-            connection.alias, [f.attname for f in self.device_fields], device_values
+            DEFAULT_DB_ALIAS, [f.attname for f in self.device_fields], device_values
         )
         device.machine = Machine.from_db(
-            connection.alias,
+            DEFAULT_DB_ALIAS,
             [f.attname for f in self.machine_fields],
             row[1 + len(self.device_fields) :],
         )
@@ -1403,21 +1420,70 @@ def job_open_by_key(
     changed since, a prompt that may not fit, an open rental. Raises ApiError
     402 as ``job_submit``.
     """
+    if connection.in_atomic_block:
+        return None
+    begun = _key_step(plain=plain, request=request, waiting_channel=waiting_channel)
+    if begun is None:
+        return None
+    step, lock = begun
+    locked, row = step.send(*lock)
+    if not locked:
+        return None
+    api_key = _api_key_row(*locked[0][1:])
+    opened = step.result(row, renter=api_key.user, api_key=api_key)
+    return None if opened is None else (api_key, step.job, step.model, opened)
+
+
+async def job_open_by_key_async(
+    *, plain: str, request, waiting_channel: str
+) -> tuple[ApiKey, Job, CatalogModel, Dispatch] | None:
+    """``job_open_by_key`` awaited in the event loop: the statement built in the
+    loop and its message sent on an ``AsyncConnection``
+    (``ballast.db.transaction_one_message_async``), no worker thread, when the
+    slot was claimed; the rarer endings that read or write more (no slot
+    claimed: the wait or 503 look-ups; a spot check marked due at
+    ``BALLAST_CANARY_RATE``) finish in a worker thread (``db_call``). Same
+    arguments, result and errors.
+    """
+    begun = _key_step(plain=plain, request=request, waiting_channel=waiting_channel)
+    if begun is None:
+        return None
+    step, lock = begun
+    locked, row = await step.send_async(*lock)
+    if not locked:
+        return None
+    api_key = _api_key_row(*locked[0][1:])
+    spot_check_due = random.random() < settings.BALLAST_CANARY_RATE
+
+    def finish() -> Dispatch | None:
+        return step.result(
+            row, renter=api_key.user, api_key=api_key, spot_check_due=spot_check_due
+        )
+
+    if spot_check_due or step.result_reads(row):
+        opened = await db_call(finish)()
+    else:
+        opened = finish()
+    return None if opened is None else (api_key, step.job, step.model, opened)
+
+
+def _key_step(
+    *, plain: str, request, waiting_channel: str
+) -> tuple[_OpenStatement, tuple[str, list]] | None:
+    """``job_open_by_key``'s statement and its lock (sql, params), built without
+    the database or the tokenizer (it runs in the event loop); None when the
+    two-step way must answer (see there; also a prompt whose bytes alone may
+    not fit the context: it is counted there)."""
     model = _catalog_hints.get(request.model)
     if (
         connection.vendor != "postgresql"
         or model is None
         or not plain
         or request.placement.get("rental")
-        or connection.in_atomic_block
     ):
         return None
-    from .errors import ApiError
-
-    try:
-        _request_fits(model, request)
-    except ApiError:
-        return None  # the two-step way answers with the catalog's own row
+    if not _request_fits_cheaply(model, request):
+        return None  # the two-step way counts (or refuses) with the catalog's own row
     key_hash = token_hash(plain)
     step = _OpenStatement(
         request=request,
@@ -1427,23 +1493,25 @@ def job_open_by_key(
         f" WHERE {_KEY_WHERE_SQL}",
         renter_params=[key_hash],
     )
-    locked, row = step.send(
+    lock = (
         "SELECT a.id, k.id, k.user_id, k.name, k.prefix,"
         " (k.last_used_at IS NULL OR k.last_used_at < %s)"
         f" {_KEY_FROM_SQL} JOIN billing_account a ON a.user_id = k.user_id"
         f" AND a.kind = %s WHERE {_KEY_WHERE_SQL} FOR UPDATE OF a",
-        [
-            timezone.now() - API_KEY_LAST_USED_EVERY,
-            Account.Kind.RENTER_CREDIT,
-            key_hash,
-        ],
+        [step.now - API_KEY_LAST_USED_EVERY, Account.Kind.RENTER_CREDIT, key_hash],
     )
-    if not locked:
-        return None
-    api_key = _api_key_row(*locked[0][1:])
-    opened = step.result(row, renter=api_key.user, api_key=api_key)
-    return None if opened is None else (api_key, step.job, model, opened)
+    # the key's last_used_at, in the same message, when it is due (at most once
+    # a minute: ``jobs.auth.api_key_mark_used``'s rule; the server's clock)
+    step.also.append((_KEY_USED_SQL, [key_hash], True))
+    return step, lock
 
+
+# a live API key's last use (by its hash), when it is older than the rule's minute
+_KEY_USED_SQL = (
+    "UPDATE jobs_apikey SET last_used_at = now() WHERE key_hash = %s"
+    " AND revoked_at IS NULL AND (last_used_at IS NULL OR last_used_at < now()"
+    f" - interval '{int(API_KEY_LAST_USED_EVERY.total_seconds())} seconds')"
+)
 
 # an API key ``k`` by its hash (``%s``), live, of an active user ``u``
 _KEY_FROM_SQL = "FROM jobs_apikey k JOIN auth_user u ON u.id = k.user_id"
@@ -1464,7 +1532,8 @@ class _OpenStatement:
     rental, the credit covers ``max_tokens``); then the job's insert and the
     claim (``_ClaimStatement``), both only through ``ok``. ``statement`` is
     (sql, params, prepare) for ``ballast.db.transaction_one_message``; ``send``
-    runs it.
+    (or ``send_async``) runs it after the caller's lock, then the statements of
+    ``also`` (the key's last use, for ``job_open_by_key``).
     """
 
     def __init__(
@@ -1477,6 +1546,7 @@ class _OpenStatement:
         renter_params: list,
     ) -> None:
         self.request, self.model, self.waiting_channel = request, model, waiting_channel
+        self.also: list[tuple[str, list, bool]] = []  # sent after the statement
         self.now = now = timezone.now()
         self.job = job = job_build(
             renter=None, api_key=None, **_request_job(request, model, waiting_channel)
@@ -1491,7 +1561,7 @@ class _OpenStatement:
             attempt=self.attempt,
             gate="EXISTS (SELECT 1 FROM ok)",
         )
-        qn = connection.ops.quote_name
+        qn = db_connection().ops.quote_name
         from_renter = {
             "renter_id": "(SELECT user_id FROM renter)",
             "api_key_id": "(SELECT key_id FROM renter)",
@@ -1549,19 +1619,45 @@ class _OpenStatement:
         the async-commit setting, ``lock_sql`` (the renter's credit lock; its rows are
         returned, none when there is no account to lock), then the statement
         (its one row, returned)."""
-        _, locked, (row,) = transaction_one_message(
-            [
-                (_ASYNC_COMMIT_SQL, [], False),
-                (lock_sql, lock_params, True),
-                self.statement,
-            ]
+        _, locked, (row,), *_ = transaction_one_message(
+            self._message(lock_sql, lock_params)
         )
         return locked, row
 
-    def result(self, row: tuple, *, renter, api_key: ApiKey) -> Dispatch | None:
+    async def send_async(self, lock_sql: str, lock_params: list) -> tuple[list, tuple]:
+        """``send`` awaited in the event loop (``transaction_one_message_async``)."""
+        _, locked, (row,), *_ = await transaction_one_message_async(
+            self._message(lock_sql, lock_params)
+        )
+        return locked, row
+
+    def _message(self, lock_sql: str, lock_params: list) -> list:
+        return [
+            (_ASYNC_COMMIT_SQL, [], False),
+            (lock_sql, lock_params, True),
+            self.statement,
+            *self.also,
+        ]
+
+    def result_reads(self, row: tuple) -> bool:
+        """Whether ``result(row)`` goes to the database: a job stored without a
+        slot claimed (the wait or 503 look-ups of ``_dispatch_unclaimed``)."""
+        available, rentals_open, model_current, stored = row[:4]
+        return bool(
+            model_current
+            and available is not None
+            and not rentals_open
+            and stored
+            and not self.claim.claimed(row)
+        )
+
+    def result(
+        self, row: tuple, *, renter, api_key: ApiKey, spot_check_due: bool | None = None
+    ) -> Dispatch | None:
         """The dispatch of the stored job (``self.job``, its renter and key set),
         or None when nothing was stored for the caller to retry the slow way (the
-        catalog changed, an open rental). Raises ApiError 402."""
+        catalog changed, an open rental). ``spot_check_due``: as
+        ``_dispatch_claimed``. Raises ApiError 402."""
         available, rentals_open, model_current, stored = row[:4]
         if not model_current:
             _catalog_hints.pop(self.model.id, None)
@@ -1584,7 +1680,12 @@ class _OpenStatement:
             )
         job.status = Job.Status.RUNNING
         return _dispatch_claimed(
-            job=job, attempt=self.attempt, device=device, continue_from="", now=self.now
+            job=job,
+            attempt=self.attempt,
+            device=device,
+            continue_from="",
+            now=self.now,
+            spot_check_due=spot_check_due,
         )
 
 
@@ -1670,6 +1771,15 @@ def _request_model(request, model=UNREAD) -> CatalogModel:
     return model
 
 
+def _request_fits_cheaply(model: CatalogModel, request) -> bool:
+    """Whether the prompt's cheap bound (``tokens.prompt_tokens_most``: its bytes)
+    plus ``max_tokens`` fits the model's context; False when only the tokenizer
+    can tell (``_request_fits``)."""
+    room = model.context_length - request.params["max_tokens"]
+    most = prompt_tokens_most(model.id, request.messages, request.prompt)
+    return most is not None and most <= room
+
+
 def _request_fits(model: CatalogModel, request) -> None:
     """ApiError 400 when the prompt (counted as the host's engine counts it:
     ``tokens.prompt_token_count``) plus ``max_tokens`` exceed the model's context.
@@ -1679,10 +1789,9 @@ def _request_fits(model: CatalogModel, request) -> None:
     """
     from .errors import ApiError
 
-    room = model.context_length - request.params["max_tokens"]
-    most = prompt_tokens_most(model.id, request.messages, request.prompt)
-    if most is not None and most <= room:
+    if _request_fits_cheaply(model, request):
         return
+    room = model.context_length - request.params["max_tokens"]
     prompt_tokens = prompt_token_count(model.id, request.messages, request.prompt)
     if prompt_tokens is not None and prompt_tokens > room:
         raise ApiError(

@@ -24,7 +24,6 @@ from ballast.db import db_call
 from .auth import (
     api_key_and_model_from_request_header,
     api_key_from_request_header,
-    api_key_mark_used,
     bearer_from_header,
 )
 from .errors import (
@@ -37,7 +36,7 @@ from .errors import (
 from .models import CatalogModel, Job
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import CompletionRequest, completion_request_parse
-from .services import Dispatch, job_open, job_open_by_key
+from .services import Dispatch, job_open, job_open_by_key_async
 
 log = logging.getLogger("ballast.jobs")
 
@@ -157,35 +156,65 @@ def _sse(data: dict | str) -> bytes:
     return f"data: {payload}\n\n".encode()
 
 
-def _job_open(
+async def _job_open(
     authorization: str, raw: bytes, endpoint: str, channel: str
 ) -> tuple[Job, CatalogModel, CompletionRequest, Dispatch]:
     """Authorize, parse, store and first-dispatch a request: the request path's one
-    database step (one worker thread, one transaction for the job and its claim).
+    database step (one transaction for the job and its claim).
 
-    Raises ApiError 401 (key), 400 (body), and as ``services.job_open``. The key
-    is checked before the body (a caller without a valid key learns nothing of
-    its request), in the statement that also reads the request's catalog model.
+    On PostgreSQL, for a key and model seen before, the step is awaited in the
+    event loop (``services.job_open_by_key_async``: one message on an async
+    connection, no worker thread); everything else (a body that fails to parse,
+    SQLite, a first request, a changed catalog, …) takes ``_job_open_in_thread``.
+    Raises ApiError 401 (key), 400 (body), and as ``services.job_open``.
     """
     try:
-        try:
-            body = json.loads(raw or b"")
-        except (ValueError, RecursionError):
-            raise ApiError(
-                400, "the request body is not valid JSON", "invalid_json", "body"
-            ) from None
-        parsed = completion_request_parse(body, endpoint=endpoint)
-    except ApiError as refused:
-        if api_key_from_request_header(authorization) is None:
-            raise _unauthorized() from None
-        raise refused
-    opened = job_open_by_key(  # PostgreSQL: one round trip for the whole step
+        parsed = _request_parse(raw, endpoint)
+    except ApiError:
+        return await db_call(_job_open_in_thread)(authorization, raw, endpoint, channel)
+    opened = await job_open_by_key_async(
         plain=bearer_from_header(authorization), request=parsed, waiting_channel=channel
     )
-    if opened is not None:
-        key, job, model, dispatch = opened
-        api_key_mark_used(key)
-        return job, model, parsed, dispatch
+    if opened is None:
+        return await db_call(_job_open_in_thread)(
+            authorization, raw, endpoint, channel, parsed=parsed
+        )
+    _, job, model, dispatch = opened  # the key's last use was written with it
+    return job, model, parsed, dispatch
+
+
+def _request_parse(raw: bytes, endpoint: str) -> CompletionRequest:
+    """The checked request of body ``raw``; ApiError 400 when it is not JSON or
+    not a valid request."""
+    try:
+        body = json.loads(raw or b"")
+    except (ValueError, RecursionError):
+        raise ApiError(
+            400, "the request body is not valid JSON", "invalid_json", "body"
+        ) from None
+    return completion_request_parse(body, endpoint=endpoint)
+
+
+def _job_open_in_thread(
+    authorization: str,
+    raw: bytes,
+    endpoint: str,
+    channel: str,
+    parsed: CompletionRequest | None = None,
+) -> tuple[Job, CatalogModel, CompletionRequest, Dispatch]:
+    """``_job_open`` in a worker thread (``parsed``: the body, when it parsed).
+
+    The key is checked before the body (a caller without a valid key learns
+    nothing of its request), in the statement that also reads the request's
+    catalog model.
+    """
+    if parsed is None:
+        try:
+            parsed = _request_parse(raw, endpoint)
+        except ApiError as refused:
+            if api_key_from_request_header(authorization) is None:
+                raise _unauthorized() from None
+            raise refused
     key, model = api_key_and_model_from_request_header(authorization, parsed.model)
     if key is None:
         raise _unauthorized()
@@ -233,7 +262,7 @@ async def _completion_answer(request: HttpRequest, endpoint: str) -> HttpRespons
     authorization = request.headers.get("Authorization", "")
     try:
         channel, (job, model, parsed, dispatch) = await job_channel_open(
-            lambda channel: db_call(_job_open)(authorization, raw, endpoint, channel)
+            lambda channel: _job_open(authorization, raw, endpoint, channel)
         )
     except ApiError as exc:
         return error_response(exc)

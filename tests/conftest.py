@@ -24,21 +24,41 @@ REFERENCE_MODEL = {
 @pytest.fixture(scope="session", autouse=True)
 def _close_database_pools(django_db_setup, django_db_blocker):
     """Close pooled PostgreSQL connections (threads of the pool) before the test
-    database is dropped, so the drop is not refused as still in use."""
+    database is dropped, so the drop is not refused as still in use.
+
+    Also ends the sessions still open on it: the async ORM (``aget``, ``aupdate``
+    …) in async tests runs on asgiref's one sync thread, whose connection nobody
+    closes (it is never returned to the pool the other fixtures close).
+    """
     yield
     from django.db import connections
 
+    from ballast.db import async_connections_close
+
+    async_connections_close()
     with django_db_blocker.unblock():
         for connection in connections.all():
             close_pool = getattr(connection, "close_pool", None)
             if close_pool is not None and connection.vendor == "postgresql":
                 close_pool()
             connection.close()
+        default = connections["default"]
+        if default.vendor == "postgresql":
+            import psycopg
+
+            params = default.get_connection_params()
+            params.pop("cursor_factory", None)
+            with psycopg.connect(**params, autocommit=True) as ender:  # no pool
+                ender.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
 
 
 @pytest.fixture(autouse=True)
 def _fresh_database_pool(request):
-    """Give each test a new PostgreSQL pool (a bounded one, BALLAST_DB_POOL_MAX).
+    """Give each test a new PostgreSQL pool (a bounded one, BALLAST_DB_POOL_MAX),
+    and new async connections (``ballast.db.async_connections``).
 
     Every async test runs on its own event loop, whose worker threads end with it;
     a connection still checked out by such a thread is never returned, and over a
@@ -49,6 +69,10 @@ def _fresh_database_pool(request):
     if "django_db_setup" not in request.fixturenames:
         return
     from django.db import connections
+
+    from ballast.db import async_connections_close
+
+    async_connections_close()  # the request path's, awaited in the test's loop
 
     for connection in connections.all(initialized_only=True):
         if connection.vendor == "postgresql" and getattr(connection, "pool", None):

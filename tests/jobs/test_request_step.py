@@ -131,7 +131,7 @@ def test_the_request_statement_stays_within_psycopgs_statement_cache(
     services.api_key_and_model(plain=plain, model_id=parsed.model)  # the hint
     assert services.job_open_by_key(plain=plain, request=parsed, waiting_channel="w.1")
     (sent,) = round_trips
-    sql, params, _ = sent[-1]
+    sql, params, _ = sent[2]  # after the async-commit setting and the lock
     assert sql.startswith("WITH renter AS")
     assert len(sql.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH
     assert len(params) <= _queries.MAX_CACHED_STATEMENT_PARAMS

@@ -1,0 +1,212 @@
+"""``ballast.db.transaction_one_message_async``: the request's one message awaited
+in the event loop on this process's async connections (``ballast.dbpool.
+AsyncConnections``), and the request step that uses it
+(``jobs.services.job_open_by_key_async``)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
+from django.db.utils import DataError
+from django.utils import timezone
+
+from ballast import db
+from hosts.models import Device
+from jobs import services
+from jobs.models import ApiKey, Attempt, Job
+from jobs.services import api_key_and_model, api_key_create
+from tests.jobs.test_request_step import request
+
+pytestmark = [
+    pytest.mark.asyncio,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="the async step is PostgreSQL's"
+    ),
+]
+
+ECHO = "SELECT %s::text, %s::bigint"
+HOSTILE = "it's \\ a 'quote'; COMMIT; DROP TABLE jobs_job; -- é 😀 $1 %s"
+
+
+def backend_pid(conn) -> int:
+    return conn.info.backend_pid
+
+
+async def test_the_async_message_returns_what_the_sync_one_returns():
+    statements = [(ECHO, [HOSTILE, 7], True), ("SELECT 1 WHERE false", [], False)]
+    awaited = await db.transaction_one_message_async(statements)
+    threaded = await sync_to_async(db.transaction_one_message)(statements)
+    assert awaited == threaded == [[(HOSTILE, 7)], []]
+
+
+async def test_a_connection_is_reused_and_its_statements_prepared_once():
+    pool = db.async_connections()
+    await db.transaction_one_message_async([(ECHO, ["a", 1], True)])
+    (conn,) = pool._idle
+    await db.transaction_one_message_async([(ECHO, ["b", 2], True)])
+    assert list(pool._idle) == [conn] and pool.opened == 1
+    cursor = await conn.execute(
+        "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'ballast_%%'"
+    )
+    assert (await cursor.fetchone())[0] == 1
+
+
+async def test_a_connection_the_server_ended_is_replaced_at_once():
+    pool = db.async_connections()
+    await db.transaction_one_message_async([(ECHO, ["a", 1], False)])
+    (dead,) = pool._idle
+    pid = backend_pid(dead)
+
+    def terminate() -> None:
+        killer = connections.create_connection("default")
+        try:
+            with killer.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+                while True:  # the session has ended (its backend gone)
+                    cursor.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]
+                    )
+                    if cursor.fetchone()[0] == 0:
+                        break
+                    cursor.execute("SELECT pg_sleep(0.01)")
+        finally:
+            killer.close()
+
+    await sync_to_async(terminate)()
+    rows = await db.transaction_one_message_async([(ECHO, ["b", 2], True)])
+    assert rows == [[("b", 2)]]
+    (fresh,) = pool._idle
+    assert fresh is not dead and dead.closed and pool.opened == 1
+
+
+async def test_a_failing_statement_raises_djangos_error_and_rolls_back():
+    account_sql = "SELECT pg_advisory_xact_lock(4242)"
+    with pytest.raises(DataError):
+        await db.transaction_one_message_async(
+            [(account_sql, [], False), ("SELECT %s::int", ["not a number"], True)]
+        )
+    pool = db.async_connections()
+    (conn,) = pool._idle  # rolled back: idle, kept, the transaction's lock gone
+    assert conn.info.transaction_status == 0
+    cursor = await conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242"
+    )
+    assert (await cursor.fetchone())[0] == 0
+
+
+async def test_a_statement_cancelled_in_flight_closes_its_connection():
+    pool = db.async_connections()
+    sent = asyncio.ensure_future(
+        db.transaction_one_message_async([("SELECT pg_sleep(0.3)", [], False)])
+    )
+    while pool.opened == 0 or pool._idle:  # until the message is in flight
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.01)
+    sent.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sent
+    assert pool.opened == 0 and not pool._idle  # closed, not kept
+    rows = await db.transaction_one_message_async([(ECHO, ["after", 3], False)])
+    assert rows == [[("after", 3)]]
+
+
+async def test_past_max_open_the_message_goes_the_threaded_way(monkeypatch):
+    pool = db.async_connections()
+    monkeypatch.setattr(pool, "max_open", 1)
+    held = await pool.take()
+    threaded = []
+    real = db.transaction_one_message
+
+    def spy(statements):
+        threaded.append(statements)
+        return real(statements)
+
+    monkeypatch.setattr(db, "transaction_one_message", spy)
+    try:
+        rows = await db.transaction_one_message_async([(ECHO, ["busy", 4], False)])
+    finally:
+        pool.give_back(held)
+    assert rows == [[("busy", 4)]] and len(threaded) == 1
+    assert pool.opened == 1  # none opened past the bound
+
+
+async def test_the_request_step_runs_in_the_event_loop(
+    renter, live_device, monkeypatch, settings
+):
+    """A key and model seen before: the step is one message on an async
+    connection; nothing goes to a worker thread, and the key's last use is
+    written in the same message."""
+    settings.BALLAST_CANARY_RATE = 0
+    device = await sync_to_async(live_device)()
+    _, plain = await sync_to_async(api_key_create)(user=renter)
+    await sync_to_async(api_key_and_model)(plain=plain, model_id=request().model)
+
+    def no_thread(*args, **kwargs):
+        raise AssertionError("the common request step went to a worker thread")
+
+    monkeypatch.setattr(services, "db_call", no_thread)
+    monkeypatch.setattr(services, "transaction_one_message", no_thread)
+    opened = await services.job_open_by_key_async(
+        plain=plain, request=request(), waiting_channel="w.1"
+    )
+    key, job, _, dispatch = opened
+    stored = await Job.objects.aget(id=job.id)
+    assert stored.status == Job.Status.RUNNING and stored.api_key_id == key.id
+    attempt = await Attempt.objects.aget(job=job)
+    assert attempt.device_id == device.id == dispatch.attempt.device.id
+    assert (await Device.objects.aget(id=device.id)).slots_used == 1
+    used = (await ApiKey.objects.aget(id=key.id)).last_used_at
+    assert used is not None and timezone.now() - used < timedelta(seconds=30)
+
+
+async def test_the_key_is_marked_used_at_most_once_a_minute(
+    renter, live_device, settings
+):
+    settings.BALLAST_CANARY_RATE = 0
+    await sync_to_async(live_device)(slots=3)
+    _, plain = await sync_to_async(api_key_create)(user=renter)
+    await sync_to_async(api_key_and_model)(plain=plain, model_id=request().model)
+    a_while_ago = timezone.now() - timedelta(seconds=20)
+    key = await ApiKey.objects.aget(key_hash=services.token_hash(plain))
+    await ApiKey.objects.filter(id=key.id).aupdate(last_used_at=a_while_ago)
+    assert await services.job_open_by_key_async(
+        plain=plain, request=request(), waiting_channel="w.1"
+    )
+    assert (await ApiKey.objects.aget(id=key.id)).last_used_at == a_while_ago
+    stale = timezone.now() - timedelta(minutes=2)
+    await ApiKey.objects.filter(id=key.id).aupdate(last_used_at=stale)
+    assert await services.job_open_by_key_async(
+        plain=plain, request=request(), waiting_channel="w.1"
+    )
+    assert (await ApiKey.objects.aget(id=key.id)).last_used_at > stale
+
+
+async def test_a_request_the_credit_cannot_cover_is_refused_from_the_loop(
+    live_device,
+):
+    from billing.money import usd_to_nano
+    from billing.services import renter_top_up
+    from hosts.services import user_get_or_create
+    from jobs.errors import ApiError
+
+    device = await sync_to_async(live_device)()
+    poor = await sync_to_async(user_get_or_create)(email="poor@example.com")
+    await sync_to_async(renter_top_up)(
+        user=poor, amount_nano=usd_to_nano("0.000001"), key="poor"
+    )  # 5 tokens
+    _, plain = await sync_to_async(api_key_create)(user=poor)
+    await sync_to_async(api_key_and_model)(plain=plain, model_id=request().model)
+    with pytest.raises(ApiError) as refused:
+        await services.job_open_by_key_async(
+            plain=plain, request=request(max_tokens=6), waiting_channel="w.1"
+        )
+    assert refused.value.status == 402
+    assert not await Job.objects.aexists()
+    assert (await Device.objects.aget(id=device.id)).slots_used == 0
+    (conn,) = db.async_connections()._idle  # committed, idle, kept
+    assert conn.info.transaction_status == 0
