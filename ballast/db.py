@@ -11,6 +11,7 @@ thread, where they would otherwise only contend for the file's lock.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -245,31 +246,57 @@ async def transaction_one_message_async(
     """
     from psycopg import AsyncClientCursor
 
+    async with _async_connection() as conn:
+        if conn is None:
+            return await db_call(transaction_one_message)(statements)
+        prepares, query, params = _message(conn, statements)
+        for name, prepare_sql in prepares:
+            await conn.execute(prepare_sql)
+            _prepared_names[conn].add(name)
+        cursor = AsyncClientCursor(conn)
+        try:
+            await cursor.execute(query, params)
+        except Exception:
+            if not conn.closed and conn.info.transaction_status != 0:  # not IDLE
+                await conn.execute("ROLLBACK")
+            raise
+        rows = []
+        for _ in statements:
+            cursor.nextset()  # past BEGIN, then each statement in turn
+            rows.append(await cursor.fetchall() if cursor.description else [])
+        return rows
+
+
+async def rows_changed_async(sql: str, params: list) -> int:
+    """``rows_changed`` awaited in the event loop on PostgreSQL (one of this
+    process's async connections, in autocommit: the statement is its own
+    transaction), else, or when all are taken, in a worker thread. Raises the
+    database's error as Django's."""
+    from psycopg import AsyncClientCursor
+
+    if connection.vendor != "postgresql":
+        return await db_call(rows_changed)(sql, params)
+    async with _async_connection() as conn:
+        if conn is None:
+            return await db_call(rows_changed)(sql, params)
+        cursor = AsyncClientCursor(conn)
+        await cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+@contextlib.asynccontextmanager
+async def _async_connection():
+    """One of ``async_connections()`` for the block (None when all are taken),
+    given back after it; psycopg's errors raised as Django's."""
     pool = async_connections()
     with connection.wrap_database_errors:
         conn = await pool.take()
-    if conn is None:
-        return await db_call(transaction_one_message)(statements)
     try:
         with connection.wrap_database_errors:
-            prepares, query, params = _message(conn, statements)
-            for name, prepare_sql in prepares:
-                await conn.execute(prepare_sql)
-                _prepared_names[conn].add(name)
-            cursor = AsyncClientCursor(conn)
-            try:
-                await cursor.execute(query, params)
-            except Exception:
-                if not conn.closed and conn.info.transaction_status != 0:  # not IDLE
-                    await conn.execute("ROLLBACK")
-                raise
-            rows = []
-            for _ in statements:
-                cursor.nextset()  # past BEGIN, then each statement in turn
-                rows.append(await cursor.fetchall() if cursor.description else [])
-            return rows
+            yield conn
     finally:
-        pool.give_back(conn)
+        if conn is not None:
+            pool.give_back(conn)
 
 
 def _message(conn, statements: list[tuple[str, list, bool]]) -> tuple[list, str, list]:

@@ -32,6 +32,7 @@ from ballast.db import (
     row_saved,
     row_values,
     rows_changed,
+    rows_changed_async,
     rows_fetch,
     sql_value,
     transaction_one_message,
@@ -635,27 +636,42 @@ def attempt_claim(
     ``WHERE id IN (SELECT …)`` against a row another transaction just ended, so a
     late claim could reopen an ended attempt (``test_claim_race``).
     """
+    statement = _attempt_claim_statement(attempt_id, machine_id, now)
+    return statement is not None and rows_changed(*statement) == 1
+
+
+async def attempt_claim_async(
+    *, attempt_id: str, machine_id: str, now: datetime | None = None
+) -> bool:
+    """``attempt_claim`` awaited in the event loop (``ballast.db.rows_changed_async``):
+    the consumer records every claim beside the answer's first token, and a
+    worker thread there holds the GIL while the first chunk goes out."""
+    statement = _attempt_claim_statement(attempt_id, machine_id, now)
+    return statement is not None and await rows_changed_async(*statement) == 1
+
+
+def _attempt_claim_statement(
+    attempt_id: str, machine_id: str, now: datetime | None
+) -> tuple[str, list] | None:
+    """``attempt_claim``'s statement (sql, params); None for ids that are not UUIDs."""
     now = now or timezone.now()
     try:
         attempt, machine = db_uuid(attempt_id), db_uuid(machine_id)
     except ValueError:
-        return False
+        return None
     deadline = now + timedelta(seconds=settings.BALLAST_FIRST_TOKEN_TIMEOUT_S)
     return (
-        rows_changed(
-            "UPDATE jobs_attempt SET state = %s, claimed_at = %s,"
-            " first_token_deadline = %s WHERE id = %s AND state = %s AND device_id IN"
-            " (SELECT id FROM hosts_device WHERE machine_id = %s)",
-            [
-                Attempt.State.CLAIMED,
-                db_datetime(now),
-                db_datetime(deadline),
-                attempt,
-                Attempt.State.OFFERED,
-                machine,
-            ],
-        )
-        == 1
+        "UPDATE jobs_attempt SET state = %s, claimed_at = %s,"
+        " first_token_deadline = %s WHERE id = %s AND state = %s AND device_id IN"
+        " (SELECT id FROM hosts_device WHERE machine_id = %s)",
+        [
+            Attempt.State.CLAIMED,
+            db_datetime(now),
+            db_datetime(deadline),
+            attempt,
+            Attempt.State.OFFERED,
+            machine,
+        ],
     )
 
 
