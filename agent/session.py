@@ -223,7 +223,8 @@ class Session:
                 if first:
                     sent.append(first)
                 async for piece in pieces:
-                    if not isinstance(piece, str) or not piece:
+                    piece = sendable(piece)
+                    if not piece:
                         continue
                     sent.append(piece)
                     await self.send({"type": "token", "job": job, "text": piece})
@@ -297,6 +298,17 @@ class Session:
         return {"type": "heartbeat", "devices": devices, "paused": False}
 
 
+def sendable(piece) -> str:
+    """The text of an engine's piece as a ``token`` frame carries it: "" for
+    anything but text; NUL characters dropped (the coordinator refuses a frame
+    holding one: PostgreSQL text cannot store it, PROTOCOL.md §2 via
+    ``hosts.protocol``). The receipt signs the text as sent, so an engine that
+    emits a NUL still gets its answer paid."""
+    if not isinstance(piece, str):
+        return ""
+    return piece.replace("\x00", "") if "\x00" in piece else piece
+
+
 async def _first_piece(
     pieces: AsyncIterator[str], session: Session, claim: dict[str, Any]
 ) -> str:
@@ -304,14 +316,16 @@ async def _first_piece(
     when the engine yields it within ``CLAIM_WITH_FIRST_PIECE_S`` — and return
     that first piece once sent ("" when the stream ended without one).
 
-    Pieces that are not non-empty text are skipped, as the stream's loop does.
+    Pieces that are not non-empty text (``sendable``) are skipped, as the
+    stream's loop does.
     The claim always leaves first, also when the engine fails (its error
     follows) or the job is cancelled meanwhile (then nothing more is sent).
     """
 
     async def next_text() -> str:
         async for piece in pieces:
-            if isinstance(piece, str) and piece:
+            piece = sendable(piece)
+            if piece:
                 return piece
         return ""
 

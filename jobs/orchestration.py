@@ -240,15 +240,19 @@ class JobRun:
         reader = asyncio.create_task(self._read_channel())
         lease = asyncio.create_task(self._keep_lease())
         local.reader_add(self.channel, self._deliver)
+        failure: Exception | None = None
         try:
             async for event in self._run():
                 yield event
+        except Exception as exc:  # the coordinator's own failure, not the renter's
+            failure = exc
+            raise
         finally:
             local.reader_remove(self.channel, self._deliver)
             lease.cancel()
             try:
                 if not self.finished:
-                    await asyncio.shield(self._cancel())
+                    await asyncio.shield(self._cancel(failure))
             finally:
                 reader.cancel()
 
@@ -338,6 +342,7 @@ class JobRun:
         queue_deadline = loop.time() + settings.BALLAST_QUEUE_TIMEOUT_S
         failures_before_output = 0
         continuation_used = False
+        waited = False  # the job waited in the queue for a slot
         while True:
             continue_from = self.delivered_text
             if continue_from and loop.time() > queue_deadline:
@@ -348,8 +353,8 @@ class JobRun:
                 # before that commit announced itself to nobody (the job was not
                 # visible yet), so look once more before waiting for a wake-up
                 dispatch = None
-            if dispatch is None:
-                dispatch = await db_call(services.job_dispatch)(
+            if dispatch is None:  # once more on a failed connection, as the end
+                dispatch = await _db_retried(services.job_dispatch)(
                     job_id=self.job_id,
                     continue_from=continue_from,
                     waiting_channel=self.channel,
@@ -397,7 +402,15 @@ class JobRun:
                         )
                     return
                 await self._wait_for_slot(min(remaining, SLOT_POLL_S))
+                waited = True
                 continue
+            if waited:
+                # a queued job got a slot: wake the next ones, as there may be
+                # more free slots (answers ending together wake the same oldest
+                # two; a multi-slot device would otherwise fill up one poll at a
+                # time). A woken job that finds none stops the chain.
+                waited = False
+                slots_announce_soon([self.job.model_id])
             segment = _Segment(
                 attempt=dispatch.attempt, machine_channel=dispatch.machine_channel
             )
@@ -637,8 +650,10 @@ class JobRun:
             usage=_usage(job),
         )
 
-    async def _cancel(self) -> None:
-        """The renter went away: stop the host, free the slot, bill what was delivered."""
+    async def _cancel(self, failure: Exception | None = None) -> None:
+        """The renter went away (or, with ``failure``, the coordinator failed, a
+        database error say): stop the host, free the slot, bill what was
+        delivered; the job is cancelled, or failed naming the failure."""
         segment = self.segment
         try:
             if segment is not None and not segment.outcome:
@@ -646,13 +661,29 @@ class JobRun:
                 await self._end_segment(segment)
         except Exception:  # (the host's cancel may fail to send: still close the job)
             log.exception("job %s: ending the attempt after cancel failed", self.job_id)
+        if failure is None:
+            status, code, message = (
+                Job.Status.CANCELLED,
+                "cancelled",
+                "the renter disconnected",
+            )
+        else:
+            status, code = (
+                Job.Status.FAILED,
+                (
+                    "database_unavailable"
+                    if isinstance(failure, DatabaseError)
+                    else "internal_error"
+                ),
+            )
+            message = f"the coordinator failed: {failure}"[:500]
         try:
             await _db_retried(services.job_finish)(
                 job_id=self.job_id,
-                status=Job.Status.CANCELLED,
+                status=status,
                 output_text=self.delivered_text,
-                error_code="cancelled",
-                error_message="the renter disconnected",
+                error_code=code,
+                error_message=message,
             )
         except Exception:  # never let cleanup errors escape a cancelled request
             log.exception("job %s: cleanup after cancel failed", self.job_id)

@@ -17,7 +17,13 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import DEFAULT_DB_ALIAS, connection, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -66,6 +72,7 @@ from .selectors import (
 )
 from .tokens import (
     prompt_token_count,
+    prompt_tokens_least,
     prompt_tokens_most,
     token_count,
     token_count_believable,
@@ -490,7 +497,10 @@ class _ClaimStatement:
     ``attempt``) and the reading of the row the statement returns.
 
     ``gate``: SQL that must hold for anything to be picked (the request step's
-    credit check); ``head``: CTEs placed before ``ahead`` (the gate's). The
+    credit check); ``head``: CTEs placed before ``ahead`` (the gate's);
+    ``offered_when_claimed``: the attempt's ``offered_at`` and claim deadline
+    from the database's clock as the slot is taken, not ``now`` (the request
+    step, which may wait for the renter's credit lock first). The
     statement returns ``*select`` (the caller's extra columns) then the jobs
     ahead, then the claimed device's and its machine's columns (NULL when no slot
     was claimed).
@@ -505,6 +515,7 @@ class _ClaimStatement:
         fcfs: bool,
         attempt: Attempt,
         gate: str = "",
+        offered_when_claimed: bool = False,
     ) -> None:
         if fcfs:  # the query of _jobs_ahead, raw: it runs on every dispatch
             ahead = (
@@ -525,6 +536,16 @@ class _ClaimStatement:
             columns.append(qn(field.column))
             if field.attname == "device_id":
                 values.append("slot.id")
+                continue
+            if offered_when_claimed and field.attname == "offered_at":
+                # the claim's own time, not the statement's making: a request
+                # may wait for its renter's credit lock first, and the offer's
+                # time starts its claim deadline and its time to first token
+                values.append("clock_timestamp()")
+                continue
+            if offered_when_claimed and field.attname == "claim_deadline":
+                values.append("clock_timestamp() + %s * interval '1 second'")
+                attempt_params.append(float(settings.BALLAST_CLAIM_TIMEOUT_S))
                 continue
             values.append(
                 sql_value(
@@ -1416,7 +1437,12 @@ def _job_open_one_trip(
     )
     if not locked:
         return None
-    opened = step.result(row, renter=api_key.user, api_key=api_key)
+    try:
+        opened = step.result(row, renter=api_key.user, api_key=api_key)
+    except Exception:
+        if step.stored(row):
+            _job_close_stored(step.job)
+        raise
     return None if opened is None else (step.job, model, opened)
 
 
@@ -1446,7 +1472,12 @@ def job_open_by_key(
     if not locked:
         return None
     api_key = _api_key_row(*locked[0][1:])
-    opened = step.result(row, renter=api_key.user, api_key=api_key)
+    try:
+        opened = step.result(row, renter=api_key.user, api_key=api_key)
+    except Exception:
+        if step.stored(row):
+            _job_close_stored(step.job)
+        raise
     return None if opened is None else (api_key, step.job, step.model, opened)
 
 
@@ -1476,11 +1507,39 @@ async def job_open_by_key_async(
             row, renter=api_key.user, api_key=api_key, spot_check_due=spot_check_due
         )
 
-    if spot_check_due or step.result_reads(row):
-        opened = await db_call(finish)()
-    else:
-        opened = finish()
+    try:
+        if spot_check_due or step.result_reads(row):
+            opened = await db_call(finish)()
+        else:
+            opened = finish()
+    except Exception:
+        if step.stored(row):
+            await db_call(_job_close_stored)(step.job)
+        raise
     return None if opened is None else (api_key, step.job, step.model, opened)
+
+
+def _job_close_stored(job: Job) -> None:
+    """Close ``job``, stored by the request step's message, when a later part of
+    the step failed (a database error in the wait or 503 look-ups, say): the
+    renter gets an error, so the job is failed (its slot freed, nothing billed)
+    rather than left queued, holding its place ahead of the model's queue
+    until its lease runs out. Tried twice (the second on another connection);
+    a failure is logged and the lease and the reaper close it later."""
+    for _ in range(2):
+        try:
+            job_finish(
+                job_id=str(job.id),
+                status=Job.Status.FAILED,
+                output_text="",
+                error_code="database_unavailable",
+                error_message="the request step failed after the job was stored; "
+                "nothing was billed",
+            )
+            return
+        except DatabaseError:
+            close_old_connections()
+    log.error("job %s: could not be closed after its request step failed", job.id)
 
 
 def _key_step(
@@ -1538,6 +1597,19 @@ _KEY_WHERE_SQL = "k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active"
 _catalog_hints: dict[str, CatalogModel] = {}
 
 
+def _lock_conflict(exc: DatabaseError) -> bool:
+    """Whether ``exc`` is PostgreSQL ending a transaction for a lock conflict (a
+    deadlock's victim, a serialization failure): nothing of it was kept, so it
+    may be sent again. The request step locks the renter's credit account,
+    then its device's model row; an answer's end (``job_succeed``) takes them
+    the other way round, so under load the two can meet."""
+    from psycopg import errors
+
+    return isinstance(
+        exc.__cause__, (errors.DeadlockDetected, errors.SerializationFailure)
+    )
+
+
 class _OpenStatement:
     """PostgreSQL: the request step's statement and the reading of its row.
 
@@ -1576,6 +1648,7 @@ class _OpenStatement:
             fcfs=True,
             attempt=self.attempt,
             gate="EXISTS (SELECT 1 FROM ok)",
+            offered_when_claimed=True,
         )
         qn = db_connection().ops.quote_name
         from_renter = {
@@ -1634,17 +1707,26 @@ class _OpenStatement:
         """Run the transaction in one message (``ballast.db.transaction_one_message``):
         the async-commit setting, ``lock_sql`` (the renter's credit lock; its rows are
         returned, none when there is no account to lock), then the statement
-        (its one row, returned)."""
-        _, locked, (row,), *_ = transaction_one_message(
-            self._message(lock_sql, lock_params)
-        )
+        (its one row, returned). Sent once more when the database chose it as a
+        deadlock's victim (``_lock_conflict``): it was rolled back whole."""
+        message = self._message(lock_sql, lock_params)
+        try:
+            _, locked, (row,), *_ = transaction_one_message(message)
+        except DatabaseError as exc:
+            if not _lock_conflict(exc):
+                raise
+            _, locked, (row,), *_ = transaction_one_message(message)
         return locked, row
 
     async def send_async(self, lock_sql: str, lock_params: list) -> tuple[list, tuple]:
         """``send`` awaited in the event loop (``transaction_one_message_async``)."""
-        _, locked, (row,), *_ = await transaction_one_message_async(
-            self._message(lock_sql, lock_params)
-        )
+        message = self._message(lock_sql, lock_params)
+        try:
+            _, locked, (row,), *_ = await transaction_one_message_async(message)
+        except DatabaseError as exc:
+            if not _lock_conflict(exc):
+                raise
+            _, locked, (row,), *_ = await transaction_one_message_async(message)
         return locked, row
 
     def _message(self, lock_sql: str, lock_params: list) -> list:
@@ -1655,17 +1737,18 @@ class _OpenStatement:
             *self.also,
         ]
 
+    def stored(self, row: tuple) -> bool:
+        """Whether the statement's row says the job was stored (``result`` then
+        dispatches it, or raises)."""
+        available, rentals_open, model_current, stored = row[:4]
+        return bool(
+            model_current and available is not None and not rentals_open and stored
+        )
+
     def result_reads(self, row: tuple) -> bool:
         """Whether ``result(row)`` goes to the database: a job stored without a
         slot claimed (the wait or 503 look-ups of ``_dispatch_unclaimed``)."""
-        available, rentals_open, model_current, stored = row[:4]
-        return bool(
-            model_current
-            and available is not None
-            and not rentals_open
-            and stored
-            and not self.claim.claimed(row)
-        )
+        return self.stored(row) and not self.claim.claimed(row)
 
     def result(
         self, row: tuple, *, renter, api_key: ApiKey, spot_check_due: bool | None = None
@@ -1808,6 +1891,16 @@ def _request_fits(model: CatalogModel, request) -> None:
     if _request_fits_cheaply(model, request):
         return
     room = model.context_length - request.params["max_tokens"]
+    least = prompt_tokens_least(model.id, request.messages, request.prompt)
+    if least is not None and least > room:  # refused without rendering it
+        raise ApiError(
+            400,
+            f"the prompt (at least {least} tokens: {len(request.messages or [])} "
+            f"messages) plus max_tokens={request.params['max_tokens']} exceed the "
+            f"model's context of {model.context_length} tokens",
+            "context_length_exceeded",
+            "messages",
+        )
     prompt_tokens = prompt_token_count(model.id, request.messages, request.prompt)
     if prompt_tokens is not None and prompt_tokens > room:
         raise ApiError(

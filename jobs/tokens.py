@@ -132,6 +132,46 @@ def prompt_tokens_most(
     )
 
 
+def prompt_tokens_least(
+    model_id: str, messages: list[dict] | None, prompt: str | None
+) -> int | None:
+    """A bound ``prompt_token_count`` is never under, without rendering or
+    tokenizing (None without a template or tokenizer): per chat message, the
+    fewest tokens the template's framing of one message takes, whatever its
+    role (``_message_tokens_least``); a raw prompt, 0.
+
+    Lets a request with far too many messages be refused at once: rendering and
+    tokenizing tens of thousands of them takes seconds of the process's time.
+    """
+    if messages is None:
+        return 0
+    per_message = _message_tokens_least(model_id)
+    return None if per_message is None else len(messages) * per_message
+
+
+@functools.lru_cache(maxsize=4)
+def _message_tokens_least(model_id: str) -> int | None:
+    """The fewest tokens one more message adds to a rendered chat: for each role,
+    the count of (an empty user message, an empty message of that role) less
+    that of the empty user message alone; the least of them, less one (a
+    message's content may merge with its framing), at least 1."""
+    from jobs.requests import ROLES
+
+    one = prompt_token_count(model_id, [{"role": "user", "content": ""}], None)
+    if one is None:
+        return None
+    added = [
+        prompt_token_count(
+            model_id,
+            [{"role": "user", "content": ""}, {"role": role, "content": ""}],
+            None,
+        )
+        - one
+        for role in sorted(ROLES)
+    ]
+    return max(1, min(added) - 1)
+
+
 @functools.lru_cache(maxsize=4)
 def _template_bytes(model_id: str) -> int | None:
     template = _chat_template(model_id)

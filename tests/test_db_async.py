@@ -9,12 +9,13 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async as sync_to_async
 from django.db import connection, connections
 from django.db.utils import DataError
 from django.utils import timezone
 
 from ballast import db
+from billing.models import Account
 from hosts.models import Device
 from jobs import services
 from jobs.models import ApiKey, Attempt, Job
@@ -210,3 +211,92 @@ async def test_a_request_the_credit_cannot_cover_is_refused_from_the_loop(
     assert (await Device.objects.aget(id=device.id)).slots_used == 0
     (conn,) = db.async_connections()._idle  # committed, idle, kept
     assert conn.info.transaction_status == 0
+
+
+async def test_a_job_stored_before_the_step_failed_is_failed_not_left_queued(
+    renter, live_device, monkeypatch, settings
+):
+    """The message stored the job, then the wait look-ups failed (a dead
+    connection): the renter gets the error and the job is closed (failed,
+    nothing billed), not left queued ahead of the model's queue for its lease."""
+    from django.db import OperationalError
+
+    settings.BALLAST_CANARY_RATE = 0
+    await sync_to_async(live_device)()  # one slot
+    _, plain = await sync_to_async(api_key_create)(user=renter)
+    await sync_to_async(api_key_and_model)(plain=plain, model_id=request().model)
+    running = await services.job_open_by_key_async(
+        plain=plain, request=request(), waiting_channel="w.1"
+    )
+    assert running[3].attempt is not None  # the slot is taken
+
+    def gone(**kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(services, "requirement_unmet", gone)
+    with pytest.raises(OperationalError):
+        await services.job_open_by_key_async(
+            plain=plain, request=request(), waiting_channel="w.2"
+        )
+    stored = await Job.objects.exclude(id=running[1].id).aget()
+    assert stored.status == Job.Status.FAILED
+    assert stored.error_code == "database_unavailable" and stored.cost_nano == 0
+    assert not await Job.objects.filter(status=Job.Status.QUEUED).aexists()
+
+
+async def test_a_request_step_chosen_as_a_deadlocks_victim_is_sent_again(
+    renter, live_device, settings
+):
+    """An answer's end locks the device's model row, then the renter's credit
+    account; the request step the other way round. Here another session holds
+    the model row while the step waits for it, then asks for the account the
+    step holds: PostgreSQL ends the step's transaction as the deadlock's victim
+    (its check runs first), and the step is sent again and succeeds once the
+    other session is done."""
+    import psycopg
+
+    from tests.jobs.helpers import sessions_waiting_on_locks
+
+    settings.BALLAST_CANARY_RATE = 0
+    device = await sync_to_async(live_device)()
+    _, plain = await sync_to_async(api_key_create)(user=renter)
+    await sync_to_async(api_key_and_model)(plain=plain, model_id=request().model)
+    account = await Account.objects.aget(user=renter, kind=Account.Kind.RENTER_CREDIT)
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    name = connection.settings_dict["NAME"]
+    admin = await psycopg.AsyncConnection.connect(**params, autocommit=True)
+    other = await psycopg.AsyncConnection.connect(**params)
+    try:
+        # the step's own sessions check for deadlocks first
+        await admin.execute(f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '20ms'")
+        db.async_connections_close()
+        await other.execute("SET deadlock_timeout = '10s'")
+        await other.execute(
+            "UPDATE hosts_devicemodel SET tiebreak = tiebreak WHERE device_id = %s",
+            [device.id],
+        )
+        step = asyncio.ensure_future(
+            services.job_open_by_key_async(
+                plain=plain, request=request(), waiting_channel="w.1"
+            )
+        )
+        await sync_to_async(sessions_waiting_on_locks)(1)  # the step, on the row
+
+        async def take_the_account() -> None:
+            await other.execute(
+                "SELECT id FROM billing_account WHERE id = %s FOR UPDATE", [account.id]
+            )
+
+        taker = asyncio.ensure_future(take_the_account())
+        await taker  # granted once the step's first try was rolled back
+        assert not step.done()  # its second try waits for the account
+        await other.rollback()
+        key, job, _, dispatch = await step
+    finally:
+        await admin.execute(f'ALTER DATABASE "{name}" RESET deadlock_timeout')
+        await other.close()
+        await admin.close()
+    assert dispatch.attempt.device.id == device.id
+    assert await Job.objects.acount() == 1 and await Attempt.objects.acount() == 1
+    assert (await Device.objects.aget(id=device.id)).slots_used == 1

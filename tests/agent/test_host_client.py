@@ -70,6 +70,24 @@ async def test_it_claims_streams_and_signs_the_exact_text(
     assert_receipt(coordinator.hellos[0], "job-1", done, text)
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "pieces", [["\x00", "hi", "\x00", "!"], ["hi\x00", "\x00!\x00"]]
+)
+async def test_nul_characters_of_the_engine_are_dropped_and_the_rest_signed(
+    coordinator, agent_start, offer_frame, pieces
+) -> None:
+    """The coordinator refuses a token holding NUL (PostgreSQL text cannot store
+    it): the agent drops them, so its frames pass and the receipt signs exactly
+    the text sent (an honest host is paid)."""
+    await agent_start(coordinator, script={"pieces": pieces})
+    await coordinator.send(offer_frame("job-1"))
+    await coordinator.expect("claim", job="job-1")
+    text, done = await coordinator.stream_collect("job-1")
+    assert text == "hi!"
+    assert_receipt(coordinator.hellos[0], "job-1", done, text)
+
+
 @pytest.fixture
 def sends(monkeypatch) -> list[tuple[tuple[str, ...], bool]]:
     """Each ``Session.send`` of the agent: its frames' types, and whether the

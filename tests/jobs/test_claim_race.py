@@ -77,7 +77,7 @@ async def test_the_consumers_claim_record_takes_only_an_offered_attempt_of_its_m
     offered attempt of this machine is claimed once; another machine's claim, a
     second claim and an id that is not a UUID change nothing. On PostgreSQL no
     worker thread is used."""
-    from asgiref.sync import sync_to_async
+    from channels.db import database_sync_to_async as sync_to_async
 
     from jobs import services
 

@@ -160,3 +160,102 @@ async def jobs_stored(count: int, timeout: float = 5.0) -> None:
     while await Job.objects.acount() < count:
         assert loop.time() < deadline, f"{count} jobs were never stored"
         await asyncio.sleep(0.01)
+
+
+async def test_a_failed_re_dispatch_is_tried_once_more(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """A queued request's look-up for a slot that fails on a dead connection is
+    retried (another connection), not answered 503 at once."""
+    from django.db import OperationalError
+
+    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    host = await host_online(machine_token, "rig")
+    first = chat_request(api_key, stream=False)
+    offer = await host.recv_type("offer")
+    real = orchestration.services.job_dispatch
+    failures = []
+
+    def flaky(**kwargs):  # the job coroutine's look-ups (not the request step's)
+        if "continue_from" in kwargs and not failures:
+            failures.append(kwargs["job_id"])
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(**kwargs)
+
+    monkeypatch.setattr(orchestration.services, "job_dispatch", flaky)
+    second = chat_request(api_key, stream=False, content="second")
+    await jobs_stored(2)
+    await host.answer(offer, ["one"])
+    offer2 = await host.recv_type("offer", timeout=5)
+    assert offer2["messages"][0]["content"] == "second"
+    await host.answer(offer2, ["two"])
+    assert (await first).status_code == 200
+    assert (await second).status_code == 200 and failures
+    await host.close()
+
+
+async def test_a_request_failing_on_the_database_fails_its_job_not_cancels_it(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """The coordinator's own failure (the database, twice) answers 503 and the job
+    is failed naming it: not recorded as the renter going away."""
+    from django.db import OperationalError
+
+    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    host = await host_online(machine_token, "rig")
+    first = chat_request(api_key, stream=False)
+    offer = await host.recv_type("offer")
+
+    real = orchestration.services.job_dispatch
+
+    def down(**kwargs):  # the job coroutine's look-ups (not the request step's)
+        if "continue_from" in kwargs:
+            raise OperationalError("the database is gone")
+        return real(**kwargs)
+
+    monkeypatch.setattr(orchestration.services, "job_dispatch", down)
+    second = await chat_request(api_key, stream=False, content="second")
+    assert second.status_code == 503
+    failed = await Job.objects.aget(status=Job.Status.FAILED)
+    assert failed.error_code == "database_unavailable"
+    assert "the database is gone" in failed.error_message
+    await host.answer(offer, ["one"])
+    assert (await first).status_code == 200
+    await host.close()
+
+
+async def test_a_queued_job_that_gets_a_slot_wakes_the_next_one(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """Slots that free together wake the same oldest waiters: each queued job that
+    gets a slot wakes the next ones, so every free slot fills without the
+    fallback poll (set to a minute here). Three jobs wait behind a busy slot;
+    the device gains three slots and only the oldest is woken: all three start."""
+    from hosts.models import Device
+    from jobs.services import jobs_waiting_channels
+
+    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    host = await host_online(machine_token, "rig")
+    first = chat_request(api_key, stream=False)
+    offer = await host.recv_type("offer")
+    waiting = [
+        chat_request(api_key, stream=False, content=f"queued {i}") for i in range(3)
+    ]
+    await jobs_stored(4)
+    assert await host.ws.receive_nothing(timeout=0.2), "one slot: the others wait"
+    await Device.objects.filter(machine=host.machine).aupdate(slots_total=4)
+    oldest = await database_sync_to_async(jobs_waiting_channels)(
+        model_id=catalog.id, limit=1
+    )
+    await orchestration.slot_free_send(oldest)
+    offers = [await host.recv_type("offer", timeout=5) for _ in range(3)]
+    assert sorted(o["messages"][0]["content"] for o in offers) == [
+        "queued 0",
+        "queued 1",
+        "queued 2",
+    ]
+    for started in (offer, *offers):
+        await host.answer(started, ["ok"])
+    for request in (first, *waiting):
+        assert (await request).status_code == 200
+    await host.close()

@@ -212,6 +212,38 @@ def account_locked(user, *, nowait: bool = False):
         other.close()
 
 
+@postgresql_only
+def test_an_offer_is_timed_when_its_slot_is_taken_not_when_the_step_was_made(
+    renter, live_device
+):
+    """A step that waits for its renter's credit lock (another request of theirs)
+    takes the slot after the wait: its attempt's ``offered_at`` and claim
+    deadline start then, so the wait is not counted as the device's time to
+    first token, nor does the attempt look offered before its slot was free."""
+    from datetime import timedelta
+
+    from django.conf import settings as django_settings
+    from django.utils import timezone
+
+    live_device()
+    key = key_of(renter)
+    opened = []
+    step = threading.Thread(
+        target=lambda: (opened.append(open_job(key)), connections.close_all())
+    )
+    with account_locked(renter):
+        step.start()
+        sessions_waiting_on_locks(1)
+        released = timezone.now()
+    step.join(30)
+    (_, _, dispatch) = opened[0]
+    stored = Attempt.objects.get(id=dispatch.attempt.id)
+    assert stored.offered_at >= released
+    assert stored.claim_deadline - stored.offered_at == timedelta(
+        seconds=django_settings.BALLAST_CLAIM_TIMEOUT_S
+    )
+
+
 def test_a_renter_without_a_credit_account_is_refused_402(live_device):
     """(No account: the one-round-trip step locks nothing and hands the request to
     the stepwise one, which makes the account inside its rolled-back transaction.)"""
@@ -347,6 +379,56 @@ def test_the_context_checks_cheap_bound_is_never_under_the_count(messages, promp
     assert prompt_token_count(model, None, prompt) <= prompt_tokens_most(
         model, None, prompt
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(sorted(ROLES)), st.text(max_size=40)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.text(max_size=300),
+)
+def test_the_context_checks_lower_bound_is_never_over_the_count(messages, prompt):
+    """``_request_fits`` refuses a prompt on ``prompt_tokens_least`` (its messages)
+    without rendering or tokenizing it: the bound must never exceed the count,
+    whatever the roles and contents (empty, one character, merging text)."""
+    from jobs.tokens import prompt_tokens_least
+    from tests.conftest import REFERENCE_MODEL
+
+    model = REFERENCE_MODEL["id"]
+    chat = [{"role": role, "content": text} for role, text in messages]
+    assert prompt_tokens_least(model, chat, None) <= prompt_token_count(
+        model, chat, None
+    )
+    assert prompt_tokens_least(model, None, prompt) <= prompt_token_count(
+        model, None, prompt
+    )
+
+
+def test_a_request_of_too_many_messages_is_refused_without_tokenizing(
+    renter, live_device, monkeypatch
+):
+    """20,000 one-character messages can never fit 2,048 tokens: refused 400 at
+    once (rendering and tokenizing them took ~45 s of the process's time)."""
+    from jobs import services as step
+
+    live_device()
+    key = key_of(renter)
+    parsed = request()
+    parsed.messages = [{"role": "user", "content": "x"}] * 20_000
+
+    def never(*args, **kwargs):
+        raise AssertionError("tokenized")
+
+    monkeypatch.setattr(step, "prompt_token_count", never)
+    with pytest.raises(ApiError) as refused:
+        job_open(api_key=key, request=parsed, waiting_channel="w.1")
+    assert refused.value.status == 400
+    assert refused.value.code == "context_length_exceeded"
+    assert "20000 messages" in refused.value.message
+    assert not Job.objects.exists()
 
 
 def test_the_context_check_counts_the_templates_default_system_prompt(

@@ -189,16 +189,25 @@ def log_in(driver, live_server, email: str) -> None:
 
 
 def row_status(driver, machine) -> str:
+    """The machine row's ``data-status``, read again when htmx swapped the row
+    between finding and reading it (a stale element)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    return driver.find_element(By.ID, f"machine-{machine.id}").get_attribute(
-        "data-status"
-    )
+    for _ in range(5):
+        try:
+            return driver.find_element(By.ID, f"machine-{machine.id}").get_attribute(
+                "data-status"
+            )
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the machine's row kept being replaced")
 
 
 def test_it_shows_a_machine_go_offline_and_back_without_reload(
     browser, live_server, owner, busy_machine
 ):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -218,8 +227,12 @@ def test_it_shows_a_machine_go_offline_and_back_without_reload(
         lambda d: row_status(d, busy_machine) == "offline"
     )
     assert browser.execute_script("return window.__notReloaded === true")
-    badge = browser.find_element(By.CSS_SELECTOR, f"#machine-{busy_machine.id} .badge")
-    assert badge.text == "offline"
+    # htmx swaps the row every few seconds: an element found may go stale before
+    # it is read, so the badge is read inside a wait that tolerates that
+    badge = f"#machine-{busy_machine.id} .badge"
+    WebDriverWait(
+        browser, WAIT_S, ignored_exceptions=[StaleElementReferenceException]
+    ).until(lambda d: d.find_element(By.CSS_SELECTOR, badge).text == "offline")
 
     retry_locked(lambda: connect(Machine.objects.get(id=busy_machine.id)))
     WebDriverWait(browser, WAIT_S).until(
