@@ -1437,12 +1437,7 @@ def _job_open_one_trip(
     )
     if not locked:
         return None
-    try:
-        opened = step.result(row, renter=api_key.user, api_key=api_key)
-    except Exception:
-        if step.stored(row):
-            _job_close_stored(step.job)
-        raise
+    opened = step.result_closing(row, renter=api_key.user, api_key=api_key)
     return None if opened is None else (step.job, model, opened)
 
 
@@ -1472,12 +1467,7 @@ def job_open_by_key(
     if not locked:
         return None
     api_key = _api_key_row(*locked[0][1:])
-    try:
-        opened = step.result(row, renter=api_key.user, api_key=api_key)
-    except Exception:
-        if step.stored(row):
-            _job_close_stored(step.job)
-        raise
+    opened = step.result_closing(row, renter=api_key.user, api_key=api_key)
     return None if opened is None else (api_key, step.job, step.model, opened)
 
 
@@ -1736,6 +1726,16 @@ class _OpenStatement:
             self.statement,
             *self.also,
         ]
+
+    def result_closing(self, row: tuple, **kwargs) -> Dispatch | None:
+        """``result(row, **kwargs)``; when it raises after the job was stored, the
+        job is closed first (``_job_close_stored``: failed, nothing billed)."""
+        try:
+            return self.result(row, **kwargs)
+        except Exception:
+            if self.stored(row):
+                _job_close_stored(self.job)
+            raise
 
     def stored(self, row: tuple) -> bool:
         """Whether the statement's row says the job was stored (``result`` then
