@@ -267,23 +267,6 @@ async def transaction_one_message_async(
         return rows
 
 
-async def rows_changed_async(sql: str, params: list) -> int:
-    """``rows_changed`` awaited in the event loop on PostgreSQL (one of this
-    process's async connections, in autocommit: the statement is its own
-    transaction), else, or when all are taken, in a worker thread. Raises the
-    database's error as Django's."""
-    from psycopg import AsyncClientCursor
-
-    if connection.vendor != "postgresql":
-        return await db_call(rows_changed)(sql, params)
-    async with _async_connection() as conn:
-        if conn is None:
-            return await db_call(rows_changed)(sql, params)
-        cursor = AsyncClientCursor(conn)
-        await cursor.execute(sql, params)
-        return cursor.rowcount
-
-
 @contextlib.asynccontextmanager
 async def _async_connection():
     """One of ``async_connections()`` for the block (None when all are taken),

@@ -320,7 +320,7 @@ class HostConsumer(DirectDispatchConsumer):
         """Record a relayed claim (compare-and-set offered → claimed); when the
         attempt was ended meanwhile, stop the host (its frames are no longer relayed)."""
         try:
-            claimed = await job_services.attempt_claim_async(
+            claimed = await db_call(job_services.attempt_claim)(
                 attempt_id=attempt_id, machine_id=self.machine_id
             )
         except Exception:

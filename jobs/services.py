@@ -38,7 +38,6 @@ from ballast.db import (
     row_saved,
     row_values,
     rows_changed,
-    rows_changed_async,
     rows_fetch,
     sql_value,
     transaction_one_message,
@@ -659,16 +658,6 @@ def attempt_claim(
     """
     statement = _attempt_claim_statement(attempt_id, machine_id, now)
     return statement is not None and rows_changed(*statement) == 1
-
-
-async def attempt_claim_async(
-    *, attempt_id: str, machine_id: str, now: datetime | None = None
-) -> bool:
-    """``attempt_claim`` awaited in the event loop (``ballast.db.rows_changed_async``):
-    the consumer records every claim beside the answer's first token, and a
-    worker thread there holds the GIL while the first chunk goes out."""
-    statement = _attempt_claim_statement(attempt_id, machine_id, now)
-    return statement is not None and await rows_changed_async(*statement) == 1
 
 
 def _attempt_claim_statement(

@@ -36,7 +36,7 @@ from .errors import (
 from .models import CatalogModel, Job
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import CompletionRequest, completion_request_parse
-from .services import Dispatch, job_open, job_open_by_key_async
+from .services import Dispatch, job_open, job_open_by_key, job_open_by_key_async
 
 log = logging.getLogger("ballast.jobs")
 
@@ -164,10 +164,37 @@ async def _job_open(
 
     On PostgreSQL, for a key and model seen before, the step is awaited in the
     event loop (``services.job_open_by_key_async``: one message on an async
-    connection, no worker thread); everything else (a body that fails to parse,
-    SQLite, a first request, a changed catalog, …) takes ``_job_open_in_thread``.
+    connection, no worker thread) while at most ``STEPS_IN_LOOP_AT_ONCE`` run
+    there (past that, the same one round trip from a worker thread); everything
+    else (a body that fails to parse, SQLite, a first request, a changed
+    catalog, …) takes ``_job_open_in_thread``.
     Raises ApiError 401 (key), 400 (body), and as ``services.job_open``.
     """
+    global _steps_in_loop
+    if _steps_in_loop >= STEPS_IN_LOOP_AT_ONCE:
+        return await db_call(_job_open_in_thread)(
+            authorization, raw, endpoint, channel, by_key=True
+        )
+    _steps_in_loop += 1
+    try:
+        return await _job_open_in_loop(authorization, raw, endpoint, channel)
+    finally:
+        _steps_in_loop -= 1
+
+
+# the request steps running in the event loop now, and at most how many. The
+# loop is the one thread that also relays every answer: in a burst (50 requests
+# at once) the steps' Python there made it the bottleneck (py-spy: its samples
+# +55 %, first tokens later), so past this a step runs in a worker thread, where
+# its database wait does not cost the loop (docs/performance.md)
+_steps_in_loop = 0
+STEPS_IN_LOOP_AT_ONCE = 2
+
+
+async def _job_open_in_loop(
+    authorization: str, raw: bytes, endpoint: str, channel: str
+) -> tuple[Job, CatalogModel, CompletionRequest, Dispatch]:
+    """``_job_open`` in the event loop (see there)."""
     try:
         parsed = _request_parse(raw, endpoint)
     except ApiError:
@@ -201,8 +228,11 @@ def _job_open_in_thread(
     endpoint: str,
     channel: str,
     parsed: CompletionRequest | None = None,
+    by_key: bool = False,
 ) -> tuple[Job, CatalogModel, CompletionRequest, Dispatch]:
-    """``_job_open`` in a worker thread (``parsed``: the body, when it parsed).
+    """``_job_open`` in a worker thread (``parsed``: the body, when it parsed;
+    ``by_key``: try ``job_open_by_key``'s one round trip first, as the loop
+    would have).
 
     The key is checked before the body (a caller without a valid key learns
     nothing of its request), in the statement that also reads the request's
@@ -215,6 +245,15 @@ def _job_open_in_thread(
             if api_key_from_request_header(authorization) is None:
                 raise _unauthorized() from None
             raise refused
+    if by_key:
+        opened = job_open_by_key(
+            plain=bearer_from_header(authorization),
+            request=parsed,
+            waiting_channel=channel,
+        )
+        if opened is not None:
+            _, job, model, dispatch = opened
+            return job, model, parsed, dispatch
     key, model = api_key_and_model_from_request_header(authorization, parsed.model)
     if key is None:
         raise _unauthorized()

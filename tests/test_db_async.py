@@ -300,3 +300,37 @@ async def test_a_request_step_chosen_as_a_deadlocks_victim_is_sent_again(
     assert dispatch.attempt.device.id == device.id
     assert await Job.objects.acount() == 1 and await Attempt.objects.acount() == 1
     assert (await Device.objects.aget(id=device.id)).slots_used == 1
+
+
+async def test_past_the_loops_share_a_request_step_runs_in_a_worker_thread(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """With ``STEPS_IN_LOOP_AT_ONCE`` steps already in the event loop (a burst),
+    the next request's step is the same one round trip sent from a worker thread
+    (``job_open_by_key``), and the request is served as usual."""
+    from jobs import views
+    from tests.jobs.helpers import chat_request, host_online
+
+    host = await host_online(machine_token, "rig")
+    warm = chat_request(api_key, stream=False)  # reads the catalog hint
+    await host.answer(await host.recv_type("offer"), ["hi"])
+    assert (await warm).status_code == 200
+    monkeypatch.setattr(views, "STEPS_IN_LOOP_AT_ONCE", 0)
+    threaded = []
+    real = views.job_open_by_key
+
+    def spy(**kwargs):
+        threaded.append(kwargs["waiting_channel"])
+        return real(**kwargs)
+
+    async def never(**kwargs):
+        raise AssertionError("the step ran in the loop past its share")
+
+    monkeypatch.setattr(views, "job_open_by_key", spy)
+    monkeypatch.setattr(views, "job_open_by_key_async", never)
+    busy = chat_request(api_key, stream=False)
+    await host.answer(await host.recv_type("offer"), ["again"])
+    response = await busy
+    assert response.status_code == 200 and len(threaded) == 1
+    assert views._steps_in_loop == 0
+    await host.close()

@@ -67,33 +67,3 @@ def test_a_claim_racing_the_end_never_reopens_the_attempt(catalog, renter, live_
     attempt.refresh_from_db()
     assert attempt.state == Attempt.State.ENDED
     assert attempt.outcome == "died_midstream"
-
-
-@pytest.mark.asyncio
-async def test_the_consumers_claim_record_takes_only_an_offered_attempt_of_its_machine(
-    catalog, renter, live_device, machine_token, monkeypatch
-):
-    """``attempt_claim_async`` (the host consumer's, in the event loop): the
-    offered attempt of this machine is claimed once; another machine's claim, a
-    second claim and an id that is not a UUID change nothing. On PostgreSQL no
-    worker thread is used."""
-    from channels.db import database_sync_to_async as sync_to_async
-
-    from jobs import services
-
-    attempt = await sync_to_async(_offered_attempt)(catalog, renter, live_device)
-    machine_id = str(attempt.device.machine_id)
-    other, _ = await sync_to_async(machine_token)("other")
-    if connection.vendor == "postgresql":
-
-        def no_thread(*args, **kwargs):
-            raise AssertionError("the claim record went to a worker thread")
-
-        monkeypatch.setattr("ballast.db.db_call", no_thread)
-    claim = services.attempt_claim_async
-    assert not await claim(attempt_id=str(attempt.id), machine_id=str(other.id))
-    assert not await claim(attempt_id="not-a-uuid", machine_id=machine_id)
-    assert await claim(attempt_id=str(attempt.id), machine_id=machine_id)
-    assert not await claim(attempt_id=str(attempt.id), machine_id=machine_id)
-    stored = await Attempt.objects.aget(id=attempt.id)
-    assert stored.state == Attempt.State.CLAIMED and stored.first_token_deadline
