@@ -319,12 +319,10 @@ def async_connections():
     own, at most ``BALLAST_DB_POOL_MAX`` open (as many again as Django's pool)."""
     global _async_connections
     if _async_connections is None:
-        from django.db import connections
-
         from ballast.dbpool import AsyncConnections
 
         def connect_kwargs() -> dict:
-            django_connection = connections["default"]
+            django_connection = db_connection()
             kwargs = django_connection.get_connection_params()
             kwargs.pop("cursor_factory", None)
             kwargs.update(autocommit=True, prepare_threshold=None)

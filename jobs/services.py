@@ -370,6 +370,12 @@ def _attempt_build(job: Job, continue_from: str, now: datetime) -> Attempt:
     )
 
 
+def _spot_check_rolled() -> bool:
+    """Whether a dispatch marks a spot check due on its device (at
+    ``BALLAST_CANARY_RATE``, DESIGN.md "Spot checks")."""
+    return random.random() < settings.BALLAST_CANARY_RATE
+
+
 def _dispatch_claimed(
     *,
     job: Job,
@@ -383,7 +389,7 @@ def _dispatch_claimed(
     ``BALLAST_CANARY_RATE``, a spot check marked due on the device: rolled here
     unless the caller rolled it, ``spot_check_due``)."""
     if spot_check_due is None:
-        spot_check_due = random.random() < settings.BALLAST_CANARY_RATE
+        spot_check_due = _spot_check_rolled()
     if spot_check_due and not job.is_spot_check:
         spot_check_mark_due(device_id=device.id, reason="rate", now=now)
     return Dispatch(
@@ -656,32 +662,27 @@ def attempt_claim(
     ``WHERE id IN (SELECT …)`` against a row another transaction just ended, so a
     late claim could reopen an ended attempt (``test_claim_race``).
     """
-    statement = _attempt_claim_statement(attempt_id, machine_id, now)
-    return statement is not None and rows_changed(*statement) == 1
-
-
-def _attempt_claim_statement(
-    attempt_id: str, machine_id: str, now: datetime | None
-) -> tuple[str, list] | None:
-    """``attempt_claim``'s statement (sql, params); None for ids that are not UUIDs."""
     now = now or timezone.now()
     try:
         attempt, machine = db_uuid(attempt_id), db_uuid(machine_id)
     except ValueError:
-        return None
+        return False
     deadline = now + timedelta(seconds=settings.BALLAST_FIRST_TOKEN_TIMEOUT_S)
     return (
-        "UPDATE jobs_attempt SET state = %s, claimed_at = %s,"
-        " first_token_deadline = %s WHERE id = %s AND state = %s AND device_id IN"
-        " (SELECT id FROM hosts_device WHERE machine_id = %s)",
-        [
-            Attempt.State.CLAIMED,
-            db_datetime(now),
-            db_datetime(deadline),
-            attempt,
-            Attempt.State.OFFERED,
-            machine,
-        ],
+        rows_changed(
+            "UPDATE jobs_attempt SET state = %s, claimed_at = %s,"
+            " first_token_deadline = %s WHERE id = %s AND state = %s AND device_id IN"
+            " (SELECT id FROM hosts_device WHERE machine_id = %s)",
+            [
+                Attempt.State.CLAIMED,
+                db_datetime(now),
+                db_datetime(deadline),
+                attempt,
+                Attempt.State.OFFERED,
+                machine,
+            ],
+        )
+        == 1
     )
 
 
@@ -1455,7 +1456,7 @@ def job_open_by_key(
     locked, row = step.send(*lock)
     if not locked:
         return None
-    api_key = _api_key_row(*locked[0][1:])
+    api_key = _api_key_row(*locked[0][1:], stale=False)  # written with the step
     opened = step.result_closing(row, renter=api_key.user, api_key=api_key)
     return None if opened is None else (api_key, step.job, step.model, opened)
 
@@ -1478,8 +1479,8 @@ async def job_open_by_key_async(
     locked, row = await step.send_async(*lock)
     if not locked:
         return None
-    api_key = _api_key_row(*locked[0][1:])
-    spot_check_due = random.random() < settings.BALLAST_CANARY_RATE
+    api_key = _api_key_row(*locked[0][1:], stale=False)  # written with the step
+    spot_check_due = _spot_check_rolled()
 
     def finish() -> Dispatch | None:
         return step.result(
@@ -1548,11 +1549,10 @@ def _key_step(
         renter_params=[key_hash],
     )
     lock = (
-        "SELECT a.id, k.id, k.user_id, k.name, k.prefix,"
-        " (k.last_used_at IS NULL OR k.last_used_at < %s)"
+        "SELECT a.id, k.id, k.user_id, k.name, k.prefix"
         f" {_KEY_FROM_SQL} JOIN billing_account a ON a.user_id = k.user_id"
         f" AND a.kind = %s WHERE {_KEY_WHERE_SQL} FOR UPDATE OF a",
-        [step.now - API_KEY_LAST_USED_EVERY, Account.Kind.RENTER_CREDIT, key_hash],
+        [Account.Kind.RENTER_CREDIT, key_hash],
     )
     # the key's last_used_at, in the same message, when it is due (at most once
     # a minute: ``jobs.auth.api_key_mark_used``'s rule; the server's clock)
