@@ -7,6 +7,7 @@ Websocket routes: ``/ws/host/`` (PROTOCOL.md §2, agents) and ``/ws/v1/chat/``
 import asyncio
 import contextlib
 import os
+import socket
 
 from django.core.asgi import get_asgi_application
 
@@ -20,6 +21,7 @@ from django.core.handlers.exception import convert_exception_to_response  # noqa
 from django.urls import path, set_script_prefix  # noqa: E402
 
 from hosts.consumers import HostConsumer  # noqa: E402
+from jobs import views as job_views  # noqa: E402
 from jobs.consumers import RenterChatConsumer  # noqa: E402
 
 
@@ -74,12 +76,16 @@ class ApiHandler(ASGIHandler):
             await self.send_response(error_response, send)
             return
 
+        send = HeadersWithFirstBody(send)
+
         async def process_request():
             response = await self.run_get_response(request)
             try:
                 await self.send_response(response, send)
             except asyncio.CancelledError:
                 pass  # the client went away while the response was sent
+            finally:
+                send.release()
             return response
 
         tasks = [
@@ -102,14 +108,75 @@ class ApiHandler(ASGIHandler):
         body_file.close()
 
     def load_middleware(self, is_async: bool = False) -> None:
+        """No middleware, and no URL resolution: the request's path names its view
+        (``API_VIEWS``); Django's conversion of an exception to a 500 response is
+        kept (the views answer their own errors in OpenAI's shape first)."""
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []
-        get_response = self._get_response_async if is_async else self._get_response
-        self._middleware_chain = convert_exception_to_response(get_response)
+        self._middleware_chain = convert_exception_to_response(_api_view_call)
 
 
-API_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+async def _api_view_call(request):
+    return await API_VIEWS[request.path](request)
+
+
+class HeadersWithFirstBody:
+    """An ASGI ``send`` that holds a response's headers until its first body
+    message is written, so both leave in one TCP segment (Linux ``TCP_CORK`` on
+    the connection's socket, set at ``http.response.start``, cleared after the
+    first ``http.response.body``).
+
+    A streamed completion's status waits for its first token (PROTOCOL.md §1:
+    a failure before output is a 502/503/504), so its headers and first chunk
+    are written back to back: sent apart, the renter wakes twice, once to parse
+    the headers, once for the token, both on its time to first token
+    (docs/performance.md, seventh round). Where the server gives no socket (a
+    server other than uvicorn, a test's ``send``) or the platform has no such
+    option, messages go straight through. ``release()`` clears the hold, for a
+    response that ended without a body message; the kernel itself flushes a
+    held segment after 200 ms at most.
+    """
+
+    def __init__(self, send) -> None:
+        self.send = send
+        self.held = False
+        transport = getattr(getattr(send, "__self__", None), "transport", None)
+        self.socket = (
+            transport.get_extra_info("socket")
+            if transport is not None and hasattr(socket, "TCP_CORK")
+            else None
+        )
+
+    async def __call__(self, message: dict) -> None:
+        if self.socket is not None and message["type"] == "http.response.start":
+            self._hold(True)
+        try:
+            await self.send(message)
+        finally:
+            if self.held and message["type"] != "http.response.start":
+                self.release()
+
+    def release(self) -> None:
+        """Write what is held now (idempotent)."""
+        if self.held:
+            self._hold(False)
+
+    def _hold(self, on: bool) -> None:
+        try:
+            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, int(on))
+        except OSError:  # the connection is gone: nothing to hold
+            on = False
+        self.held = on
+
+
+# the completions' paths and their views (``ApiHandler`` calls them by path;
+# jobs/urls.py routes the same paths for Django's own handler and reverse())
+API_VIEWS = {
+    "/v1/chat/completions": job_views.chat_completions,
+    "/v1/completions": job_views.completions,
+}
+API_PATHS = frozenset(API_VIEWS)
 api_asgi_app = ApiHandler()
 
 
