@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.db.models import Model
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
@@ -200,7 +200,9 @@ def transaction_one_message(statements: list[tuple[str, list, bool]]) -> list[li
     round trip), so the server plans it once per connection, not per call. The
     server runs the statements in order, each with its own snapshot (READ
     COMMITTED): a statement after a lock sees everything committed before the
-    lock was granted.
+    lock was granted. A connection that lost its prepared statements (a
+    ``DEALLOCATE ALL`` or ``DISCARD ALL`` sent by anyone) prepares them again:
+    the message, rolled back whole, is sent once more.
 
     Returns each statement's rows ([] for one that returns none). Needs
     Django's connection in autocommit (not inside ``atomic``). Raises the
@@ -211,25 +213,80 @@ def transaction_one_message(statements: list[tuple[str, list, bool]]) -> list[li
 
     connection.ensure_connection()
     pg = connection.connection
-    with connection.wrap_database_errors:
-        prepares, query, params = _message(pg, statements)
-        for name, prepare_sql in prepares:
-            pg.execute(prepare_sql)
-            _prepared_names[pg].add(name)
-    cursor = connection._prepare_cursor(ClientCursor(pg))
-    try:
-        cursor.execute(query, params)
-    except BaseException:
-        if not pg.closed and pg.info.transaction_status != 0:  # not IDLE
-            with connection.wrap_database_errors:
-                pg.execute("ROLLBACK")
-        raise
+    for again in (True, False):
+        query, params = _prepared_for(pg, statements)
+        cursor = connection._prepare_cursor(ClientCursor(pg))
+        try:
+            cursor.execute(query, params)
+        except BaseException as exc:
+            if not pg.closed and pg.info.transaction_status != 0:  # not IDLE
+                with connection.wrap_database_errors:
+                    pg.execute("ROLLBACK")
+            if again and _prepared_lost(pg, exc):
+                continue
+            raise
+        break
     rows = []
     raw = cursor.cursor
     for _ in statements:
         raw.nextset()  # past BEGIN, then each statement in turn
         rows.append(raw.fetchall() if raw.description else [])
     return rows
+
+
+def execute_prepared(sql: str, params: list) -> list[tuple]:
+    """Run one statement (``%s`` placeholders) as ``EXECUTE`` of the copy this
+    connection prepared (SQL ``PREPARE`` the first time it sends the text, as
+    ``transaction_one_message`` does; its registry), the values as literals;
+    inside the caller's transaction, if any. Returns its rows ([] when it
+    returns none).
+
+    Not psycopg's own prepared statements (``prepare=True``): when psycopg
+    holds any and sees a ``ROLLBACK``, it sends ``DEALLOCATE ALL``, which drops
+    this module's too. Outside a transaction, a connection that lost its
+    prepared statements prepares them again and the statement is sent once more;
+    inside one the error is raised (the transaction is aborted). Raises the
+    database's error as Django's.
+    """
+    from psycopg import ClientCursor
+
+    connection.ensure_connection()
+    pg = connection.connection
+    for again in (True, False):
+        query, values = _prepared_for(pg, [(sql, params, True)], transaction=False)
+        cursor = connection._prepare_cursor(ClientCursor(pg))
+        try:
+            cursor.execute(query, values)
+        except DatabaseError as exc:
+            if again and _prepared_lost(pg, exc) and not connection.in_atomic_block:
+                continue
+            raise
+        return cursor.fetchall() if cursor.description else []
+
+
+def _prepared_for(pg, statements: list[tuple[str, list, bool]], transaction=True):
+    """(query, params) of ``statements`` on psycopg connection ``pg``, after the
+    PREPAREs it still needs (run here, Django's errors)."""
+    with connection.wrap_database_errors:
+        prepares, query, params = _message(pg, statements, transaction)
+        for name, prepare_sql in prepares:
+            pg.execute(prepare_sql)
+            _prepared_names[pg].add(name)
+    return query, params
+
+
+def _prepared_lost(conn, exc: BaseException) -> bool:
+    """Whether ``exc`` says a statement ``conn`` had prepared is gone (its
+    session's prepared statements were dropped); the registry of ``conn`` is
+    then forgotten, so the next message prepares what it runs again."""
+    from psycopg import errors
+
+    lost = isinstance(exc, errors.InvalidSqlStatementName) or isinstance(
+        exc.__cause__, errors.InvalidSqlStatementName
+    )
+    if lost:
+        _prepared_names.pop(conn, None)
+    return lost
 
 
 async def transaction_one_message_async(
@@ -249,17 +306,21 @@ async def transaction_one_message_async(
     async with _async_connection() as conn:
         if conn is None:
             return await db_call(transaction_one_message)(statements)
-        prepares, query, params = _message(conn, statements)
-        for name, prepare_sql in prepares:
-            await conn.execute(prepare_sql)
-            _prepared_names[conn].add(name)
-        cursor = AsyncClientCursor(conn)
-        try:
-            await cursor.execute(query, params)
-        except Exception:
-            if not conn.closed and conn.info.transaction_status != 0:  # not IDLE
-                await conn.execute("ROLLBACK")
-            raise
+        for again in (True, False):
+            prepares, query, params = _message(conn, statements)
+            for name, prepare_sql in prepares:
+                await conn.execute(prepare_sql)
+                _prepared_names[conn].add(name)
+            cursor = AsyncClientCursor(conn)
+            try:
+                await cursor.execute(query, params)
+            except Exception as exc:
+                if not conn.closed and conn.info.transaction_status != 0:  # not IDLE
+                    await conn.execute("ROLLBACK")
+                if again and _prepared_lost(conn, exc):
+                    continue
+                raise
+            break
         rows = []
         for _ in statements:
             cursor.nextset()  # past BEGIN, then each statement in turn
@@ -282,13 +343,16 @@ async def _async_connection():
             pool.give_back(conn)
 
 
-def _message(conn, statements: list[tuple[str, list, bool]]) -> tuple[list, str, list]:
+def _message(
+    conn, statements: list[tuple[str, list, bool]], transaction: bool = True
+) -> tuple[list, str, list]:
     """(the PREPAREs ``conn`` must run first as (name, sql), the message, its
-    params) of ``transaction_one_message``; a name joins ``conn``'s prepared
-    ones only once its PREPARE ran (the caller adds it)."""
+    params) of ``transaction_one_message`` (``transaction``: between BEGIN and
+    COMMIT); a name joins ``conn``'s prepared ones only once its PREPARE ran
+    (the caller adds it)."""
     prepared = _prepared_names.setdefault(conn, set())
     prepares: list[tuple[str, str]] = []
-    parts, params = ["BEGIN"], []
+    parts, params = (["BEGIN"] if transaction else []), []
     for sql, values, prepare in statements:
         name = _prepared_name(sql) if prepare else None
         if name is not None and name not in prepared:
@@ -305,7 +369,8 @@ def _message(conn, statements: list[tuple[str, list, bool]]) -> tuple[list, str,
         else:
             parts.append(f"EXECUTE {name}")
         params += values
-    parts.append("COMMIT")
+    if transaction:
+        parts.append("COMMIT")
     return prepares, "; ".join(parts), params
 
 

@@ -42,9 +42,14 @@ from bench.common import (  # noqa: E402
 
 def transaction_pipelined(statements: list[tuple[str, list, bool]]) -> list[list]:
     """The baseline: BEGIN, ``statements``, COMMIT in psycopg's pipeline mode."""
+    import psycopg
     from django.db import connection
 
-    from jobs.services import _PreparedCursor
+    class _PreparedCursor(psycopg.Cursor):
+        """A server-side binding cursor whose statements are always prepared."""
+
+        def execute(self, query, params=None, **kwargs):
+            return super().execute(query, params, prepare=True)
 
     connection.ensure_connection()
     pg = connection.connection

@@ -33,6 +33,7 @@ from ballast.db import (
     db_connection,
     db_datetime,
     db_uuid,
+    execute_prepared,
     row_fetch,
     row_insert,
     row_saved,
@@ -440,40 +441,6 @@ def _jobs_ahead(*, job: Job, now: datetime):
     )
 
 
-try:
-    import psycopg
-
-    class _PreparedCursor(psycopg.Cursor):
-        """A server-side binding cursor whose statements are always prepared."""
-
-        def execute(self, query, params=None, **kwargs):
-            return super().execute(query, params, prepare=True)
-
-except ImportError:  # the embedded default (SQLite) needs no psycopg
-    _PreparedCursor = None
-
-
-def _execute_prepared(sql: str, params: list) -> tuple:
-    """Run ``sql`` with server-side parameters as a prepared statement; one row.
-
-    The claim statement is planned once per connection and shape instead of on
-    every dispatch (planning it cost about as much as running it). Django's
-    cursors bind client-side (literals in the text, never prepared), so this
-    wraps a plain psycopg cursor in Django's cursor wrapper: query logging and
-    ``execute_wrapper`` still see it.
-    """
-    connection.ensure_connection()
-    pg = connection.connection
-    if pg.prepare_threshold is None:
-        # Django opens connections with preparing off (None); a threshold no
-        # statement reaches keeps it off for every other statement, while
-        # ``prepare=True`` below prepares this one
-        pg.prepare_threshold = 2**31 - 1
-    with connection._prepare_cursor(_PreparedCursor(pg)) as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
-
-
 def _dispatch_claim_statement(
     *, job: Job, model: CatalogModel, now: datetime, fcfs: bool, attempt: Attempt
 ) -> tuple[int, Device | None]:
@@ -494,7 +461,9 @@ def _dispatch_claim_statement(
         tail=f"job AS (UPDATE jobs_job j SET {job_set} FROM slot WHERE j.id = %s)",
         tail_params=[Job.Status.RUNNING, job.pk],
     )
-    return claim.result(_execute_prepared(sql, params))
+    # planned once per connection and shape (planning it cost about as much as
+    # running it): a SQL-prepared statement (ballast.db.execute_prepared)
+    return claim.result(execute_prepared(sql, params)[0])
 
 
 class _ClaimStatement:

@@ -334,3 +334,16 @@ async def test_past_the_loops_share_a_request_step_runs_in_a_worker_thread(
     assert response.status_code == 200 and len(threaded) == 1
     assert views._steps_in_loop == 0
     await host.close()
+
+
+async def test_an_async_connection_that_lost_its_prepared_statements_prepares_them_again():
+    pool = db.async_connections()
+    await db.transaction_one_message_async([(ECHO, ["a", 1], True)])
+    (conn,) = pool._idle
+    await conn.execute("DEALLOCATE ALL")
+    rows = await db.transaction_one_message_async([(ECHO, ["b", 2], True)])
+    assert rows == [[("b", 2)]] and list(pool._idle) == [conn]
+    cursor = await conn.execute(
+        "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'ballast_%%'"
+    )
+    assert (await cursor.fetchone())[0] == 1

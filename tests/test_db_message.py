@@ -75,3 +75,50 @@ def test_percent_signs_in_the_text_survive_preparing():
         [("SELECT 'a%%b' || %s::text, 7 %% %s::int", ["c", 4], True)]
     )
     assert rows == [("a%bc", 3)]
+
+
+def test_a_connection_that_lost_its_prepared_statements_prepares_them_again():
+    """Anyone's ``DEALLOCATE ALL`` (or ``DISCARD ALL``) drops the session's
+    prepared statements: the next message, refused, is sent again after
+    preparing them (found in the 200-request e2e test: a connection's every
+    request step failed with 'prepared statement … does not exist')."""
+    (rows,) = db.transaction_one_message([("SELECT %s::int + 3", [1], True)])
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    assert _prepared() == []
+    (rows,) = db.transaction_one_message([("SELECT %s::int + 3", [2], True)])
+    assert rows == [(5,)] and len(_prepared()) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    assert db.execute_prepared("SELECT %s::int + 3", [3]) == [(6,)]
+    assert len(_prepared()) == 1
+
+
+def test_a_rollback_keeps_the_prepared_statements():
+    """The queued dispatch's claim ran as psycopg's own prepared statement; with
+    one of those held, psycopg answers any ROLLBACK with ``DEALLOCATE ALL``,
+    dropping this module's statements too. ``execute_prepared`` prepares by
+    SQL, as the one message does, so a rollback (a deadlock's victim, an
+    ``atomic`` block's error) leaves them in place."""
+    (rows,) = db.execute_prepared("SELECT %s::int * 3", [5])
+    assert rows == (15,)
+    db.transaction_one_message([("SELECT %s::int - 1", [5], True)])
+    before = set(_prepared())
+    assert len(before) == 2
+    pg = connection.connection
+    pg.execute("BEGIN")
+    pg.execute("ROLLBACK")
+    assert set(_prepared()) == before
+    assert db.execute_prepared("SELECT %s::int * 3", [6]) == [(18,)]
+
+
+def test_inside_a_transaction_a_lost_statement_is_raised_not_sent_again():
+    from django.db import DatabaseError, transaction
+
+    db.execute_prepared("SELECT %s::int * 4", [1])
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with pytest.raises(DatabaseError, match="does not exist"):
+        with transaction.atomic():
+            db.execute_prepared("SELECT %s::int * 4", [2])
+    assert db.execute_prepared("SELECT %s::int * 4", [3]) == [(12,)]
