@@ -97,6 +97,33 @@ def _messages(value: Any) -> list[dict]:
     return cleaned
 
 
+# OpenAI request fields Ballast cannot honour, with the values that ask for
+# nothing (what clients send by default): any other value is a 400, not a
+# plain-text answer that silently ignored what was asked
+_UNSUPPORTED: dict[str, tuple] = {
+    "tools": (None, []),
+    "functions": (None, []),
+    "tool_choice": (None, "none"),
+    "function_call": (None, "none"),
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "suffix": (None, ""),
+    "best_of": (None, 1),
+    "logit_bias": (None, {}),
+    "response_format": (None, {"type": "text"}),
+}
+
+
+def _unsupported_refused(body: dict) -> None:
+    """Raise ApiError 400 naming the first field of ``_UNSUPPORTED`` that asks
+    for something (tools, log probabilities, echo, a suffix, a JSON format, …)."""
+    for name, neutral in _UNSUPPORTED.items():
+        value = body.get(name)
+        if not any(value == ok and type(value) is type(ok) for ok in neutral):
+            raise _bad(name, f"'{name}' is not supported by Ballast")
+
+
 def _placement(value: Any) -> dict:
     if value is None:
         return {}
@@ -190,9 +217,21 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad("stream", "'stream' must be true or false")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise _bad("stream_options", "'stream_options' must be an object")
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise _bad("stream_options", "'stream_options' must be an object")
+        if not stream:  # as OpenAI answers it
+            raise _bad(
+                "stream_options",
+                "'stream_options' is only allowed when 'stream' is true",
+            )
+        if not isinstance(options.get("include_usage", False), bool):
+            raise _bad(
+                "stream_options",
+                "'stream_options.include_usage' must be true or false",
+            )
+    _unsupported_refused(body)
     params = {
         "max_tokens": max_tokens,
         "temperature": _number(body, "temperature", 0, 2, 1.0),
@@ -207,6 +246,6 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
         prompt=prompt,
         params=params,
         stream=stream,
-        include_usage=bool(options.get("include_usage", False)),
+        include_usage=bool((options or {}).get("include_usage", False)),
         placement=_placement(body.get("placement")),
     )

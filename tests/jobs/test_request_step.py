@@ -476,3 +476,70 @@ def test_a_connection_the_server_closed_is_replaced_not_handed_to_a_request(rent
     with pytest.raises(ApiError) as refused:  # a real step (the catalog read)
         open_job(key, model="no-such-model")
     assert refused.value.status == 404
+
+
+def _parse(**fields):
+    return completion_request_parse(
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], **fields},
+        endpoint=Job.Endpoint.CHAT,
+    )
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"stream_options": {"include_usage": True}},  # not streamed
+        {"stream": False, "stream_options": {}},
+        {"stream": True, "stream_options": []},
+        {"stream": True, "stream_options": {"include_usage": "yes"}},
+    ],
+)
+def test_stream_options_belong_to_a_stream(fields):
+    with pytest.raises(ApiError) as refused:
+        _parse(**fields)
+    assert refused.value.status == 400 and refused.value.param == "stream_options"
+
+
+@pytest.mark.parametrize(
+    "name, asking",
+    [
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("functions", [{"name": "f"}]),
+        ("tool_choice", "auto"),
+        ("function_call", "auto"),
+        ("logprobs", True),
+        ("top_logprobs", 3),
+        ("echo", True),
+        ("suffix", "tail"),
+        ("best_of", 2),
+        ("logit_bias", {"50256": -100}),
+        ("response_format", {"type": "json_object"}),
+        ("echo", 1),
+        ("tools", "yes"),
+    ],
+)
+def test_what_ballast_cannot_honour_is_a_400_naming_it(name, asking):
+    """A client asking for tools, log probabilities, echo, … gets a clear error,
+    not a plain answer that silently ignored the request."""
+    with pytest.raises(ApiError) as refused:
+        _parse(**{name: asking})
+    assert refused.value.status == 400 and refused.value.param == name
+    assert "not supported" in refused.value.message
+
+
+def test_the_values_clients_send_by_default_are_accepted():
+    parsed = _parse(
+        stream=True,
+        stream_options={"include_usage": True},
+        tools=[],
+        tool_choice="none",
+        logprobs=False,
+        top_logprobs=None,
+        echo=False,
+        suffix=None,
+        best_of=1,
+        logit_bias={},
+        response_format={"type": "text"},
+    )
+    assert parsed.stream and parsed.include_usage
+    assert not _parse(stream=True, stream_options={}).include_usage
