@@ -278,4 +278,16 @@ def _run_until_signal(coro: Any) -> int:
             log.info("stopped")
             return 0
 
-    return asyncio.run(runner())
+    with asyncio.Runner(loop_factory=_loop_factory()) as loop_runner:
+        return loop_runner.run(runner())
+
+
+def _loop_factory():
+    """uvloop's event loop where it is installed (Linux, macOS; it comes with the
+    coordinator's requirements), else asyncio's own (Windows): each offer,
+    frame and token costs the agent's loop less (docs/performance.md)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop

@@ -129,3 +129,16 @@ async def test_benchmark_prints_and_reports_the_figures(
         assert frame["tokens_per_s"] > 0 and frame["ttft_ms"] >= 0
         assert fake.hellos[0]["devices"][0]["name"] == "RTX 4090"
         assert b"connected to ws://127.0.0.1:" in stderr
+
+
+def test_the_agent_runs_on_uvloop_where_it_is_installed() -> None:
+    """Cheaper wake-ups per offer and frame (docs/performance.md); asyncio's own
+    loop where uvloop is missing (Windows hosts)."""
+    import uvloop
+
+    from agent.cli import _run_until_signal
+
+    async def loop_kind() -> bool:
+        return isinstance(asyncio.get_running_loop(), uvloop.Loop)
+
+    assert _run_until_signal(loop_kind()) is True
