@@ -317,7 +317,10 @@ class LlamaCppEngine(Engine):
             held.consume(len(emit))
             if generated >= max_tokens:
                 break
-        tail, _, hit = stop_scan(pending + decoder.decode(b"", final=True), stops)
+        # the decoder holds back at most the start of one character that never
+        # completed (stopped at max_tokens or end-of-generation mid-character):
+        # it is dropped, not decoded as U+FFFD, a character the model never made
+        tail, _, hit = stop_scan(pending, stops)
         if hit:
             outcome.completion_tokens -= held.unsent(len(tail))
             outcome.finish_reason = "stop"

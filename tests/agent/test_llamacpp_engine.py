@@ -188,3 +188,24 @@ async def test_a_stop_sequence_cut_reports_only_the_tokens_sent(
     assert result.finish_reason == "stop"
     assert 1 <= result.completion_tokens <= len(text)
     assert result.completion_tokens == len(llama_engine.tokenize(text))
+
+
+@pytest.mark.asyncio
+async def test_a_cut_inside_a_character_ends_on_the_last_whole_one(
+    llama_engine: Any,
+) -> None:
+    """The model writes 🌟 (four bytes) in more than one token: stopped at
+    ``max_tokens`` between them, the answer ends before it, never with U+FFFD."""
+    asked = "Reply with just one emoji for happy."
+    whole, _, _ = await generate(llama_engine, asked, params={"max_tokens": 8})
+    assert whole.startswith("🌟")
+    cut_inside = 0
+    for max_tokens in range(1, 5):
+        text, result, _ = await generate(
+            llama_engine, asked, params={"max_tokens": max_tokens}
+        )
+        assert "\ufffd" not in text
+        assert whole.startswith(text) and result.finish_reason == "length"
+        assert result.completion_tokens == max_tokens  # the half character's too
+        cut_inside += len(llama_engine.tokenize(text)) < max_tokens
+    assert cut_inside, "no cut fell inside a character: the test proves nothing"
