@@ -20,19 +20,55 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from channels.exceptions import ChannelFull
 from django.conf import settings
 
 # channel -> (the reader's event loop, its deliver function)
 _readers: dict[str, tuple[asyncio.AbstractEventLoop, Callable[[dict], None]]] = {}
 
 
-def reader_add(channel: str, deliver: Callable[[dict], None]) -> None:
+def reader_add(channel: str, deliver: Callable[[dict], None]) -> list[dict]:
     """Deliver messages for ``channel`` sent from this event loop to ``deliver``.
 
     ``deliver(message)`` runs in the sender's task and must not block; it may
     raise ``channels.exceptions.ChannelFull`` as a layer's ``send`` would.
+    Returns the messages ``reader_hold`` kept for the channel until now, in the
+    order sent: the caller delivers them before any later one ([] when none).
     """
+    entry = _readers.get(channel)
+    held = getattr(entry[1], "__self__", None) if entry is not None else None
     _readers[channel] = (asyncio.get_running_loop(), deliver)
+    return list(held) if isinstance(held, _Held) else []
+
+
+class _Held(list):
+    """The messages of a channel whose reader is not running yet."""
+
+    def keep(self, message: dict) -> None:
+        if len(self) >= HELD_MESSAGES:
+            raise ChannelFull(f"{len(self)} messages held for a reader not yet running")
+        self.append(message)
+
+
+# at most this many messages wait for a reader not yet running (a job's first
+# reply comes in two: the claim and the first token)
+HELD_MESSAGES = 1000
+
+
+def reader_hold(channel: str) -> None:
+    """Keep the messages sent to ``channel`` from this event loop for the reader
+    ``reader_add`` registers later (a job whose offer leaves before its
+    coroutine's reader runs: ``jobs.orchestration.EarlyOffer``), so none takes
+    the layer's path and overtakes another. Past ``HELD_MESSAGES`` a send
+    raises ``ChannelFull``. A no-op when the channel has a reader already."""
+    if channel not in _readers:
+        _readers[channel] = (asyncio.get_running_loop(), _Held().keep)
+
+
+def reader_drop(channel: str) -> None:
+    """Forget ``channel``'s reader or hold, whatever it is (the channel is given
+    back before any reader ran)."""
+    _readers.pop(channel, None)
 
 
 def reader_remove(channel: str, deliver: Callable[[dict], None]) -> None:

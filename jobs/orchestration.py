@@ -119,12 +119,77 @@ async def job_channel_open(open_job: Callable[[str], Awaitable[T]]) -> tuple[str
     try:
         return channel, await asyncio.shield(step)
     except asyncio.CancelledError:
-        await asyncio.shield(_job_abandon(step))
+        _abandoned.add(channel)  # an offer not sent yet is not sent (EarlyOffer)
+        try:
+            await asyncio.shield(_job_abandon(step))
+        finally:
+            _abandoned.discard(channel)
+        local.reader_drop(channel)
         await channel_release(layer, channel)
         raise
     except BaseException:
+        local.reader_drop(channel)
         await channel_release(layer, channel)
         raise
+
+
+# the reply channels of requests whose renter went away during the database step
+_abandoned: set[str] = set()
+
+
+class EarlyOffer:
+    """The request step's early offer (``services.job_open_by_key_async``'s
+    ``offer_now``): the offer of a claimed slot leaves for its machine as soon
+    as the database answered, before the job's objects and coroutine are built
+    (they are built while the host starts: off the time to first token,
+    docs/performance.md). The replies that come before the job's coroutine
+    reads its channel are held for it (``ballast.local.reader_hold``), so they
+    keep their order.
+    """
+
+    def __init__(self, channel: str) -> None:
+        """``channel``: the job's reply channel (``job_channel_open``)."""
+        self.channel = channel
+        self.sent: tuple[str, str] | None = None  # (machine channel, attempt id)
+
+    async def send(self, machine_channel: str, attempt_id: str, frame: dict) -> bool:
+        """Send the offer ``frame`` of attempt ``attempt_id`` to its machine's
+        connection, and let that connection write it before the caller goes on;
+        False (nothing sent) when the renter went away already. Raises what
+        ``local.channel_send`` raises."""
+        if self.channel in _abandoned:
+            return False
+        local.reader_hold(self.channel)
+        await local.channel_send(
+            get_channel_layer(),
+            machine_channel,
+            {
+                "type": "attempt.offer",
+                "attempt": attempt_id,
+                "reply": self.channel,
+                "frame": frame,
+            },
+        )
+        self.sent = (machine_channel, attempt_id)
+        await asyncio.sleep(0)  # the connection's handler writes the frame now
+        return True
+
+    async def cancel(self) -> None:
+        """Tell the machine to drop the offer, when one was sent (the step failed
+        after it). Failures are logged."""
+        if self.sent is not None:
+            await _offer_cancel(*self.sent)
+
+
+async def _offer_cancel(machine_channel: str, attempt_id: str) -> None:
+    try:
+        await local.channel_send(
+            get_channel_layer(),
+            machine_channel,
+            {"type": "attempt.cancel", "attempt": attempt_id},
+        )
+    except Exception:
+        log.exception("attempt %s: cancelling its offer failed", attempt_id)
 
 
 async def _job_abandon(step: asyncio.Future) -> None:
@@ -134,7 +199,9 @@ async def _job_abandon(step: asyncio.Future) -> None:
         opened = await step
     except BaseException:  # refused or failed: nothing stored
         return
-    job = opened[0]
+    job, dispatch = opened[0], opened[-1]
+    if isinstance(dispatch, services.Dispatch) and dispatch.offered:
+        await _offer_cancel(dispatch.machine_channel, str(dispatch.attempt.id))
     try:
         await _db_retried(services.job_finish)(
             job_id=str(job.id),
@@ -239,7 +306,8 @@ class JobRun:
         self.arrived = asyncio.Event()
         reader = asyncio.create_task(self._read_channel())
         lease = asyncio.create_task(self._keep_lease())
-        local.reader_add(self.channel, self._deliver)
+        for message in local.reader_add(self.channel, self._deliver):
+            self._deliver(message)  # replies to an early offer, held till now
         failure: Exception | None = None
         try:
             async for event in self._run():
@@ -415,16 +483,17 @@ class JobRun:
                 attempt=dispatch.attempt, machine_channel=dispatch.machine_channel
             )
             self.segment = segment
-            await local.channel_send(
-                self.layer,
-                dispatch.machine_channel,
-                {
-                    "type": "attempt.offer",
-                    "attempt": str(segment.attempt.id),
-                    "reply": self.channel,
-                    "frame": dispatch.offer,
-                },
-            )
+            if not dispatch.offered:  # else the request step sent it (EarlyOffer)
+                await local.channel_send(
+                    self.layer,
+                    dispatch.machine_channel,
+                    {
+                        "type": "attempt.offer",
+                        "attempt": str(segment.attempt.id),
+                        "reply": self.channel,
+                        "frame": dispatch.offer,
+                    },
+                )
             async for piece in self._follow(segment):
                 self.delivered.append(piece)
                 yield Token(piece)

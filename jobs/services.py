@@ -8,6 +8,7 @@ is a compare-and-set on its state.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import uuid
@@ -235,10 +236,11 @@ class Dispatch:
     contended: bool = False  # a free slot exists but another dispatch holds its row
     exhausted: bool = False  # every device that could serve it was tried
     impossible: str = ""
+    offered: bool = False  # the offer went out already (the request step's early offer)
 
 
 def offer_frame(
-    *, job: Job, attempt: Attempt, device: Device, continue_from: str
+    *, job: Job, attempt: Attempt, device_index: int, continue_from: str
 ) -> dict:
     """The ``offer`` frame for an attempt (PROTOCOL.md §2), same shape for every job.
 
@@ -252,7 +254,7 @@ def offer_frame(
     frame = {
         "type": "offer",
         "job": str(attempt.id),
-        "device": device.index,
+        "device": device_index,
         "model": job.model_id,
         "params": {
             "max_tokens": max_tokens,
@@ -397,7 +399,10 @@ def _dispatch_claimed(
         attempt=attempt,
         machine_channel=device.machine.channel_name,
         offer=offer_frame(
-            job=job, attempt=attempt, device=device, continue_from=continue_from
+            job=job,
+            attempt=attempt,
+            device_index=device.index,
+            continue_from=continue_from,
         ),
     )
 
@@ -585,6 +590,15 @@ class _ClaimStatement:
     def claimed(self, row: tuple) -> bool:
         """Whether the statement's row (as ``result`` takes it) claimed a slot."""
         return row[self.select_count + 1] is not None
+
+    def target(self, row: tuple) -> tuple[int, str]:
+        """(device index, machine channel) of the slot the row claimed: what an
+        offer needs, read before ``result`` builds the objects."""
+        row = row[self.select_count + 1 :]
+        device = dict(zip((f.attname for f in self.device_fields), row, strict=False))
+        machine = row[len(self.device_fields) :]
+        names = [f.attname for f in self.machine_fields]
+        return device["index"], machine[names.index("channel_name")]
 
     def result(self, row: tuple) -> tuple[int, Device | None]:
         """``(ahead, device)`` from the statement's row (past the caller's columns);
@@ -1431,7 +1445,7 @@ def job_open_by_key(
 
 
 async def job_open_by_key_async(
-    *, plain: str, request, waiting_channel: str
+    *, plain: str, request, waiting_channel: str, offer_now=None
 ) -> tuple[ApiKey, Job, CatalogModel, Dispatch] | None:
     """``job_open_by_key`` awaited in the event loop: the statement built in the
     loop and its message sent on an ``AsyncConnection``
@@ -1440,6 +1454,12 @@ async def job_open_by_key_async(
     claimed: the wait or 503 look-ups; a spot check marked due at
     ``BALLAST_CANARY_RATE``) finish in a worker thread (``db_call``). Same
     arguments, result and errors.
+
+    ``offer_now``: ``await offer_now(machine_channel, attempt_id, frame)`` sends
+    the offer of a slot claimed with nothing more to decide, as soon as the
+    database answered (``jobs.orchestration.EarlyOffer``), and returns whether
+    it did; the dispatch returned is then ``offered``. When the step fails after
+    that, the caller cancels the offer (the job is closed here).
     """
     begun = _key_step(plain=plain, request=request, waiting_channel=waiting_channel)
     if begun is None:
@@ -1448,19 +1468,36 @@ async def job_open_by_key_async(
     locked, row = await step.send_async(*lock)
     if not locked:
         return None
-    api_key = _api_key_row(*locked[0][1:], stale=False)  # written with the step
     spot_check_due = _spot_check_rolled()
-
-    def finish() -> Dispatch | None:
-        return step.result(
-            row, renter=api_key.user, api_key=api_key, spot_check_due=spot_check_due
-        )
-
+    offered = None
     try:
+        if offer_now is not None and not spot_check_due and step.claimed_plainly(row):
+            # the offer first: what follows (the objects of the key, the device,
+            # the job's coroutine) is built while the host works on it
+            device_index, machine_channel = step.claim.target(row)
+            frame = offer_frame(
+                job=step.job,
+                attempt=step.attempt,
+                device_index=device_index,
+                continue_from="",
+            )
+            if await offer_now(machine_channel, str(step.attempt.id), frame):
+                offered = machine_channel
+        api_key = _api_key_row(*locked[0][1:], stale=False)  # written with the step
+
+        def finish() -> Dispatch | None:
+            return step.result(
+                row, renter=api_key.user, api_key=api_key, spot_check_due=spot_check_due
+            )
+
         if spot_check_due or step.result_reads(row):
             opened = await db_call(finish)()
         else:
             opened = finish()
+        if offered is not None:
+            if opened is None or opened.machine_channel != offered:
+                raise RuntimeError("the request step's early offer went elsewhere")
+            opened = dataclasses.replace(opened, offered=True)
     except Exception:
         if step.stored(row):
             await db_call(_job_close_stored)(step.job)
@@ -1702,6 +1739,11 @@ class _OpenStatement:
         return bool(
             model_current and available is not None and not rentals_open and stored
         )
+
+    def claimed_plainly(self, row: tuple) -> bool:
+        """Whether ``result(row)`` will dispatch the slot the statement claimed,
+        with no error and no database read: stored, current, claimed."""
+        return self.stored(row) and self.claim.claimed(row)
 
     def result_reads(self, row: tuple) -> bool:
         """Whether ``result(row)`` goes to the database: a job stored without a

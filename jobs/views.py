@@ -34,7 +34,14 @@ from .errors import (
     error_response,
 )
 from .models import CatalogModel, Job
-from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
+from .orchestration import (
+    EarlyOffer,
+    Failed,
+    Finished,
+    JobRun,
+    Token,
+    job_channel_open,
+)
 from .requests import CompletionRequest, completion_request_parse
 from .services import Dispatch, job_open, job_open_by_key, job_open_by_key_async
 
@@ -199,9 +206,17 @@ async def _job_open_in_loop(
         parsed = _request_parse(raw, endpoint)
     except ApiError:
         return await db_call(_job_open_in_thread)(authorization, raw, endpoint, channel)
-    opened = await job_open_by_key_async(
-        plain=bearer_from_header(authorization), request=parsed, waiting_channel=channel
-    )
+    early = EarlyOffer(channel)
+    try:
+        opened = await job_open_by_key_async(
+            plain=bearer_from_header(authorization),
+            request=parsed,
+            waiting_channel=channel,
+            offer_now=early.send,
+        )
+    except BaseException:
+        await early.cancel()
+        raise
     if opened is None:
         return await db_call(_job_open_in_thread)(
             authorization, raw, endpoint, channel, parsed=parsed

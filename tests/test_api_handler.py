@@ -11,6 +11,7 @@ import threading
 import pytest
 import pytest_asyncio
 from asgiref.testing import ApplicationCommunicator
+from django.db import connection
 
 from ballast.asgi import HeadersWithFirstBody, application
 
@@ -182,6 +183,57 @@ async def test_a_renter_gone_during_the_database_step_leaves_no_job_holding_a_sl
     assert job.status == Job.Status.CANCELLED and job.cost_nano == 0
     assert await Device.objects.filter(slots_used__gt=0).acount() == 0
     assert await host.ws.receive_nothing(timeout=0.2), "no offer for an abandoned job"
+    await host.close()
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the early offer is PostgreSQL's"
+)
+async def test_a_renter_gone_after_the_early_offer_has_it_cancelled(
+    api_key, catalog, machine_token, monkeypatch
+):
+    """The request step sent its offer, then the renter left before the step
+    returned: the job is cancelled (slot freed, nothing billed) and the host is
+    told to drop the offer."""
+    from hosts.models import Device
+    from jobs import orchestration
+    from jobs.models import Job
+    from tests.jobs.helpers import chat_request, host_online
+
+    host = await host_online(machine_token, "rig")
+    warm = chat_request(api_key, stream=False)  # reads the catalog hint
+    await host.answer(await host.recv_type("offer"), ["hi"])
+    assert (await warm).status_code == 200
+    offered, gate = asyncio.Event(), asyncio.Event()
+    real_send = orchestration.EarlyOffer.send
+
+    async def send_then_wait(self, *args):
+        sent = await real_send(self, *args)
+        offered.set()
+        await gate.wait()
+        return sent
+
+    monkeypatch.setattr(orchestration.EarlyOffer, "send", send_then_wait)
+    communicator = await _completion_sent(api_key, catalog.id, "x")
+    offer = await host.recv_type("offer")
+    await asyncio.wait_for(offered.wait(), 5)
+    abandoning = asyncio.Event()
+    real_abandon = orchestration._job_abandon
+
+    async def abandon(step):
+        abandoning.set()  # the view was cancelled while its step ran
+        await real_abandon(step)
+
+    monkeypatch.setattr(orchestration, "_job_abandon", abandon)
+    await communicator.send_input({"type": "http.disconnect"})
+    await asyncio.wait_for(abandoning.wait(), 5)
+    gate.set()  # the step returns after its renter left
+    cancel = await host.recv_type("cancel")
+    assert cancel["job"] == offer["job"]
+    await communicator.wait(5)  # the view ends once the job is closed
+    job = await Job.objects.aget(attempts__id=offer["job"])
+    assert job.status == Job.Status.CANCELLED and job.cost_nano == 0
+    assert await Device.objects.filter(slots_used__gt=0).acount() == 0
     await host.close()
 
 

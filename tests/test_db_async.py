@@ -347,3 +347,70 @@ async def test_an_async_connection_that_lost_its_prepared_statements_prepares_th
         "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'ballast_%%'"
     )
     assert (await cursor.fetchone())[0] == 1
+
+
+async def test_the_offer_leaves_before_the_steps_objects_are_built(
+    renter, live_device, monkeypatch, settings
+):
+    """With ``offer_now`` the claimed slot's offer is sent as soon as the
+    database answered; the key's and device's objects are built after it (while
+    the host starts), and the dispatch says the offer went."""
+    settings.BALLAST_CANARY_RATE = 0
+    device = await sync_to_async(live_device)()
+    _, plain = await sync_to_async(api_key_create)(user=renter)
+    await sync_to_async(api_key_and_model)(plain=plain, model_id=request().model)
+    order = []
+    real_key_row = services._api_key_row
+
+    def key_row(*args, **kwargs):
+        order.append("key objects")
+        return real_key_row(*args, **kwargs)
+
+    async def offer_now(machine_channel, attempt_id, frame):
+        order.append(("offer", machine_channel, attempt_id, frame))
+        return True
+
+    monkeypatch.setattr(services, "_api_key_row", key_row)
+    _, job, _, dispatch = await services.job_open_by_key_async(
+        plain=plain, request=request(), waiting_channel="w.1", offer_now=offer_now
+    )
+    machine = await device.__class__.objects.select_related("machine").aget(
+        id=device.id
+    )
+    attempt_id = str(dispatch.attempt.id)
+    assert order == [
+        ("offer", machine.machine.channel_name, attempt_id, dispatch.offer),
+        "key objects",
+    ]
+    assert dispatch.offered and dispatch.offer["device"] == machine.index
+    assert dispatch.offer["job"] == attempt_id and dispatch.attempt.job_id == job.id
+
+
+async def test_a_step_that_fails_after_its_early_offer_cancels_it(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """The offer went out, then the step failed: the renter gets an OpenAI-shaped
+    500, the host is told to drop the offer, the job is failed and its slot freed."""
+    from jobs.models import Job
+    from tests.jobs.helpers import chat_request, host_online
+
+    host = await host_online(machine_token, "rig")
+    warm = chat_request(api_key, stream=False)  # reads the catalog hint
+    await host.answer(await host.recv_type("offer"), ["hi"])
+    assert (await warm).status_code == 200
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the key's row could not be read")
+
+    monkeypatch.setattr(services, "_api_key_row", broken)
+    failed = chat_request(api_key, stream=False)
+    offer = await host.recv_type("offer")
+    cancel = await host.recv_type("cancel")
+    assert cancel["job"] == offer["job"]
+    response = await failed
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    job = await Job.objects.aget(attempts__id=offer["job"])
+    assert job.status == Job.Status.FAILED and job.cost_nano == 0
+    assert (await Device.objects.aget(machine=host.machine)).slots_used == 0
+    await host.close()
