@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 SUBPROTOCOL = Subprotocol("ballast.host.v1")
 WS_PATH = "/ws/host/"
 CLOSE_UNAUTHORIZED = 4401
+CLOSE_REPLACED = 4409  # another connection of this machine took over
 """Close code of a coordinator that refuses the machine token after accepting."""
 
 
@@ -121,9 +122,10 @@ class HostAgent:
     async def run(self) -> None:
         """Stay connected until cancelled, reconnecting with backoff.
 
-        A handshake refused by the coordinator (HTTP 401/403: bad token) and a
-        session closed before ``welcome`` (close code 4401) are retried with a
-        growing delay, never in a tight loop.
+        A handshake refused by the coordinator (HTTP 401/403: bad token), a
+        session closed before ``welcome`` (close code 4401) and a session closed
+        because another agent connected as this machine (4409) are retried with
+        a growing delay, never in a tight loop.
         """
         url = self.config.ws_url
         refusals = _delays(self.config.retry_min_s, self.config.retry_max_s)
@@ -137,10 +139,13 @@ class HostAgent:
                 log.exception("the session failed")
                 await ws.close(1011, "agent error")
             self._log_close(ws, welcomed)
-            if welcomed:
+            if welcomed and ws.close_code != CLOSE_REPLACED:
                 refusals = _delays(self.config.retry_min_s, self.config.retry_max_s)
                 log.info("disconnected from %s; reconnecting", url)
                 continue
+            # refused, or replaced by another agent of this machine: taking the
+            # machine back at once would replace that one, which would do the
+            # same, in a tight loop; the delay grows while it goes on
             delay = next(refusals)
             log.warning("reconnecting to %s in %.1f s", url, delay)
             await asyncio.sleep(delay)
@@ -200,6 +205,11 @@ class HostAgent:
                 "the coordinator refused this machine (close code 4401 %s): "
                 "check the machine token (--token or BALLAST_MACHINE_TOKEN)",
                 reason,
+            )
+        elif code == CLOSE_REPLACED:
+            log.error(
+                "another agent connected as this machine and took over (close code "
+                "4409): run one agent per machine token; this one backs off"
             )
         elif code is not None and 4000 <= code < 5000:
             log.error("the coordinator closed the connection: code %s %s", code, reason)

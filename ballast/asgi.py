@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import tempfile
 
 from django.core.asgi import get_asgi_application
 
@@ -15,7 +16,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.core.exceptions import RequestAborted  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.exceptions import RequestAborted, RequestDataTooBig  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 from django.urls import path, set_script_prefix  # noqa: E402
@@ -66,8 +68,11 @@ class ApiHandler(ASGIHandler):
         the finished stream).
         """
         try:
-            body_file = await self.read_body(receive)
+            body_file = await self.read_body(receive, _declared_length(scope))
         except RequestAborted:
+            return
+        except RequestDataTooBig:
+            await self.send_response(job_views.body_too_large_response(), send)
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
@@ -107,6 +112,36 @@ class ApiHandler(ASGIHandler):
                     closer()
         body_file.close()
 
+    async def read_body(self, receive, declared: int | None = None):
+        """Django's ``read_body``, bounded by ``DATA_UPLOAD_MAX_MEMORY_SIZE``
+        (bytes): a body whose ``Content-Length`` (``declared``) or bytes received
+        so far pass it raises RequestDataTooBig at once, before the rest is read
+        or stored (Django reads it all, to a temporary file, before its own
+        check: a client without a key could make the server take a gigabyte).
+        Raises RequestAborted when the client disconnects."""
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if limit is not None and declared is not None and declared > limit:
+            raise RequestDataTooBig("Content-Length past DATA_UPLOAD_MAX_MEMORY_SIZE")
+        body_file = tempfile.SpooledTemporaryFile(
+            max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b"
+        )
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                body_file.close()
+                raise RequestAborted()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if limit is not None and size > limit:
+                body_file.close()
+                raise RequestDataTooBig("body past DATA_UPLOAD_MAX_MEMORY_SIZE")
+            body_file.write(chunk)
+            if not message.get("more_body", False):
+                break
+        body_file.seek(0)
+        return body_file
+
     def load_middleware(self, is_async: bool = False) -> None:
         """No middleware, and no URL resolution: the request's path names its view
         (``API_VIEWS``); Django's conversion of an exception to a 500 response is
@@ -115,6 +150,17 @@ class ApiHandler(ASGIHandler):
         self._template_response_middleware = []
         self._exception_middleware = []
         self._middleware_chain = convert_exception_to_response(_api_view_call)
+
+
+def _declared_length(scope) -> int | None:
+    """The request's ``Content-Length`` (bytes), None when absent or not a number."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
 
 
 async def _api_view_call(request):

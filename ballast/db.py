@@ -275,6 +275,16 @@ def _prepared_for(pg, statements: list[tuple[str, list, bool]], transaction=True
     return query, params
 
 
+def lock_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` (Django's or psycopg's error) is PostgreSQL ending a
+    transaction for a lock conflict (a deadlock's victim, a serialization
+    failure): nothing of it was kept, so it may be sent again."""
+    from psycopg import errors
+
+    conflicts = (errors.DeadlockDetected, errors.SerializationFailure)
+    return isinstance(exc, conflicts) or isinstance(exc.__cause__, conflicts)
+
+
 def _prepared_lost(conn, exc: BaseException) -> bool:
     """Whether ``exc`` says a statement ``conn`` had prepared is gone (its
     session's prepared statements were dropped); the registry of ``conn`` is

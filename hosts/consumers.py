@@ -16,11 +16,12 @@ from contextlib import aclosing
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 
 from ballast import local
 from ballast.consumers import DirectDispatchConsumer
-from ballast.db import db_call
+from ballast.db import db_call, lock_conflict
 from jobs import services as job_services
 from jobs import spotchecks
 from jobs.orchestration import JobRun, slots_announce
@@ -44,6 +45,21 @@ def bearer_token(scope: dict) -> str:
             if text[:7].lower() == "bearer ":
                 return text[7:].strip()
     return ""
+
+
+async def _hello_recorded(**kwargs) -> str:
+    """``services.machine_hello(**kwargs)`` in a worker thread, sent again (up to
+    twice) when PostgreSQL ends it as a deadlock's victim: two connections of
+    one machine saying hello at once, each with a heartbeat's or a claim's
+    device locks, can meet (found with two agents on one machine token)."""
+    for tries_left in (2, 1, 0):
+        try:
+            return await db_call(services.machine_hello)(**kwargs)
+        except DatabaseError as exc:
+            if not tries_left or not lock_conflict(exc):
+                raise
+            log.warning("hello of machine %s: %s; once more", kwargs["machine_id"], exc)
+    raise AssertionError("unreachable")
 
 
 class HostConsumer(DirectDispatchConsumer):
@@ -126,7 +142,7 @@ class HostConsumer(DirectDispatchConsumer):
         hello = protocol.parse_hello(frame)
         lease = await liveness_lease.process_lease()
         try:
-            previous = await db_call(services.machine_hello)(
+            previous = await _hello_recorded(
                 machine_id=self.machine_id,
                 channel_name=self.channel_name,
                 hello=hello,

@@ -186,8 +186,8 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
         if not isinstance(prompt, str) or not prompt:
             raise _bad("prompt", "'prompt' must be a non-empty string")
         _text(prompt, "prompt")
-    n = body.get("n", 1)
-    if isinstance(n, bool) or n != 1:
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):  # null: the default, 1
         raise _bad("n", "only n=1 is supported")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is None:

@@ -35,6 +35,7 @@ from ballast.db import (
     db_datetime,
     db_uuid,
     execute_prepared,
+    lock_conflict,
     row_fetch,
     row_insert,
     row_saved,
@@ -1582,19 +1583,6 @@ _KEY_WHERE_SQL = "k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active"
 _catalog_hints: dict[str, CatalogModel] = {}
 
 
-def _lock_conflict(exc: DatabaseError) -> bool:
-    """Whether ``exc`` is PostgreSQL ending a transaction for a lock conflict (a
-    deadlock's victim, a serialization failure): nothing of it was kept, so it
-    may be sent again. The request step locks the renter's credit account,
-    then its device's model row; an answer's end (``job_succeed``) takes them
-    the other way round, so under load the two can meet."""
-    from psycopg import errors
-
-    return isinstance(
-        exc.__cause__, (errors.DeadlockDetected, errors.SerializationFailure)
-    )
-
-
 class _OpenStatement:
     """PostgreSQL: the request step's statement and the reading of its row.
 
@@ -1693,12 +1681,14 @@ class _OpenStatement:
         the async-commit setting, ``lock_sql`` (the renter's credit lock; its rows are
         returned, none when there is no account to lock), then the statement
         (its one row, returned). Sent once more when the database chose it as a
-        deadlock's victim (``_lock_conflict``): it was rolled back whole."""
+        deadlock's victim (``ballast.db.lock_conflict``): it was rolled back whole. (The
+        request step locks the renter's credit account, then its device's model
+        row; an answer's end takes them the other way round.)"""
         message = self._message(lock_sql, lock_params)
         try:
             _, locked, (row,), *_ = transaction_one_message(message)
         except DatabaseError as exc:
-            if not _lock_conflict(exc):
+            if not lock_conflict(exc):
                 raise
             _, locked, (row,), *_ = transaction_one_message(message)
         return locked, row
@@ -1709,7 +1699,7 @@ class _OpenStatement:
         try:
             _, locked, (row,), *_ = await transaction_one_message_async(message)
         except DatabaseError as exc:
-            if not _lock_conflict(exc):
+            if not lock_conflict(exc):
                 raise
             _, locked, (row,), *_ = await transaction_one_message_async(message)
         return locked, row

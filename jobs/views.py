@@ -297,22 +297,30 @@ async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
         return error_response(INTERNAL_ERROR)
 
 
+def body_too_large_response() -> JsonResponse:
+    """The 413 of a request body past ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (OpenAI's
+    error shape; also sent by ``ballast.asgi.ApiHandler`` before reading it)."""
+    return error_response(
+        ApiError(
+            413,
+            "the request body is larger than the server accepts",
+            "body_too_large",
+            "body",
+        )
+    )
+
+
 async def _completion_answer(request: HttpRequest, endpoint: str) -> HttpResponse:
     if request.method != "POST":
-        return JsonResponse(
+        response = JsonResponse(
             error_body(405, "use POST", "method_not_allowed"), status=405
         )
+        response["Allow"] = "POST"
+        return response
     try:
         raw = request.body
     except RequestDataTooBig:
-        return error_response(
-            ApiError(
-                413,
-                "the request body is larger than the server accepts",
-                "body_too_large",
-                "body",
-            )
-        )
+        return body_too_large_response()
     authorization = request.headers.get("Authorization", "")
     try:
         channel, (job, model, parsed, dispatch) = await job_channel_open(

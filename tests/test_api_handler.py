@@ -371,3 +371,47 @@ async def test_a_send_without_a_socket_goes_straight_through():
     wrapped.release()
     assert sent == ["http.response.start", "http.response.body"]
     assert wrapped.socket is None and not wrapped.held
+
+
+async def _declared(path: str, headers: list, chunks: list[bytes]) -> dict:
+    """Send a request's body in ``chunks`` (the last says no more); the response's
+    start, read as soon as it comes (before the rest is sent, if it comes early)."""
+    communicator = ApplicationCommunicator(application, _scope(path, headers))
+    for n, chunk in enumerate(chunks):
+        more = n < len(chunks) - 1
+        await communicator.send_input(
+            {"type": "http.request", "body": chunk, "more_body": more}
+        )
+    start = await communicator.receive_output(5)
+    body = await communicator.receive_output(5)
+    await communicator.wait(5)
+    return {**start, "json": json.loads(body["body"])}
+
+
+async def test_a_body_declared_too_large_is_refused_before_it_is_read(settings):
+    """No key, a Content-Length of a gigabyte and no byte of it sent: 413 at once
+    (found: the server read and stored the whole body before refusing it)."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    headers = [(b"content-length", str(10**9).encode())]
+    answer = await _declared("/v1/chat/completions", headers, [b""] * 2)
+    assert answer["status"] == 413 and answer["json"]["error"]["code"] == (
+        "body_too_large"
+    )
+
+
+async def test_a_body_growing_past_the_limit_is_refused_as_it_comes(settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    chunks = [b"x" * 600, b"x" * 600, b"never read"]
+    answer = await _declared("/v1/completions", [], chunks)
+    assert answer["status"] == 413
+
+
+async def test_a_method_other_than_post_is_a_405_that_names_post():
+    communicator = ApplicationCommunicator(
+        application, {**_scope("/v1/chat/completions", []), "method": "GET"}
+    )
+    await communicator.send_input({"type": "http.request", "body": b""})
+    start = await communicator.receive_output(5)
+    await communicator.receive_output(5)
+    await communicator.wait(5)
+    assert start["status"] == 405 and (b"Allow", b"POST") in start["headers"]

@@ -32,8 +32,9 @@ class FakeCoordinator:
     """Plays the coordinator for one agent at a time.
 
     ``refuse_http``: answer the handshake with HTTP 403. ``close_code``: accept,
-    then close at once with this code (no welcome). ``heartbeat_interval_s`` is
-    sent in ``welcome``.
+    then close at once with this code (no welcome). ``replace``: send
+    ``welcome``, then close with 4409 (another agent took the machine over).
+    ``heartbeat_interval_s`` is sent in ``welcome``.
     """
 
     def __init__(
@@ -43,11 +44,13 @@ class FakeCoordinator:
         heartbeat_interval_s: float = 0.2,
         refuse_http: bool = False,
         close_code: int | None = None,
+        replace: bool = False,
     ) -> None:
         self.token = token
         self.heartbeat_interval_s = heartbeat_interval_s
         self.refuse_http = refuse_http
         self.close_code = close_code
+        self.replace = replace
         # monotonic time (s) of each connection attempt, as a list and a queue
         self.attempts: list[float] = []
         self.attempt_times: asyncio.Queue[float] = asyncio.Queue()
@@ -109,6 +112,8 @@ class FakeCoordinator:
             )
         )
         self.connected.set()
+        if self.replace:
+            await ws.close(4409, "another connection of this machine took over")
         try:
             async for message in ws:
                 frame = json.loads(message)

@@ -368,6 +368,22 @@ async def test_a_token_refused_after_accept_backs_off(
 
 
 @pytest.mark.asyncio
+async def test_an_agent_replaced_by_another_of_its_machine_backs_off(
+    agent_start, coordinator_class, caplog
+) -> None:
+    """Two agents with one machine token replace each other (4409) after every
+    welcome: each backs off with a growing delay instead of taking the machine
+    back at once (found: ~80 reconnections a second, the coordinator busy)."""
+    async with coordinator_class(replace=True) as fake:
+        await agent_start(fake, wait=False, retry_min_s=0.2, retry_max_s=5)
+        times = [await asyncio.wait_for(fake.attempt_times.get(), 10) for _ in range(3)]
+        assert times[1] - times[0] >= 0.15  # 0.2 s ± 20 %
+        assert times[2] - times[1] >= 0.3  # then 0.4 s ± 20 %
+        assert len(fake.hellos) >= 2  # each time welcomed, then replaced
+    assert "another agent connected as this machine" in caplog.text
+
+
+@pytest.mark.asyncio
 async def test_a_token_refused_by_the_handshake_does_not_spin(
     agent_start, coordinator_class, caplog
 ) -> None:

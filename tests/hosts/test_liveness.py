@@ -399,3 +399,38 @@ def test_a_new_process_prunes_old_leases_that_vouch_for_nobody(vouched_device):
     left = set(CoordinatorLease.objects.values_list("id", flat=True))
     assert left == {lease.id, recent.id, new_id}, "the one a machine points at stays"
     assert orphan.id not in left
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_hello_chosen_as_a_deadlocks_victim_is_recorded_on_a_retry(
+    catalog, machine_token, monkeypatch
+):
+    """Two connections of one machine saying hello at once can deadlock with
+    each other's device locks (found with two agents on one token): the victim,
+    rolled back whole, is sent again and the host is welcomed."""
+    from django.db import OperationalError
+    from psycopg import errors
+
+    from hosts import services
+    from tests.hostsim import HostSim
+
+    real_hello = services.machine_hello
+    calls = []
+
+    def deadlocked_once(**kwargs):
+        calls.append(kwargs["machine_id"])
+        if len(calls) == 1:
+            try:
+                raise errors.DeadlockDetected("deadlock detected")
+            except errors.DeadlockDetected as exc:
+                raise OperationalError("deadlock detected") from exc
+        return real_hello(**kwargs)
+
+    monkeypatch.setattr(services, "machine_hello", deadlocked_once)
+    machine, token = await database_sync_to_async(machine_token)("rig")
+    host = HostSim(token)
+    welcome = await host.connect()
+    assert welcome["machine_id"] == str(machine.id) and len(calls) == 2
+    assert (await Machine.objects.aget(id=machine.id)).connected
+    await host.close()

@@ -528,6 +528,7 @@ def test_what_ballast_cannot_honour_is_a_400_naming_it(name, asking):
 
 
 def test_the_values_clients_send_by_default_are_accepted():
+    assert _parse(n=None).params["max_tokens"]  # null: the default n (1)
     parsed = _parse(
         stream=True,
         stream_options={"include_usage": True},
