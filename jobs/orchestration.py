@@ -445,7 +445,15 @@ class JobRun:
                     )
                 return
             if dispatch.impossible:
-                yield await self._fail(503, "no_capacity", dispatch.impossible)
+                if continue_from:  # the renter has part of the answer already
+                    yield await self._fail(
+                        502,
+                        "continuation_failed",
+                        "the host stopped mid-answer and no other device can "
+                        f"continue it ({dispatch.impossible})",
+                    )
+                else:
+                    yield await self._fail(503, "no_capacity", dispatch.impossible)
                 return
             if dispatch.contended and loop.time() < queue_deadline:
                 await asyncio.sleep(random.uniform(0.001, 0.01))  # its row frees in ms

@@ -167,3 +167,23 @@ async def test_it_ends_the_stream_with_an_error_when_no_device_takes_the_continu
         "claim_timeout",
     ]
     await second.close()
+
+
+async def test_a_host_dying_mid_answer_with_no_other_device_says_so(
+    catalog, api_key, machine_token, fast_deadlines
+):
+    """The only device's host died after output: the stream ends with an error
+    naming the stopped answer, not "no capacity" as if nothing had started."""
+    only = await host_online(machine_token, "only")
+    request = chat_request(api_key)
+    offer = await only.recv_type("offer")
+    await only.claim(offer["job"])
+    await only.token(offer["job"], "One, two")
+    response = await request
+    body = asyncio.create_task(read_body(response))
+    await only.close()
+    events = sse_events(await body)
+    assert sse_text(events) == "One, two" and events[-1] == "[DONE]"
+    error = events[-2]["error"]
+    assert error["code"] == "continuation_failed"
+    assert "stopped mid-answer" in error["message"]
