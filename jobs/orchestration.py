@@ -163,12 +163,7 @@ class EarlyOffer:
         await local.channel_send(
             get_channel_layer(),
             machine_channel,
-            {
-                "type": "attempt.offer",
-                "attempt": attempt_id,
-                "reply": self.channel,
-                "frame": frame,
-            },
+            _offer_message(attempt_id, self.channel, frame),
         )
         self.sent = (machine_channel, attempt_id)
         await asyncio.sleep(0)  # the connection's handler writes the frame now
@@ -181,12 +176,28 @@ class EarlyOffer:
             await _offer_cancel(*self.sent)
 
 
+def _offer_message(attempt_id: str, reply: str, frame: dict) -> dict:
+    """The message that has a machine's connection send ``frame`` (an ``offer``
+    for attempt ``attempt_id``) and relay its replies to channel ``reply``."""
+    return {
+        "type": "attempt.offer",
+        "attempt": attempt_id,
+        "reply": reply,
+        "frame": frame,
+    }
+
+
+def _cancel_message(attempt_id: str) -> dict:
+    """The message that has a machine's connection tell its host to stop."""
+    return {"type": "attempt.cancel", "attempt": attempt_id}
+
+
 async def _offer_cancel(machine_channel: str, attempt_id: str) -> None:
     try:
         await local.channel_send(
             get_channel_layer(),
             machine_channel,
-            {"type": "attempt.cancel", "attempt": attempt_id},
+            _cancel_message(attempt_id),
         )
     except Exception:
         log.exception("attempt %s: cancelling its offer failed", attempt_id)
@@ -495,12 +506,9 @@ class JobRun:
                 await local.channel_send(
                     self.layer,
                     dispatch.machine_channel,
-                    {
-                        "type": "attempt.offer",
-                        "attempt": str(segment.attempt.id),
-                        "reply": self.channel,
-                        "frame": dispatch.offer,
-                    },
+                    _offer_message(
+                        str(segment.attempt.id), self.channel, dispatch.offer
+                    ),
                 )
             async for piece in self._follow(segment):
                 self.delivered.append(piece)
@@ -600,7 +608,7 @@ class JobRun:
                     await local.channel_send(
                         self.layer,
                         segment.machine_channel,
-                        {"type": "attempt.cancel", "attempt": attempt_id},
+                        _cancel_message(attempt_id),
                     )
                     return
                 deadline = loop.time() + settings.BALLAST_STALL_TIMEOUT_S
@@ -679,7 +687,7 @@ class JobRun:
         await local.channel_send(
             self.layer,
             segment.machine_channel,
-            {"type": "attempt.cancel", "attempt": str(segment.attempt.id)},
+            _cancel_message(str(segment.attempt.id)),
         )
         slots_announce_soon([self.job.model_id])
 
