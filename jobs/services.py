@@ -521,10 +521,10 @@ class _ClaimStatement:
                 # the claim's own time, not the statement's making: a request
                 # may wait for its renter's credit lock first, and the offer's
                 # time starts its claim deadline and its time to first token
-                values.append("clock_timestamp()")
+                values.append("claim_clock.t")
                 continue
             if offered_when_claimed and field.attname == "claim_deadline":
-                values.append("clock_timestamp() + %s * interval '1 second'")
+                values.append("claim_clock.t + %s * interval '1 second'")
                 attempt_params.append(float(settings.BALLAST_CLAIM_TIMEOUT_S))
                 continue
             values.append(
@@ -555,7 +555,14 @@ class _ClaimStatement:
             " bump AS (UPDATE hosts_devicemodel dm SET tiebreak = dm.tiebreak + %s"
             " FROM pick, slot WHERE dm.id = pick.dm_id),"
             f" attempt AS (INSERT INTO jobs_attempt ({', '.join(columns)})"
-            f" SELECT {', '.join(values)} FROM slot)"
+            f" SELECT {', '.join(values)} FROM slot"
+            # the claim's time, read once: offered_at and its deadline agree
+            + (
+                ", (SELECT clock_timestamp() AS t) claim_clock"
+                if offered_when_claimed
+                else ""
+            )
+            + ")"
         )
         self.params = [*ahead_params, *pick_params, tiebreak_step(), *attempt_params]
         self.columns = "(SELECT n FROM ahead), slot.*, " + ", ".join(
