@@ -143,15 +143,32 @@ async def test_a_renter_going_away_mid_stream_cancels_the_job_and_bills_what_it_
     await host.close()
 
 
+@pytest_asyncio.fixture
+async def abandoning(monkeypatch) -> asyncio.Event:
+    """Set when a view cancelled during its database step hands the step to
+    ``orchestration._job_abandon``."""
+    from jobs import orchestration
+
+    event = asyncio.Event()
+    real_abandon = orchestration._job_abandon
+
+    async def abandon(step):
+        event.set()
+        await real_abandon(step)
+
+    monkeypatch.setattr(orchestration, "_job_abandon", abandon)
+    return event
+
+
 async def test_a_renter_gone_during_the_database_step_leaves_no_job_holding_a_slot(
-    api_key, catalog, machine_token, monkeypatch
+    api_key, catalog, machine_token, monkeypatch, abandoning
 ):
     """The step finishes in its thread after the renter left; what it stored is
     closed at once (cancelled, slot freed, nothing billed), no offer goes out."""
     import asyncio
 
     from hosts.models import Device
-    from jobs import orchestration, views
+    from jobs import views
     from jobs.models import Job
     from tests.jobs.helpers import host_online
 
@@ -165,18 +182,10 @@ async def test_a_renter_gone_during_the_database_step_leaves_no_job_holding_a_sl
         return real_step(*args)
 
     monkeypatch.setattr(views, "_job_open", held_step)
-    abandoning = asyncio.Event()
-    real_abandon = orchestration._job_abandon
-
-    async def abandon(step):
-        abandoning.set()  # the view was cancelled while its step ran
-        await real_abandon(step)
-
-    monkeypatch.setattr(orchestration, "_job_abandon", abandon)
     communicator = await _completion_sent(api_key, catalog.id, "x")
     assert await asyncio.to_thread(entered.wait, 5)
     await communicator.send_input({"type": "http.disconnect"})
-    await asyncio.wait_for(abandoning.wait(), 5)
+    await asyncio.wait_for(abandoning.wait(), 5)  # the view cancelled mid-step
     gate.set()
     await communicator.wait(5)
     job = await Job.objects.aget()
@@ -190,7 +199,7 @@ async def test_a_renter_gone_during_the_database_step_leaves_no_job_holding_a_sl
     connection.vendor != "postgresql", reason="the early offer is PostgreSQL's"
 )
 async def test_a_renter_gone_after_the_early_offer_has_it_cancelled(
-    api_key, catalog, machine_token, monkeypatch
+    api_key, catalog, machine_token, monkeypatch, abandoning
 ):
     """The request step sent its offer, then the renter left before the step
     returned: the job is cancelled (slot freed, nothing billed) and the host is
@@ -217,16 +226,8 @@ async def test_a_renter_gone_after_the_early_offer_has_it_cancelled(
     communicator = await _completion_sent(api_key, catalog.id, "x")
     offer = await host.recv_type("offer")
     await asyncio.wait_for(offered.wait(), 5)
-    abandoning = asyncio.Event()
-    real_abandon = orchestration._job_abandon
-
-    async def abandon(step):
-        abandoning.set()  # the view was cancelled while its step ran
-        await real_abandon(step)
-
-    monkeypatch.setattr(orchestration, "_job_abandon", abandon)
     await communicator.send_input({"type": "http.disconnect"})
-    await asyncio.wait_for(abandoning.wait(), 5)
+    await asyncio.wait_for(abandoning.wait(), 5)  # the view cancelled mid-step
     gate.set()  # the step returns after its renter left
     cancel = await host.recv_type("cancel")
     assert cancel["job"] == offer["job"]
@@ -321,14 +322,22 @@ async def tcp_transport():
     await server.wait_closed()
 
 
-@pytest.mark.skipif(not hasattr(socket, "TCP_CORK"), reason="Linux TCP_CORK")
-@pytest.mark.django_db(transaction=False)
-async def test_response_headers_are_held_until_the_first_body_is_written(
-    tcp_transport,
-):
+@pytest.fixture
+def corked(tcp_transport):
+    """(the stand-in server, its ``send`` wrapped, the connection's socket)."""
+    if not hasattr(socket, "TCP_CORK"):
+        pytest.skip("Linux TCP_CORK")
     server = _Server(tcp_transport)
-    send = HeadersWithFirstBody(server.send)
-    sock = tcp_transport.get_extra_info("socket")
+    return (
+        server,
+        HeadersWithFirstBody(server.send),
+        tcp_transport.get_extra_info("socket"),
+    )
+
+
+@pytest.mark.django_db(transaction=False)
+async def test_response_headers_are_held_until_the_first_body_is_written(corked):
+    server, send, sock = corked
     await send({"type": "http.response.start", "status": 200, "headers": []})
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 1
     await send({"type": "http.response.body", "body": b"first", "more_body": True})
@@ -343,16 +352,13 @@ async def test_response_headers_are_held_until_the_first_body_is_written(
     ]
 
 
-@pytest.mark.skipif(not hasattr(socket, "TCP_CORK"), reason="Linux TCP_CORK")
 @pytest.mark.django_db(transaction=False)
 async def test_a_response_that_ends_without_a_body_lets_its_headers_go(
-    tcp_transport,
+    corked, tcp_transport
 ):
-    server = _Server(tcp_transport)
-    send = HeadersWithFirstBody(server.send)
+    _, send, sock = corked
     await send({"type": "http.response.start", "status": 200, "headers": []})
     send.release()
-    sock = tcp_transport.get_extra_info("socket")
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 0
     tcp_transport.close()
     send.release()  # a closed connection: nothing to do, no error

@@ -40,6 +40,20 @@ async def _stall(host, offer):
     pass  # keeps the connection, sends nothing more: the stall window ends it
 
 
+async def streaming_then_dead(host, api_key: str, text: str, **extra):
+    """Start a streamed request that ``host`` claims and answers with ``text``;
+    once the renter has the response, the host's connection drops. Returns
+    (the offer, the response, the task reading the body to its end)."""
+    request = chat_request(api_key, **extra)
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], text)
+    response = await request
+    body = asyncio.create_task(read_body(response))  # the renter keeps reading
+    await host.close()
+    return offer, response, body
+
+
 @pytest.mark.parametrize(
     "die, outcome",
     [(_close, "died_midstream"), (_error, "died_midstream"), (_stall, "stalled")],
@@ -114,13 +128,7 @@ async def test_it_ends_the_stream_with_an_error_when_the_continuation_dies_too(
     first = await host_online(machine_token, "first", score=90)
     second = await host_online(machine_token, "second", score=80)
     third = await host_online(machine_token, "third", score=70)
-    request = chat_request(api_key)
-    offer = await first.recv_type("offer")
-    await first.claim(offer["job"])
-    await first.token(offer["job"], "One, two")
-    response = await request
-    body = asyncio.create_task(read_body(response))
-    await first.close()
+    _, response, body = await streaming_then_dead(first, api_key, "One, two")
     resume = await second.recv_type("offer")
     assert resume["continue_from"] == "One, two"
     await second.claim(resume["job"])
@@ -150,13 +158,7 @@ async def test_it_ends_the_stream_with_an_error_when_no_device_takes_the_continu
 ):
     first = await host_online(machine_token, "first", score=90)
     second = await host_online(machine_token, "second", score=80)
-    request = chat_request(api_key)
-    offer = await first.recv_type("offer")
-    await first.claim(offer["job"])
-    await first.token(offer["job"], "Partial")
-    response = await request
-    body = asyncio.create_task(read_body(response))
-    await first.close()
+    _, response, body = await streaming_then_dead(first, api_key, "Partial")
     await second.recv_type("offer")  # never claims
     events = sse_events(await body)
     assert sse_text(events) == "Partial"
@@ -175,13 +177,7 @@ async def test_a_host_dying_mid_answer_with_no_other_device_says_so(
     """The only device's host died after output: the stream ends with an error
     naming the stopped answer, not "no capacity" as if nothing had started."""
     only = await host_online(machine_token, "only")
-    request = chat_request(api_key)
-    offer = await only.recv_type("offer")
-    await only.claim(offer["job"])
-    await only.token(offer["job"], "One, two")
-    response = await request
-    body = asyncio.create_task(read_body(response))
-    await only.close()
+    _, _, body = await streaming_then_dead(only, api_key, "One, two")
     events = sse_events(await body)
     assert sse_text(events) == "One, two" and events[-1] == "[DONE]"
     error = events[-2]["error"]
