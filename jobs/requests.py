@@ -120,8 +120,17 @@ def _unsupported_refused(body: dict) -> None:
     for something (tools, log probabilities, echo, a suffix, a JSON format, …)."""
     for name, neutral in _UNSUPPORTED.items():
         value = body.get(name)
-        if not any(value == ok and type(value) is type(ok) for ok in neutral):
+        if not any(_same_value(value, ok) for ok in neutral):
             raise _bad(name, f"'{name}' is not supported by Ballast")
+
+
+def _same_value(value: Any, neutral: Any) -> bool:
+    """JSON equality: 1 and 1.0 are the same number, but false is not 0."""
+    if isinstance(value, bool) or isinstance(neutral, bool):
+        return type(value) is type(neutral) and value == neutral
+    if isinstance(value, (int, float)) and isinstance(neutral, (int, float)):
+        return value == neutral
+    return type(value) is type(neutral) and value == neutral
 
 
 def _placement(value: Any) -> dict:

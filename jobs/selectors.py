@@ -244,7 +244,9 @@ def devices_rentable(*, now: datetime) -> QuerySet[Device]:
 
 def devices_untried_exist(*, job: Job, model: CatalogModel, now: datetime) -> bool:
     """True when a live device with the model, meeting the placement, has not yet
-    had an attempt of ``job`` (busy, hot or paused ones count: they may free up)."""
+    had an attempt of ``job`` (busy, hot, paused or quarantined ones count: they
+    may free up, or leave quarantine after three passed spot checks; DESIGN.md
+    "No eligible device": 503 only when no live device could ever serve it)."""
     devices = devices_live(now=now).filter(_loaded(model.id))
     if job.target_device_id:
         devices = devices.filter(id=job.target_device_id)

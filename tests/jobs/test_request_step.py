@@ -529,6 +529,7 @@ def test_what_ballast_cannot_honour_is_a_400_naming_it(name, asking):
 
 def test_the_values_clients_send_by_default_are_accepted():
     assert _parse(n=None).params["max_tokens"]  # null: the default n (1)
+    assert _parse(best_of=1.0, top_logprobs=0.0, n=1.0)  # 1.0 is the number 1
     parsed = _parse(
         stream=True,
         stream_options={"include_usage": True},
