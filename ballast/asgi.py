@@ -6,6 +6,7 @@ Websocket routes: ``/ws/host/`` (PROTOCOL.md §2, agents) and ``/ws/v1/chat/``
 
 import asyncio
 import contextlib
+import gc
 import os
 import socket
 import tempfile
@@ -243,3 +244,27 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+
+# the collector's thresholds for a long-running server (Python's defaults:
+# 700, 10, 10), in allocations of container objects between collections
+GC_THRESHOLDS = (20_000, 50, 100)
+
+
+def gc_tune() -> None:
+    """Tune Python's cyclic garbage collector for the coordinator's process,
+    once its code and Django are loaded: what exists now (modules, Django's
+    registries, ~10⁵ objects) is moved out of the collector's reach
+    (``gc.freeze``), and collections run ``GC_THRESHOLDS`` apart instead of
+    every 700 allocations. A burst of requests allocates fast; each collection
+    walked the young objects of every request in flight and, every hundred of
+    them, the whole heap. Measured (same run, both ways): one renter's 50
+    concurrent streams, time to first token p50 246 → 138 ms (in-memory layer),
+    211 → 129 ms (pub/sub); sequential requests unchanged (docs/performance.md).
+    Cyclic garbage waits longer to be freed; reference counting, which frees
+    almost everything, is not affected."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+gc_tune()

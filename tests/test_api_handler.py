@@ -421,3 +421,14 @@ async def test_a_method_other_than_post_is_a_405_that_names_post():
     await communicator.receive_output(5)
     await communicator.wait(5)
     assert start["status"] == 405 and (b"Allow", b"POST") in start["headers"]
+
+
+async def test_the_coordinator_tunes_its_garbage_collector_once_loaded():
+    """(ballast.asgi.gc_tune: the loaded code frozen out of the collector's
+    walks, collections far apart; the figures are in docs/performance.md.)"""
+    import gc
+
+    from ballast import asgi
+
+    assert gc.get_threshold() == asgi.GC_THRESHOLDS
+    assert gc.get_freeze_count() > 10_000
