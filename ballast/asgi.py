@@ -258,9 +258,10 @@ def gc_tune() -> None:
     (``gc.freeze``), and collections run ``GC_THRESHOLDS`` apart instead of
     every 700 allocations. A burst of requests allocates fast; each collection
     walked the young objects of every request in flight and, every hundred of
-    them, the whole heap. Measured (same run, both ways): one renter's 50
-    concurrent streams, time to first token p50 246 → 138 ms (in-memory layer),
-    211 → 129 ms (pub/sub); sequential requests unchanged (docs/performance.md).
+    them, the whole heap. Measured (three same-run pairs, without → with): one
+    renter's 50 concurrent streams, time to first token p50 150–246 → 128–143
+    ms (in-memory layer), 191–211 → 129–132 ms (pub/sub); sequential requests
+    unchanged within the noise (docs/performance.md).
     Cyclic garbage waits longer to be freed; reference counting, which frees
     almost everything, is not affected."""
     gc.freeze()
