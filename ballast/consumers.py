@@ -15,6 +15,9 @@ from ballast import local
 # messages from this process that may wait for a connection's handlers (the
 # in-memory layer's bound: ballast.settings CHANNEL_LAYERS capacity)
 LOCAL_INBOX_MESSAGES = 5000
+# how long (s) after a connection closed this process's messages to it still go
+# to its ``undelivered`` (a sender that picked the connection as it closed)
+CLOSED_READER_S = 10.0
 
 
 class DirectDispatchConsumer(AsyncWebsocketConsumer):
@@ -96,6 +99,22 @@ class DirectDispatchConsumer(AsyncWebsocketConsumer):
             for reader in readers:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await reader
+            self._closed_reader_add()
+
+    def undelivered(self, message: dict) -> None:
+        """A message of this process that reached the connection after it closed
+        (still in its inbox, waiting for its handler, or sent within
+        ``CLOSED_READER_S`` of the close). Does nothing here; must not block."""
+
+    def _closed_reader_add(self) -> None:
+        """Hand what this process sent to the closed connection to ``undelivered``:
+        what waits in its inbox now, and for ``CLOSED_READER_S`` what comes."""
+        while not self._local_inbox.empty():
+            self.undelivered(self._local_inbox.get_nowait())
+        local.reader_add(self.channel_name, self.undelivered)
+        asyncio.get_running_loop().call_later(
+            CLOSED_READER_S, local.reader_remove, self.channel_name, self.undelivered
+        )
 
     def _local_deliver(self, message: dict) -> None:
         """Queue a message sent from this process (``ballast.local``); raises
@@ -117,13 +136,19 @@ class DirectDispatchConsumer(AsyncWebsocketConsumer):
         dispatch = self.dispatch
         while True:
             message = await source()
-            async with lock:
-                try:
-                    await dispatch(message)
-                except Exception:
-                    if on_failure is not None:
-                        on_failure()
-                    raise
+            try:
+                await lock.acquire()
+            except asyncio.CancelledError:  # closed before its handler could run
+                self.undelivered(message)
+                raise
+            try:
+                await dispatch(message)
+            except Exception:
+                if on_failure is not None:
+                    on_failure()
+                raise
+            finally:
+                lock.release()
 
     async def dispatch(self, message: dict) -> None:
         handler = getattr(self, get_handler_name(message), None)

@@ -31,6 +31,9 @@ from . import protocol, services
 
 log = logging.getLogger("ballast.hosts")
 
+# the replies to offers that came after their connection closed, in flight
+_late_replies: set[asyncio.Task] = set()
+
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_KEY_MISMATCH = 4403
 CLOSE_PROTOCOL = 4400
@@ -109,6 +112,26 @@ class HostConsumer(DirectDispatchConsumer):
                 },
             )
         self.open_attempts.clear()
+
+    def undelivered(self, message: dict) -> None:
+        """An offer that reached this connection after it closed (a request step
+        picked the machine as it went away): the job is told at once that the
+        host is gone, and moves on, rather than waiting out its claim deadline
+        (DESIGN.md: 5 s). Offers from other coordinator processes still come
+        through the layer and wait it out."""
+        if message.get("type") == "attempt.offer":
+            reply = local.channel_send(
+                self.channel_layer,
+                message["reply"],
+                {
+                    "type": "host.gone",
+                    "attempt": message["attempt"],
+                    "message": "host connection closed",
+                },
+            )
+            task = asyncio.get_running_loop().create_task(reply)
+            _late_replies.add(task)
+            task.add_done_callback(_late_replies.discard)
 
     # --- frames from the host ---------------------------------------------------------
     async def receive(
