@@ -14,7 +14,7 @@ run() {  # name, timeout s, command...
   echo "== $name: $*"
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
 }
-if [ "${QUICK:-0}" = 1 ]; then  # ~25 min: the figures of docs/performance.md's first table
+if [ "${QUICK:-0}" = 1 ]; then  # ~8–30 min (machine-dependent): the figures of docs/performance.md's first table
   run ttft 900 $PY bench/ttft.py --sequential 200 --rounds 2 --plain
   run ttft-counted 900 $PY bench/ttft.py --sequential 100 --rounds 1
   run ttft-renters 900 $PY bench/ttft.py --sequential 50 --rounds 2 --renters 50 --plain
