@@ -1,12 +1,17 @@
 """URL routes: renter API under /v1/, pages, admin, OpenAPI schema."""
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
+
+from jobs.views import not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("v1/", include("jobs.urls")),
+    # a client's base URL ending in a slash asks for //v1/…: the API's JSON 404,
+    # not an HTML page
+    re_path(r"^/+v1/", not_found),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("billing/", include(("billing.urls", "billing"))),
     path("accounts/", include("accounts.urls")),

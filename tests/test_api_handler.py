@@ -78,6 +78,13 @@ async def test_other_pages_still_go_through_django_with_its_middleware():
     assert answer["error"]["code"] == "not_found"
 
 
+async def test_a_doubled_slash_before_v1_gets_the_apis_json_404():
+    """A client whose base URL ends in a slash asks for ``//v1/…``."""
+    status, answer = await _post("//v1/chat/completions", b"{}", [])
+    assert status == 404 and answer["error"]["code"] == "not_found"
+    assert "//v1/chat/completions" in answer["error"]["message"]
+
+
 async def test_the_key_is_checked_before_the_body_and_the_model(api_key, catalog):
     """A caller without a valid key learns nothing of its request (401 whatever the
     body); with one, the body's errors and an unknown model come back as such."""
