@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
-from django.db.models import Model
+from django.db.models import Choices, Model
 from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -67,9 +67,9 @@ def db_connection():
 
 
 def sql_value(value, params: list) -> str:
-    """The SQL for one prepared value: a literal for NULL, booleans, 0 and the
-    empty string (a row's defaults), else ``%s`` with ``value`` appended to
-    ``params``.
+    """The SQL for one prepared value: a literal for NULL, booleans, 0, the
+    empty string (a row's defaults) and a text choice of the code
+    (``Attempt.Kind.FRESH``), else ``%s`` with ``value`` appended to ``params``.
 
     For the request path's long INSERT … SELECT statements: psycopg caches a
     statement's conversion only up to 50 parameters (and 4,096 characters), and
@@ -79,12 +79,22 @@ def sql_value(value, params: list) -> str:
         return "NULL"
     if value is True or value is False:
         return "true" if value else "false"
-    if type(value) is int and value == 0:
+    if isinstance(value, int) and value == 0:  # also psycopg's Int4(0), …
         return "0"
     if type(value) is str and not value:
         return "''"
+    if isinstance(value, Choices) and isinstance(value.value, str):
+        return _literal(value.value)  # a code constant (Job.Status.QUEUED, …)
     params.append(value)
     return "%s"
+
+
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal (standard_conforming_strings: quotes
+    doubled, backslashes literal). For code constants only, never input."""
+    if "\x00" in text:
+        raise ValueError("a NUL cannot be in an SQL literal")
+    return "'" + text.replace("'", "''") + "'"
 
 
 def row_saved(obj: Model) -> None:

@@ -498,11 +498,14 @@ class _ClaimStatement:
         offered_when_claimed: bool = False,
     ) -> None:
         if fcfs:  # the query of _jobs_ahead, raw: it runs on every dispatch
+            ahead_params = [job.model_id]
+            queued = sql_value(Job.Status.QUEUED, ahead_params)
             ahead = (
-                "SELECT count(*) AS n FROM jobs_job WHERE model_id = %s AND status = %s"
-                " AND target_device_id IS NULL AND created_at < %s AND lease_until > %s"
+                "SELECT count(*) AS n FROM jobs_job WHERE model_id = %s"
+                f" AND status = {queued} AND target_device_id IS NULL"
+                " AND created_at < %s AND lease_until > %s"
             )
-            ahead_params = [job.model_id, Job.Status.QUEUED, job.created_at, now]
+            ahead_params += [job.created_at, now]
         else:
             ahead, ahead_params = "SELECT 0 AS n", []
         pick, pick_params = device_pick_sql(
@@ -1638,10 +1641,12 @@ class _OpenStatement:
         job_values, job_params = [], []
         for field, value in zip(fields, values, strict=True):
             if field.attname == "status":  # running when the claim took a slot
+                running = sql_value(Job.Status.RUNNING, job_params)
+                queued = sql_value(Job.Status.QUEUED, job_params)
                 job_values.append(
-                    "CASE WHEN EXISTS (SELECT 1 FROM slot) THEN %s ELSE %s END"
+                    f"CASE WHEN EXISTS (SELECT 1 FROM slot) THEN {running}"
+                    f" ELSE {queued} END"
                 )
-                job_params += [Job.Status.RUNNING, Job.Status.QUEUED]
             elif field.attname in from_renter:
                 job_values.append(from_renter[field.attname])
             else:

@@ -122,3 +122,22 @@ def test_inside_a_transaction_a_lost_statement_is_raised_not_sent_again():
         with transaction.atomic():
             db.execute_prepared("SELECT %s::int * 4", [2])
     assert db.execute_prepared("SELECT %s::int * 4", [3]) == [(12,)]
+
+
+def test_defaults_and_code_constants_are_literals_not_parameters():
+    """(Fewer parameters for psycopg to quote on every request step.)"""
+    from psycopg.types.numeric import Int4
+
+    from jobs.models import Attempt, Job
+
+    params: list = []
+    fragments = [
+        db.sql_value(value, params)
+        for value in (None, False, 0, Int4(0), "", Job.Status.QUEUED, "it's", 7)
+    ]
+    assert fragments == ["NULL", "false", "0", "0", "''", "'queued'", "%s", "%s"]
+    assert params == ["it's", 7]
+    ((row,),) = db.transaction_one_message(
+        [(f"SELECT {db.sql_value(Attempt.Kind.FRESH, [])}::text", [], True)]
+    )
+    assert row == ("fresh",)
