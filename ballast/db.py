@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import logging
 import re
 import uuid
 import weakref
@@ -29,11 +30,42 @@ from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+log = logging.getLogger("ballast.db")
+
 
 def db_call(func: Callable) -> Callable:
     """``func`` as a coroutine function running in a worker thread (see module doc)."""
     sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
     return database_sync_to_async(func, thread_sensitive=sqlite)
+
+
+def db_call_retried(
+    func: Callable,
+    *,
+    tries: int = 2,
+    when: Callable[[DatabaseError], bool] | None = None,
+) -> Callable:
+    """``db_call(func)`` (keyword arguments), called up to ``tries`` times while
+    it raises a DatabaseError that ``when(exc)`` accepts (any, by default);
+    each failure before the last is logged. For work that is safe to repeat
+    (the end of a job: one already closed is returned as it is, its charge is
+    posted once by its key): a connection the server closed fails the call that
+    used it and the next try gets another (the pool checks what it hands out);
+    a transaction chosen as a deadlock's victim was rolled back whole
+    (``lock_conflict``). Raises the last failure, or one ``when`` refuses."""
+    call = db_call(func)
+
+    async def retried(**kwargs):
+        for tries_left in range(tries - 1, -1, -1):
+            try:
+                return await call(**kwargs)
+            except DatabaseError as exc:
+                if not tries_left or (when is not None and not when(exc)):
+                    raise
+                log.warning("%s failed (%s); once more", func.__name__, exc)
+        raise AssertionError("tries must be at least 1")
+
+    return retried
 
 
 _insert_sql: dict[tuple[str, tuple[str, ...]], str] = {}
@@ -291,8 +323,7 @@ def lock_conflict(exc: BaseException) -> bool:
     failure): nothing of it was kept, so it may be sent again."""
     from psycopg import errors
 
-    conflicts = (errors.DeadlockDetected, errors.SerializationFailure)
-    return isinstance(exc, conflicts) or isinstance(exc.__cause__, conflicts)
+    return _psycopg_error(exc, errors.DeadlockDetected, errors.SerializationFailure)
 
 
 def _prepared_lost(conn, exc: BaseException) -> bool:
@@ -301,12 +332,16 @@ def _prepared_lost(conn, exc: BaseException) -> bool:
     then forgotten, so the next message prepares what it runs again."""
     from psycopg import errors
 
-    lost = isinstance(exc, errors.InvalidSqlStatementName) or isinstance(
-        exc.__cause__, errors.InvalidSqlStatementName
-    )
+    lost = _psycopg_error(exc, errors.InvalidSqlStatementName)
     if lost:
         _prepared_names.pop(conn, None)
     return lost
+
+
+def _psycopg_error(exc: BaseException, *kinds: type) -> bool:
+    """Whether ``exc`` is one of psycopg's error ``kinds``, itself or as the
+    cause of Django's error wrapping it."""
+    return isinstance(exc, kinds) or isinstance(exc.__cause__, kinds)
 
 
 async def transaction_one_message_async(

@@ -16,12 +16,11 @@ from contextlib import aclosing
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError
 from django.utils import timezone
 
 from ballast import local
 from ballast.consumers import DirectDispatchConsumer
-from ballast.db import db_call, lock_conflict
+from ballast.db import db_call, db_call_retried, lock_conflict
 from jobs import services as job_services
 from jobs import spotchecks
 from jobs.orchestration import JobRun, slots_announce
@@ -33,6 +32,16 @@ log = logging.getLogger("ballast.hosts")
 
 # the replies to offers that came after their connection closed, in flight
 _late_replies: set[asyncio.Task] = set()
+
+
+def _host_gone(attempt_id: str) -> dict:
+    """The message that tells a job its attempt's host connection closed."""
+    return {
+        "type": "host.gone",
+        "attempt": attempt_id,
+        "message": "host connection closed",
+    }
+
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_KEY_MISMATCH = 4403
@@ -48,21 +57,6 @@ def bearer_token(scope: dict) -> str:
             if text[:7].lower() == "bearer ":
                 return text[7:].strip()
     return ""
-
-
-async def _hello_recorded(**kwargs) -> str:
-    """``services.machine_hello(**kwargs)`` in a worker thread, sent again (up to
-    twice) when PostgreSQL ends it as a deadlock's victim: two connections of
-    one machine saying hello at once, each with a heartbeat's or a claim's
-    device locks, can meet (found with two agents on one machine token)."""
-    for tries_left in (2, 1, 0):
-        try:
-            return await db_call(services.machine_hello)(**kwargs)
-        except DatabaseError as exc:
-            if not tries_left or not lock_conflict(exc):
-                raise
-            log.warning("hello of machine %s: %s; once more", kwargs["machine_id"], exc)
-    raise AssertionError("unreachable")
 
 
 class HostConsumer(DirectDispatchConsumer):
@@ -103,13 +97,7 @@ class HostConsumer(DirectDispatchConsumer):
         )
         for attempt_id, info in list(self.open_attempts.items()):
             await local.channel_send(
-                self.channel_layer,
-                info["reply"],
-                {
-                    "type": "host.gone",
-                    "attempt": attempt_id,
-                    "message": "host connection closed",
-                },
+                self.channel_layer, info["reply"], _host_gone(attempt_id)
             )
         self.open_attempts.clear()
 
@@ -121,13 +109,7 @@ class HostConsumer(DirectDispatchConsumer):
         through the layer and wait it out."""
         if message.get("type") == "attempt.offer":
             reply = local.channel_send(
-                self.channel_layer,
-                message["reply"],
-                {
-                    "type": "host.gone",
-                    "attempt": message["attempt"],
-                    "message": "host connection closed",
-                },
+                self.channel_layer, message["reply"], _host_gone(message["attempt"])
             )
             task = asyncio.get_running_loop().create_task(reply)
             _late_replies.add(task)
@@ -165,7 +147,13 @@ class HostConsumer(DirectDispatchConsumer):
         hello = protocol.parse_hello(frame)
         lease = await liveness_lease.process_lease()
         try:
-            previous = await _hello_recorded(
+            # sent again (up to twice) when chosen as a deadlock's victim: two
+            # connections of one machine saying hello at once, each with a
+            # heartbeat's or a claim's device locks, can meet (two agents on one
+            # machine token)
+            previous = await db_call_retried(
+                services.machine_hello, tries=3, when=lock_conflict
+            )(
                 machine_id=self.machine_id,
                 channel_name=self.channel_name,
                 hello=hello,

@@ -27,7 +27,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from ballast import local
-from ballast.db import db_call
+from ballast.db import db_call, db_call_retried
 
 from . import services
 from .models import Attempt, CatalogModel, Job
@@ -214,7 +214,7 @@ async def _job_abandon(step: asyncio.Future) -> None:
     if isinstance(dispatch, services.Dispatch) and dispatch.offered:
         await _offer_cancel(dispatch.machine_channel, str(dispatch.attempt.id))
     try:
-        await _db_retried(services.job_finish)(
+        await db_call_retried(services.job_finish)(
             job_id=str(job.id),
             status=Job.Status.CANCELLED,
             output_text="",
@@ -433,7 +433,7 @@ class JobRun:
                 # visible yet), so look once more before waiting for a wake-up
                 dispatch = None
             if dispatch is None:  # once more on a failed connection, as the end
-                dispatch = await _db_retried(services.job_dispatch)(
+                dispatch = await db_call_retried(services.job_dispatch)(
                     job_id=self.job_id,
                     continue_from=continue_from,
                     waiting_channel=self.channel,
@@ -693,7 +693,7 @@ class JobRun:
 
     async def _succeed(self, segment: _Segment) -> Finished:
         # the end and the look-up of the queued jobs its slot wakes in one call
-        job, waiting = await _db_retried(services.job_succeed_waking)(
+        job, waiting = await db_call_retried(services.job_succeed_waking)(
             model_id=self.job.model_id,
             job_id=self.job_id,
             attempt_id=str(segment.attempt.id),
@@ -718,7 +718,7 @@ class JobRun:
         *,
         job_status: str = Job.Status.FAILED,
     ) -> Failed:
-        job = await _db_retried(services.job_finish)(
+        job = await db_call_retried(services.job_finish)(
             job_id=self.job_id,
             status=job_status,
             output_text=self.delivered_text,
@@ -763,7 +763,7 @@ class JobRun:
             )
             message = f"the coordinator failed: {failure}"[:500]
         try:
-            await _db_retried(services.job_finish)(
+            await db_call_retried(services.job_finish)(
                 job_id=self.job_id,
                 status=status,
                 output_text=self.delivered_text,
@@ -773,27 +773,6 @@ class JobRun:
         except Exception:  # never let cleanup errors escape a cancelled request
             log.exception("job %s: cleanup after cancel failed", self.job_id)
         self.finished = True
-
-
-def _db_retried(func: Callable) -> Callable:
-    """``db_call(func)``, tried once more when the database connection failed.
-
-    For the end of a job (``job_succeed``, ``job_finish``): a connection the
-    server closed fails the call that used it; the retry gets another (the
-    pool checks what it hands out). Both are safe to repeat: a job already
-    closed is returned as it is, and its charge is posted once whatever the
-    retries (the charge's key). Raises the second failure.
-    """
-    call = db_call(func)
-
-    async def retried(**kwargs):
-        try:
-            return await call(**kwargs)
-        except DatabaseError as exc:
-            log.warning("%s failed (%s); once more", func.__name__, exc)
-            return await call(**kwargs)
-
-    return retried
 
 
 def _usage(job: Job) -> dict:

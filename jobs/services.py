@@ -472,6 +472,13 @@ def _dispatch_claim_statement(
     return claim.result(execute_prepared(sql, params)[0])
 
 
+# of the claimed device and its machine, the fields a claim statement returns
+_DEVICE_COLUMNS = ("id", "machine", "index", "name")
+_MACHINE_COLUMNS = ("id", "name", "channel_name")
+_DEVICE_INDEX = _DEVICE_COLUMNS.index("index")
+_MACHINE_CHANNEL = _MACHINE_COLUMNS.index("channel_name")
+
+
 class _ClaimStatement:
     """PostgreSQL: the CTEs of a claim (``ahead``, ``pick``, ``slot``, ``bump``,
     ``attempt``) and the reading of the row the statement returns.
@@ -541,12 +548,8 @@ class _ClaimStatement:
         # device index, the machine's channel; the rest deferred, read on
         # access): the statement's text stays under psycopg's cache limit
         # (4,096 characters; past it every call parses the text again)
-        self.device_fields = [
-            Device._meta.get_field(name) for name in ("id", "machine", "index", "name")
-        ]
-        self.machine_fields = [
-            Machine._meta.get_field(name) for name in ("id", "name", "channel_name")
-        ]
+        self.device_fields = [Device._meta.get_field(n) for n in _DEVICE_COLUMNS]
+        self.machine_fields = [Machine._meta.get_field(n) for n in _MACHINE_COLUMNS]
         self.ctes = (
             f"ahead AS ({ahead}),"
             f" pick AS ({pick}),"
@@ -598,25 +601,28 @@ class _ClaimStatement:
         )
         return sql, [*(head_params or []), *self.params, *tail_params]
 
+    def _parts(self, row: tuple) -> tuple[int, tuple, tuple]:
+        """(jobs ahead, the device's values, its machine's values) of the
+        statement's row, past the caller's columns (``_DEVICE_COLUMNS``,
+        ``_MACHINE_COLUMNS``; all NULL when no slot was claimed)."""
+        row = row[self.select_count :]
+        split = 1 + len(_DEVICE_COLUMNS)
+        return row[0], row[1:split], row[split:]
+
     def claimed(self, row: tuple) -> bool:
         """Whether the statement's row (as ``result`` takes it) claimed a slot."""
-        return row[self.select_count + 1] is not None
+        return self._parts(row)[1][0] is not None
 
     def target(self, row: tuple) -> tuple[int, str]:
         """(device index, machine channel) of the slot the row claimed: what an
         offer needs, read before ``result`` builds the objects."""
-        row = row[self.select_count + 1 :]
-        device = dict(zip((f.attname for f in self.device_fields), row, strict=False))
-        machine = row[len(self.device_fields) :]
-        names = [f.attname for f in self.machine_fields]
-        return device["index"], machine[names.index("channel_name")]
+        _, device, machine = self._parts(row)
+        return device[_DEVICE_INDEX], machine[_MACHINE_CHANNEL]
 
     def result(self, row: tuple) -> tuple[int, Device | None]:
         """``(ahead, device)`` from the statement's row (past the caller's columns);
         the device comes with its machine and is set on the attempt, or is None."""
-        row = row[self.select_count :]
-        ahead = row[0]
-        device_values = row[1 : 1 + len(self.device_fields)]
+        ahead, device_values, machine_values = self._parts(row)
         if device_values[0] is None:
             return ahead, None
         device = Device.from_db(
@@ -625,7 +631,7 @@ class _ClaimStatement:
         device.machine = Machine.from_db(
             DEFAULT_DB_ALIAS,
             [f.attname for f in self.machine_fields],
-            row[1 + len(self.device_fields) :],
+            machine_values,
         )
         self.attempt.device = device
         row_saved(self.attempt)
