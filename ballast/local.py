@@ -65,6 +65,20 @@ def reader_hold(channel: str) -> None:
         _readers[channel] = (asyncio.get_running_loop(), _Held().keep)
 
 
+def reads_here(channel: str, *, idle: bool = False) -> bool:
+    """Whether ``channel``'s messages sent from this event loop go straight to a
+    running reader here (not held, not through the layer); with ``idle``, also
+    whether the reader's owner says it is idle (its ``idle()``; False when it
+    has none)."""
+    entry = _readers.get(channel) if settings.BALLAST_LOCAL_DELIVERY else None
+    if entry is None or entry[0] is not asyncio.get_running_loop():
+        return False
+    owner = getattr(entry[1], "__self__", None)
+    if isinstance(owner, _Held):
+        return False
+    return not idle or bool(getattr(owner, "idle", lambda: False)())
+
+
 def reader_drop(channel: str) -> None:
     """Forget ``channel``'s reader or hold, whatever it is (the channel is given
     back before any reader ran)."""

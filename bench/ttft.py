@@ -329,6 +329,10 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--agents", type=int, default=5)
+    parser.add_argument("--delay-s", type=float, default=0.0,
+                        help="the scripted engine's pause before each piece, the first "
+                             "included (s): 0 measures the coordinator alone; a real "
+                             "engine's first token takes its prompt's prefill")
     parser.add_argument("--slots", type=int, default=10)
     parser.add_argument("--renters", type=int, default=1,
                         help="renters the concurrent requests come from, in turn (each has its own credit lock)")
@@ -340,7 +344,7 @@ def main() -> int:
                              "before/after in one session (plain, in-memory or pub/sub per --layers)")
     args = parser.parse_args()
     sigterm_exits()
-    script = json.dumps(SCRIPT)
+    script = json.dumps(dict(SCRIPT, delay_s=args.delay_s))
 
     print(f"machine: {machine_line()}")
     print(f"settings: renter httpx SSE, max_tokens 64; script {script}; {args.sequential} sequential "

@@ -10,6 +10,7 @@ the attempt is open on *this* connection; a token costs no database write.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 from contextlib import aclosing
@@ -32,6 +33,8 @@ log = logging.getLogger("ballast.hosts")
 
 # the replies to offers that came after their connection closed, in flight
 _late_replies: set[asyncio.Task] = set()
+# how many cancelled attempts a connection remembers (HostConsumer.cancelled)
+CANCELLED_KEPT = 64
 
 
 def _host_gone(attempt_id: str) -> dict:
@@ -76,6 +79,12 @@ class HostConsumer(DirectDispatchConsumer):
         self.background_tasks: set[asyncio.Task] = set()
         # attempt id -> {"reply": channel of the job's coroutine, "claimed": bool}
         self.open_attempts: dict[str, dict[str, Any]] = {}
+        # the last attempts cancelled here: the host's frames of them that cross
+        # the cancel are dropped without an error (a withdrawn guessed offer's
+        # whole answer may be on its way)
+        self.cancelled: collections.deque[str] = collections.deque(
+            maxlen=CANCELLED_KEPT
+        )
         subprotocols = self.scope.get("subprotocols") or []
         await self.accept(
             subprotocol=protocol.PROTOCOL_NAME
@@ -83,7 +92,20 @@ class HostConsumer(DirectDispatchConsumer):
             else None
         )
 
+    def idle(self) -> bool:
+        """Whether this connection runs no attempt now and is open (a guessed
+        offer goes only to an idle machine: its host has every slot free, so
+        an offer the claim confirms is never refused for a busy slot)."""
+        return (
+            hasattr(self, "open_attempts")
+            and not self.open_attempts
+            and not self.disconnecting
+        )
+
+    disconnecting = False
+
     async def disconnect(self, code: int) -> None:
+        self.disconnecting = True
         if not hasattr(self, "machine_id"):
             return
         memo = getattr(self, "heartbeat_memo", None)
@@ -326,8 +348,8 @@ class HostConsumer(DirectDispatchConsumer):
     async def frame_claim(self, frame: dict) -> None:
         attempt_id, info = self._open(frame)
         if info is None or info["claimed"]:
-            await self.send_error(
-                f"claim: job {attempt_id[:40]} is not offered to this machine"
+            await self._stray_frame(
+                attempt_id, f"claim: job {attempt_id[:40]} is not offered to this machine"
             )
             return
         # the offer reached this connection and the attempt is still open on it:
@@ -343,9 +365,17 @@ class HostConsumer(DirectDispatchConsumer):
             {"type": "host.claim", "attempt": attempt_id},
         )
 
-    async def _claim_record(self, attempt_id: str) -> None:
+    async def _claim_record(
+        self, attempt_id: str, confirmed: asyncio.Future | None = None
+    ) -> None:
         """Record a relayed claim (compare-and-set offered → claimed); when the
-        attempt was ended meanwhile, stop the host (its frames are no longer relayed)."""
+        attempt was ended meanwhile, stop the host (its frames are no longer relayed).
+        ``confirmed``: a guessed offer's (``EarlyOffer.guess_send``): its attempt
+        is stored only if the request step claims this device, so the record
+        waits for that answer, and a withdrawn guess records nothing (its
+        cancel comes from the job's side)."""
+        if confirmed is not None and not await confirmed:
+            return
         try:
             claimed = await db_call(job_services.attempt_claim)(
                 attempt_id=attempt_id, machine_id=self.machine_id
@@ -369,8 +399,8 @@ class HostConsumer(DirectDispatchConsumer):
         attempt_id, info = self._open(frame)
         text = protocol.parse_token(frame)
         if info is None or not info["claimed"]:
-            await self.send_error(
-                f"token: job {attempt_id[:40]} is not claimed on this machine"
+            await self._stray_frame(
+                attempt_id, f"token: job {attempt_id[:40]} is not claimed on this machine"
             )
             return
         if info.get("relay_failed"):
@@ -384,10 +414,15 @@ class HostConsumer(DirectDispatchConsumer):
             info["relay"] = asyncio.create_task(self._tokens_relay(attempt_id, info))
         if relay is None:  # the attempt's first token: now record its claim
             relay = info["relay"]
-            relay.add_done_callback(lambda _: self._claim_record_soon(attempt_id))
+            confirmed = info.get("confirmed")
+            relay.add_done_callback(
+                lambda _: self._claim_record_soon(attempt_id, confirmed)
+            )
 
-    def _claim_record_soon(self, attempt_id: str) -> None:
-        task = asyncio.create_task(self._claim_record(attempt_id))
+    def _claim_record_soon(
+        self, attempt_id: str, confirmed: asyncio.Future | None = None
+    ) -> None:
+        task = asyncio.create_task(self._claim_record(attempt_id, confirmed))
         self.background_tasks.add(task)
         task.add_done_callback(self.background_tasks.discard)
 
@@ -436,8 +471,8 @@ class HostConsumer(DirectDispatchConsumer):
         attempt_id, info = self._open(frame)
         done = protocol.parse_done(frame)
         if info is None or not info["claimed"]:
-            await self.send_error(
-                f"done: job {attempt_id[:40]} is not claimed on this machine"
+            await self._stray_frame(
+                attempt_id, f"done: job {attempt_id[:40]} is not claimed on this machine"
             )
             return
         self.open_attempts.pop(attempt_id, None)
@@ -473,6 +508,8 @@ class HostConsumer(DirectDispatchConsumer):
         self.open_attempts[message["attempt"]] = {
             "reply": message["reply"],
             "claimed": False,
+            # a guessed offer's (in-process only: EarlyOffer.guess_send)
+            "confirmed": message.get("confirmed"),
         }
         await self.send_json(message["frame"])
 
@@ -489,10 +526,17 @@ class HostConsumer(DirectDispatchConsumer):
         Sent for every failed or cancelled attempt, even one the host itself
         reported as failed, so a host never keeps generating for nobody.
         """
-        self.open_attempts.pop(message["attempt"], None)
+        if self.open_attempts.pop(message["attempt"], None) is not None:
+            self.cancelled.append(message["attempt"])
         await self.send_json({"type": "cancel", "job": message["attempt"]})
 
     # --- helpers ---------------------------------------------------------------------
+    async def _stray_frame(self, attempt_id: str, error: str) -> None:
+        """A frame for an attempt not open (or not claimed) on this connection:
+        an ``error`` frame, unless this connection cancelled it lately."""
+        if attempt_id not in self.cancelled:
+            await self.send_error(error)
+
     async def send_json(self, content: dict) -> None:
         await self.send(text_data=json.dumps(content))
 

@@ -151,6 +151,10 @@ class EarlyOffer:
         """``channel``: the job's reply channel (``job_channel_open``)."""
         self.channel = channel
         self.sent: tuple[str, str] | None = None  # (machine channel, attempt id)
+        # a guessed offer's answer for its machine's connection: True once the
+        # claim took the guessed device, False when withdrawn (guess_send)
+        self.confirmed: asyncio.Future | None = None
+        self.guessed: tuple[str, str] | None = None  # (machine channel, attempt id)
 
     async def send(self, machine_channel: str, attempt_id: str, frame: dict) -> bool:
         """Send the offer ``frame`` of attempt ``attempt_id`` to its machine's
@@ -169,9 +173,46 @@ class EarlyOffer:
         await asyncio.sleep(0)  # the connection's handler writes the frame now
         return True
 
+    async def guess_send(self, machine_channel: str, attempt_id: str, frame: dict) -> bool:
+        """Send the offer ``frame`` before the request's database step answered,
+        to the device its claim is expected to take (``services.job_open_by_key_async``);
+        its machine's connection must read here (``local.reads_here``): it
+        relays the host's frames to the job's channel as for any offer (held
+        until the job's coroutine reads), but records the host's claim only once
+        ``guess_confirm`` says the step claimed that device. False (nothing
+        sent) when the renter went away already or the connection is gone."""
+        if self.channel in _abandoned or not local.reads_here(machine_channel):
+            return False
+        self.confirmed = asyncio.get_running_loop().create_future()
+        message = _offer_message(attempt_id, self.channel, frame)
+        message["confirmed"] = self.confirmed
+        local.reader_hold(self.channel)
+        await local.channel_send(get_channel_layer(), machine_channel, message)
+        self.guessed = (machine_channel, attempt_id)
+        await asyncio.sleep(0)  # the connection's handler writes the frame now
+        return True
+
+    def guess_confirm(self) -> None:
+        """The step claimed the guessed device: the offer stands (``sent``)."""
+        if self.confirmed is not None and not self.confirmed.done():
+            self.confirmed.set_result(True)
+        self.sent, self.guessed = self.guessed, None
+
+    async def guess_withdraw(self) -> None:
+        """The step did not claim the guessed device (or failed): cancel the
+        guessed offer on its host. The host's frames for it are then dropped by
+        its connection, and any already relayed carry an attempt id the job
+        never stores, so its coroutine passes over them. Failures are logged."""
+        if self.confirmed is not None and not self.confirmed.done():
+            self.confirmed.set_result(False)
+        guessed, self.guessed = self.guessed, None
+        if guessed is not None:
+            await _offer_cancel(*guessed)
+
     async def cancel(self) -> None:
         """Tell the machine to drop the offer, when one was sent (the step failed
-        after it). Failures are logged."""
+        after it), and a guessed offer not confirmed. Failures are logged."""
+        await self.guess_withdraw()
         if self.sent is not None:
             await _offer_cancel(*self.sent)
 

@@ -169,26 +169,30 @@ def device_pick_sql(
     columns: str = "d.id AS device_id, dm.id AS dm_id",
     offset: str = "%s",
     gate: str = "",
+    limit: int = 1,
+    lock: bool = True,
 ) -> tuple[str, list]:
     """The SELECT of the best eligible device after the first ``offset``, and its params.
 
     Returns ``(sql, params)``; the SQL selects ``columns`` (``d`` is the device,
     ``dm`` its row for the model, ``m`` its machine), ranks by ``RANKING`` and
-    ends with ``LIMIT 1 OFFSET <offset>`` (``%s`` by default: the caller appends
-    the number of devices to leave to older queued jobs) and, on PostgreSQL, ``FOR NO KEY UPDATE OF d SKIP LOCKED``:
+    ends with ``LIMIT <limit> OFFSET <offset>`` (``%s`` by default: the caller
+    appends the number of devices to leave to older queued jobs) and, on
+    PostgreSQL with ``lock``, ``FOR NO KEY UPDATE OF d SKIP LOCKED``:
     concurrent claims pass over each other's device rows, while inserts that
     only reference the device (outcomes, attempts) do not hide it. ``gate``: a
     condition (SQL, no parameters) that must also hold, or nothing is picked.
+    Without ``lock`` it only reads (the request step's look at the next pick).
     """
     where, params = _eligible_where(job=job, model=model, now=now)
     if gate:
         where += " AND " + gate
-    lock = (
+    locking = (
         " FOR NO KEY UPDATE OF d SKIP LOCKED"
-        if connection.vendor == "postgresql"
+        if lock and connection.vendor == "postgresql"
         else ""
     )
-    sql = "SELECT " + columns + where + RANKING + " LIMIT 1 OFFSET " + offset + lock
+    sql = f"SELECT {columns}{where}{RANKING} LIMIT {limit:d} OFFSET {offset}{locking}"
     return sql, params
 
 

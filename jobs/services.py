@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,6 +30,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from ballast import local
 from ballast.db import (
     db_call,
     db_connection,
@@ -477,6 +479,14 @@ _DEVICE_COLUMNS = ("id", "machine", "index", "name")
 _MACHINE_COLUMNS = ("id", "name", "channel_name")
 _DEVICE_INDEX = _DEVICE_COLUMNS.index("index")
 _MACHINE_CHANNEL = _MACHINE_COLUMNS.index("channel_name")
+@dataclass(frozen=True)
+class GuessedPick:
+    """The device a request step's claim is expected to take, offered the job
+    before the claim answers (``jobs.orchestration.GuessedOffer``)."""
+
+    device_id: int
+    device_index: int
+    machine_channel: str
 
 
 class _ClaimStatement:
@@ -491,6 +501,14 @@ class _ClaimStatement:
     statement returns ``*select`` (the caller's extra columns) then the jobs
     ahead, then the claimed device's and its machine's columns (NULL when no slot
     was claimed).
+
+    ``guess``: the request step's guessed offer (``GuessedPick``; None when it
+    offers nothing before the claim). The attempt is stored under
+    ``attempt.id`` when the slot claimed is the guessed device's, and under
+    ``guess_other_id`` otherwise (an id no host was ever offered: the guessed
+    host's late frames can never pass for the attempt's); ``attempt_settle``
+    sets ``attempt.id`` to the one stored (``guess_ids``: the request step's
+    statement, one text whether it guessed or not).
     """
 
     def __init__(
@@ -503,6 +521,8 @@ class _ClaimStatement:
         attempt: Attempt,
         gate: str = "",
         offered_when_claimed: bool = False,
+        guess: GuessedPick | None = None,
+        guess_ids: bool = False,
     ) -> None:
         if fcfs:  # the query of _jobs_ahead, raw: it runs on every dispatch
             ahead_params = [job.model_id]
@@ -520,6 +540,9 @@ class _ClaimStatement:
         )
         db = db_connection()
         qn = db.ops.quote_name
+        self.guess = guess
+        self.guess_other_id = uuid.uuid4() if guess_ids else None
+        self.tiebreak_step = tiebreak_step()
         attempt.offered_at = timezone.now()
         columns, values, attempt_params = [], [], []
         for field in Attempt._meta.concrete_fields:
@@ -527,14 +550,25 @@ class _ClaimStatement:
             if field.attname == "device_id":
                 values.append("slot.id")
                 continue
+            if field.attname == "id" and guess_ids:
+                # the request step: one text whether a guess was offered or not
+                values.append(
+                    "CASE slot.id WHEN %s THEN %s ELSE %s END::uuid"
+                )
+                attempt_params += [
+                    None if guess is None else guess.device_id,
+                    attempt.id,
+                    self.guess_other_id,
+                ]
+                continue
             if offered_when_claimed and field.attname == "offered_at":
                 # the claim's own time, not the statement's making: a request
                 # may wait for its renter's credit lock first, and the offer's
                 # time starts its claim deadline and its time to first token
-                values.append("claim_clock.t")
+                values.append("clock.t")
                 continue
             if offered_when_claimed and field.attname == "claim_deadline":
-                values.append("claim_clock.t + %s * interval '1 second'")
+                values.append("clock.t + %s * interval '1 second'")
                 attempt_params.append(float(settings.BALLAST_CLAIM_TIMEOUT_S))
                 continue
             values.append(
@@ -564,16 +598,17 @@ class _ClaimStatement:
             f" SELECT {', '.join(values)} FROM slot"
             # the claim's time, read once: offered_at and its deadline agree
             + (
-                ", (SELECT clock_timestamp() AS t) claim_clock"
+                ", (SELECT clock_timestamp() t) clock"
                 if offered_when_claimed
                 else ""
             )
             + ")"
         )
-        self.params = [*ahead_params, *pick_params, tiebreak_step(), *attempt_params]
+        self.params = [*ahead_params, *pick_params, self.tiebreak_step, *attempt_params]
         self.columns = "(SELECT n FROM ahead), slot.*, " + ", ".join(
             f"m.{qn(f.column)}" for f in self.machine_fields
         )
+        self.guess_id_read = guess_ids
         self.select_count = 0
 
     def sql(
@@ -608,6 +643,23 @@ class _ClaimStatement:
         row = row[self.select_count :]
         split = 1 + len(_DEVICE_COLUMNS)
         return row[0], row[1:split], row[split:]
+
+    def attempt_settle(self, row: tuple) -> None:
+        """Set ``attempt.id`` to the id the statement stored the attempt under
+        (with ``guess_ids``: the guessed one only on the guessed device)."""
+        if not self.guess_id_read:
+            return
+        device_id = self._parts(row)[1][0]
+        guessed = self.guess is not None and device_id == self.guess.device_id
+        if not guessed:
+            self.attempt.id = self.guess_other_id
+
+    def guessed(self, row: tuple) -> bool:
+        """Whether the slot claimed is the guessed device's (``guess``)."""
+        return (
+            self.guess is not None
+            and self._parts(row)[1][0] == self.guess.device_id
+        )
 
     def claimed(self, row: tuple) -> bool:
         """Whether the statement's row (as ``result`` takes it) claimed a slot."""
@@ -917,7 +969,54 @@ def job_succeed_waking(*, model_id: str, **end) -> tuple[Job, list[str]]:
     (the job as ``job_succeed``, at most two channels).
     """
     job = job_succeed(**end)
-    return job, jobs_waiting_channels(model_id=model_id, limit=2)
+    return job, _slot_freed_look(model_id=model_id, limit=2)
+
+
+def _slot_freed_look(*, model_id: str, limit: int) -> list[str]:
+    """``jobs_waiting_channels``; when none waits (and guessed offers are on,
+    on PostgreSQL, for a model whose catalog row this process holds), the same
+    statement also reads the device the model's next claim would take and
+    notes it for the next request's guessed offer (``_next_picks``): DESIGN.md
+    "Picking a device" for a new serverless job with no placement, read without
+    locking, after the answer's slot was freed."""
+    model = _catalog_hints.get(model_id)
+    if (
+        model is None
+        or not settings.BALLAST_GUESSED_OFFERS
+        or connection.vendor != "postgresql"
+    ):
+        return jobs_waiting_channels(model_id=model_id, limit=limit)
+    now = timezone.now()
+    anyone = Job(model_id=model_id)
+    anyone.id = None  # no attempt of it anywhere (rule 6)
+    pick, pick_params = device_pick_sql(
+        job=anyone,
+        model=model,
+        now=now,
+        columns=f'd.id, d.{db_connection().ops.quote_name("index")}, m.channel_name',
+        offset="0",
+        lock=False,
+    )
+    queued = sql_value(Job.Status.QUEUED, [])
+    (row,) = execute_prepared(
+        "WITH w AS (SELECT waiting_channel, created_at FROM jobs_job"
+        f" WHERE model_id = %s AND status = {queued} AND lease_until > %s"
+        " AND waiting_channel <> '' ORDER BY created_at LIMIT %s)"
+        " SELECT ARRAY(SELECT waiting_channel FROM w ORDER BY created_at), p.*"
+        f" FROM (SELECT 1) one LEFT JOIN ({pick}) p ON NOT EXISTS (SELECT 1 FROM w)",
+        [model_id, db_datetime(now), limit, *pick_params],
+    )
+    channels, device_id, device_index, machine_channel = row
+    if device_id is None:
+        _next_picks.pop(model_id, None)
+    else:
+        pick = GuessedPick(
+            device_id=device_id,
+            device_index=device_index,
+            machine_channel=machine_channel,
+        )
+        _next_picks[model_id] = (pick, time.monotonic() + GUESS_PICK_S)
+    return list(channels)
 
 
 def _job_succeed_general(
@@ -1462,7 +1561,12 @@ def job_open_by_key(
 
 
 async def job_open_by_key_async(
-    *, plain: str, request, waiting_channel: str, offer_now=None
+    *,
+    plain: str,
+    request,
+    waiting_channel: str,
+    offer_now=None,
+    guessed_offer=None,
 ) -> tuple[ApiKey, Job, CatalogModel, Dispatch] | None:
     """``job_open_by_key`` awaited in the event loop: the statement built in the
     loop and its message sent on an ``AsyncConnection``
@@ -1477,49 +1581,150 @@ async def job_open_by_key_async(
     database answered (``jobs.orchestration.EarlyOffer``), and returns whether
     it did; the dispatch returned is then ``offered``. When the step fails after
     that, the caller cancels the offer (the job is closed here).
+
+    ``guessed_offer`` (``jobs.orchestration.EarlyOffer``'s ``guess_send``,
+    ``guess_confirm``, ``guess_withdraw``): the offer goes out *before* the
+    database answers, to the device the claim is expected to take
+    (``_guess_take``: a key whose last step in this process claimed a slot, a
+    next pick noted when the model's last answer here ended, a machine connected to
+    this process), while the database checks the key and the credit and picks
+    by its own rule (DESIGN.md "Picking a device"). Confirmed when the claim
+    took that device (the dispatch is then ``offered``); withdrawn (cancelled on
+    the host) otherwise, the attempt then stored under an id that host never
+    saw. No output is relayed before the step answered.
     """
-    begun = _key_step(plain=plain, request=request, waiting_channel=waiting_channel)
+    spot_check_due = _spot_check_rolled()
+    guessing = (
+        guessed_offer is not None
+        and offer_now is not None
+        and not spot_check_due
+        and settings.BALLAST_GUESSED_OFFERS
+    )
+    begun = _key_step(
+        plain=plain, request=request, waiting_channel=waiting_channel, guessing=guessing
+    )
     if begun is None:
         return None
     step, lock = begun
-    locked, row = await step.send_async(*lock)
-    if not locked:
-        return None
-    spot_check_due = _spot_check_rolled()
-    offered = None
+    guess, guess_sent, confirmed = step.claim.guess, False, False
     try:
-        if offer_now is not None and not spot_check_due and step.claimed_plainly(row):
-            # the offer first: what follows (the objects of the key, the device,
-            # the job's coroutine) is built while the host works on it
-            device_index, machine_channel = step.claim.target(row)
+        if guess is not None:
+            # the offer first: the host starts its prefill while the database
+            # checks the key and the credit and claims
             frame = offer_frame(
                 job=step.job,
                 attempt=step.attempt,
-                device_index=device_index,
+                device_index=guess.device_index,
                 continue_from="",
             )
-            if await offer_now(machine_channel, str(step.attempt.id), frame):
-                offered = machine_channel
-        api_key = _api_key_row(*locked[0][1:], stale=False)  # written with the step
+            try:
+                guess_sent = await guessed_offer.guess_send(
+                    guess.machine_channel, str(step.attempt.id), frame
+                )
+            except Exception:  # a full inbox: the offer goes after the claim
+                log.exception("job %s: its guessed offer failed", step.job.id)
+        locked, row = await step.send_async(*lock)
+        claimed = bool(locked) and step.claimed_plainly(row)
+        _guess_note(step, claimed=claimed)
+        if not locked:
+            return None
+        offered = None
+        if guess_sent and claimed and step.claim.guessed(row):
+            guessed_offer.guess_confirm()
+            offered, confirmed = guess.machine_channel, True
+        elif guess_sent:
+            guess_sent = False
+            await guessed_offer.guess_withdraw()  # before any offer of the claim
+        try:
+            if (
+                offered is None
+                and offer_now is not None
+                and not spot_check_due
+                and claimed
+            ):
+                # the offer first: what follows (the objects of the key, the
+                # device, the job's coroutine) is built while the host works on it
+                device_index, machine_channel = step.claim.target(row)
+                frame = offer_frame(
+                    job=step.job,
+                    attempt=step.attempt,
+                    device_index=device_index,
+                    continue_from="",
+                )
+                if await offer_now(machine_channel, str(step.attempt.id), frame):
+                    offered = machine_channel
+            api_key = _api_key_row(*locked[0][1:], stale=False)  # written with the step
 
-        def finish() -> Dispatch | None:
-            return step.result(
-                row, renter=api_key.user, api_key=api_key, spot_check_due=spot_check_due
-            )
+            def finish() -> Dispatch | None:
+                return step.result(
+                    row,
+                    renter=api_key.user,
+                    api_key=api_key,
+                    spot_check_due=spot_check_due,
+                )
 
-        if spot_check_due or step.result_reads(row):
-            opened = await db_call(finish)()
-        else:
-            opened = finish()
-        if offered is not None:
-            if opened is None or opened.machine_channel != offered:
-                raise RuntimeError("the request step's early offer went elsewhere")
-            opened = dataclasses.replace(opened, offered=True)
-    except Exception:
-        if step.stored(row):
-            await db_call(_job_close_stored)(step.job)
-        raise
+            if spot_check_due or step.result_reads(row):
+                opened = await db_call(finish)()
+            else:
+                opened = finish()
+            if offered is not None:
+                if opened is None or opened.machine_channel != offered:
+                    raise RuntimeError("the request step's early offer went elsewhere")
+                opened = dataclasses.replace(opened, offered=True)
+        except Exception:
+            if step.stored(row):
+                await db_call(_job_close_stored)(step.job)
+            raise
+    finally:
+        if guess_sent and not confirmed:
+            await guessed_offer.guess_withdraw()
     return None if opened is None else (api_key, step.job, step.model, opened)
+
+
+# Guessed offers (``job_open_by_key_async``). A key is trusted for
+# ``GUESS_KEY_TRUST_S`` after a step of it claimed a slot here, and no longer once
+# a step of it is refused: a revoked key or a spent credit costs a host at most
+# one withdrawn offer per process. A next pick (noted as an answer ends,
+# ``_slot_freed_look``) is good for ``GUESS_PICK_S``
+# (the database still decides; a stale one is only a withdrawn offer).
+GUESS_KEY_TRUST_S = 60.0
+GUESS_PICK_S = 10.0
+GUESS_KEYS_MAX = 10_000
+# key hash -> monotonic time until which its requests may be guessed
+_keys_trusted: dict[str, float] = {}
+# model id -> (the device its next claim should take, monotonic time it is good until)
+_next_picks: dict[str, tuple[GuessedPick, float]] = {}
+
+
+def _guess_take(key_hash: str, model_id: str, request) -> GuessedPick | None:
+    """The device to offer a request before its step answers, or None: the key
+    trusted here, no placement asked for (the next pick was judged without
+    one), a next pick noted for the model (taken: one request per noted pick)
+    and its machine connected to this process and idle
+    (``ballast.local.reads_here``: its connection holds the claim's record
+    until the step confirms it; an idle host has every slot free)."""
+    if request.placement:
+        return None
+    now = time.monotonic()
+    trusted = _keys_trusted.get(key_hash)
+    if trusted is None or trusted < now:
+        return None
+    noted = _next_picks.pop(model_id, None)
+    if noted is None or noted[1] < now:
+        return None
+    pick = noted[0]
+    return pick if local.reads_here(pick.machine_channel, idle=True) else None
+
+
+def _guess_note(step: _OpenStatement, *, claimed: bool) -> None:
+    """After a request step answered: trust its key (it claimed a slot) or
+    stop trusting it (refused, or no key)."""
+    if not claimed:
+        _keys_trusted.pop(step.key_hash, None)
+        return
+    if len(_keys_trusted) >= GUESS_KEYS_MAX:
+        _keys_trusted.clear()
+    _keys_trusted[step.key_hash] = time.monotonic() + GUESS_KEY_TRUST_S
 
 
 def _job_close_stored(job: Job) -> None:
@@ -1546,12 +1751,13 @@ def _job_close_stored(job: Job) -> None:
 
 
 def _key_step(
-    *, plain: str, request, waiting_channel: str
+    *, plain: str, request, waiting_channel: str, guessing: bool = False
 ) -> tuple[_OpenStatement, tuple[str, list]] | None:
     """``job_open_by_key``'s statement and its lock (sql, params), built without
     the database or the tokenizer (it runs in the event loop); None when the
     two-step way must answer (see there; also a prompt whose bytes alone may
-    not fit the context: it is counted there)."""
+    not fit the context: it is counted there). ``guessing``: the statement is
+    built for the device ``_guess_take`` expects, if any (``step.claim.guess``)."""
     model = _catalog_hints.get(request.model)
     if (
         connection.vendor != "postgresql"
@@ -1570,7 +1776,9 @@ def _key_step(
         renter_sql=f"SELECT k.user_id, k.id AS key_id {_KEY_FROM_SQL}"
         f" WHERE {_KEY_WHERE_SQL}",
         renter_params=[key_hash],
+        guess=_guess_take(key_hash, model.id, request) if guessing else None,
     )
+    step.key_hash = key_hash
     lock = (
         "SELECT a.id, k.id, k.user_id, k.name, k.prefix"
         f" {_KEY_FROM_SQL} JOIN billing_account a ON a.user_id = k.user_id"
@@ -1621,6 +1829,7 @@ class _OpenStatement:
         waiting_channel: str,
         renter_sql: str,
         renter_params: list,
+        guess: GuessedPick | None = None,
     ) -> None:
         self.request, self.model, self.waiting_channel = request, model, waiting_channel
         self.also: list[tuple[str, list, bool]] = []  # sent after the statement
@@ -1638,6 +1847,8 @@ class _OpenStatement:
             attempt=self.attempt,
             gate="EXISTS (SELECT 1 FROM ok)",
             offered_when_claimed=True,
+            guess=guess,
+            guess_ids=True,
         )
         qn = db_connection().ops.quote_name
         from_renter = {
@@ -1709,6 +1920,7 @@ class _OpenStatement:
             if not lock_conflict(exc):
                 raise
             _, locked, (row,), *_ = transaction_one_message(message)
+        self.claim.attempt_settle(row)
         return locked, row
 
     async def send_async(self, lock_sql: str, lock_params: list) -> tuple[list, tuple]:
@@ -1720,6 +1932,7 @@ class _OpenStatement:
             if not lock_conflict(exc):
                 raise
             _, locked, (row,), *_ = await transaction_one_message_async(message)
+        self.claim.attempt_settle(row)
         return locked, row
 
     def _message(self, lock_sql: str, lock_params: list) -> list:
@@ -1953,3 +2166,4 @@ def _uuid_or_none(value: str):
         return uuid.UUID(str(value))
     except ValueError:
         return None
+

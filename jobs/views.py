@@ -213,6 +213,7 @@ async def _job_open_in_loop(
             request=parsed,
             waiting_channel=channel,
             offer_now=early.send,
+            guessed_offer=early,
         )
     except BaseException:
         await early.cancel()

@@ -82,12 +82,21 @@ def _fresh_database_pool(request):
 
 @pytest.fixture(autouse=True)
 def _fresh_process_caches():
-    """Per-process caches (the model's median first-token time) start empty."""
+    """Per-process caches (the model's median first-token time; the keys and
+    next picks of guessed offers) start empty."""
     from hosts import services
+    from jobs import services as job_services
 
-    services._model_medians.clear()
+    caches = (
+        services._model_medians,
+        job_services._keys_trusted,
+        job_services._next_picks,
+    )
+    for cache in caches:
+        cache.clear()
     yield
-    services._model_medians.clear()
+    for cache in caches:
+        cache.clear()
 
 
 @pytest.fixture

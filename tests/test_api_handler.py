@@ -212,6 +212,7 @@ async def test_a_renter_gone_after_the_early_offer_has_it_cancelled(
     returned: the job is cancelled (slot freed, nothing billed) and the host is
     told to drop the offer."""
     settings.BALLAST_CANARY_RATE = 0  # a spot check rolled due: no early offer
+    settings.BALLAST_GUESSED_OFFERS = False  # the offer after the claim
     from hosts.models import Device
     from jobs import orchestration
     from jobs.models import Job
@@ -440,3 +441,207 @@ async def test_the_coordinator_tunes_its_garbage_collector_once_loaded():
 
     assert gc.get_threshold() == asgi.GC_THRESHOLDS
     assert gc.get_freeze_count() > 10_000
+
+
+# --- guessed offers (services.job_open_by_key_async, EarlyOffer.guess_send) ----------
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="guessed offers are PostgreSQL's"
+)
+
+
+async def _events(communicator: ApplicationCommunicator) -> tuple[int, str]:
+    """The status and the streamed text of a completion sent with ``_completion_sent``."""
+    from tests.jobs.helpers import sse_events, sse_text
+
+    start = await communicator.receive_output(5)
+    body = b""
+    while True:
+        message = await communicator.receive_output(5)
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await communicator.wait(5)
+    if start["status"] != 200:
+        return start["status"], body.decode()
+    return start["status"], sse_text(sse_events(body))
+
+
+async def _warmed(api_key, machine_token, settings, **hosts):
+    """Hosts online (name → score) and one answered request: the key is
+    trusted and the model's next pick noted (by the answer's end)."""
+    from tests.jobs.helpers import chat_request, host_online
+
+    settings.BALLAST_CANARY_RATE = 0  # a spot check rolled due: no guess
+    online = {
+        name: await host_online(machine_token, name, score=score)
+        for name, score in hosts.items()
+    }
+    best = max(online, key=lambda name: hosts[name])
+    for _ in range(2):  # the first reads the catalog hint, the second trusts the key
+        warm = chat_request(api_key, stream=False)
+        await online[best].answer(await online[best].recv_type("offer"), ["hi"])
+        assert (await warm).status_code == 200
+    return online
+
+
+@postgresql_only
+async def test_a_guessed_offer_leaves_before_the_database_answers_and_stands(
+    api_key, catalog, machine_token, monkeypatch, settings
+):
+    """The host gets the offer while the request's database step is still
+    held; what it streams meanwhile waits for the step, then reaches the renter;
+    the attempt is stored under the offered id and its claim recorded."""
+    from jobs import services
+    from jobs.models import Attempt
+
+    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
+    stepping, gate = asyncio.Event(), asyncio.Event()
+    real_send = services._OpenStatement.send_async
+
+    async def held_step(self, *args):
+        stepping.set()
+        await gate.wait()
+        return await real_send(self, *args)
+
+    monkeypatch.setattr(services._OpenStatement, "send_async", held_step)
+    communicator = await _completion_sent(api_key, catalog.id, "x")
+    offer = await host.recv_type("offer")
+    assert stepping.is_set() and not gate.is_set(), "offered before the step ran"
+    await host.answer(offer, ["Hello", " there"])
+    assert await communicator.receive_nothing(0.2), "no output before the step"
+    gate.set()
+    assert await _events(communicator) == (200, "Hello there")
+    attempt = await Attempt.objects.aget(id=offer["job"])
+    assert attempt.outcome == Attempt.Outcome.SUCCEEDED
+    assert attempt.claimed_at is not None
+    await host.close()
+
+
+@postgresql_only
+async def test_a_guess_the_claim_does_not_take_is_withdrawn(
+    api_key, catalog, machine_token, settings
+):
+    """The noted device was paused after it was noted: it still gets the
+    guessed offer, then its cancel; the claim takes the other device under
+    another id, and what the guessed host streamed never reaches the renter
+    or its record."""
+    from hosts.models import Device
+    from jobs.models import Attempt
+
+    hosts = await _warmed(api_key, machine_token, settings, best=90, other=60)
+    best, other = hosts["best"], hosts["other"]
+    await Device.objects.filter(machine=best.machine).aupdate(paused=True)
+    communicator = await _completion_sent(api_key, catalog.id, "x")
+    guessed = await best.recv_type("offer")
+    await best.answer(guessed, ["WRONG"])  # streams before its cancel arrives
+    assert (await best.recv_type("cancel"))["job"] == guessed["job"]
+    offer = await other.recv_type("offer")
+    assert offer["job"] != guessed["job"]
+    await other.answer(offer, ["right"])
+    assert await _events(communicator) == (200, "right")
+    # its frames that crossed the cancel were dropped without error frames
+    assert await best.ws.receive_nothing(timeout=0.2)
+    assert not await Attempt.objects.filter(id=guessed["job"]).aexists()
+    assert not await Attempt.objects.filter(device__machine=best.machine).exclude(
+        job__status="succeeded"
+    ).aexists()
+    assert await Device.objects.filter(slots_used__gt=0).acount() == 0
+    for host in hosts.values():
+        await host.close()
+
+
+@postgresql_only
+async def test_a_refused_key_is_guessed_once_then_no_more(
+    api_key, catalog, machine_token, settings
+):
+    """A trusted key revoked: its next request's guessed offer is withdrawn
+    (401, nothing stored); the one after it is not guessed at all."""
+    from jobs.models import ApiKey, Job
+
+    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
+    jobs_before = await Job.objects.acount()
+    await ApiKey.objects.aupdate(revoked_at=timezone_now())
+    communicator = await _completion_sent(api_key, catalog.id, "x")
+    guessed = await host.recv_type("offer")
+    assert (await host.recv_type("cancel"))["job"] == guessed["job"]
+    status, _ = await _events(communicator)
+    assert status == 401
+    communicator = await _completion_sent(api_key, catalog.id, "x")
+    status, _ = await _events(communicator)
+    assert status == 401
+    assert await host.ws.receive_nothing(timeout=0.2), "no second guess"
+    assert await Job.objects.acount() == jobs_before
+    await host.close()
+
+
+@postgresql_only
+async def test_a_busy_machine_is_not_guessed(
+    api_key, catalog, machine_token, monkeypatch, settings
+):
+    """While the noted machine runs an attempt, a request's offer waits for
+    its claim (a busy host might refuse an offer for a slot the claim frees
+    later, and be blamed for it)."""
+    from jobs import services
+    from tests.jobs.helpers import heartbeat_applied
+
+    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
+    await host.heartbeat(slots=2)
+    await heartbeat_applied(host.machine, slots=2)
+    first = await _completion_sent(api_key, catalog.id, "one")
+    running = await host.recv_type("offer")
+    await host.claim(running["job"])
+    await host.token(running["job"], "partly")
+    await first.receive_output(5)  # the first token reached its renter
+    # another answer ends meanwhile: the model's next pick is noted again
+    filler = await _completion_sent(api_key, catalog.id, "filler")
+    await host.answer(await host.recv_type("offer"), ["filler"])
+    assert await _events(filler) == (200, "filler")
+    assert services._next_picks, "a next pick is noted"
+    gate = asyncio.Event()
+    real_send = services._OpenStatement.send_async
+
+    async def held_step(self, *args):
+        await gate.wait()
+        return await real_send(self, *args)
+
+    monkeypatch.setattr(services._OpenStatement, "send_async", held_step)
+    second = await _completion_sent(api_key, catalog.id, "two")
+    assert await host.ws.receive_nothing(timeout=0.2), "no offer before the claim"
+    gate.set()
+    offer = await host.recv_type("offer")
+    await host.answer(offer, ["two"])
+    assert await _events(second) == (200, "two")
+    await host.token(running["job"], " done")
+    await host.done(running["job"], 2)
+    await first.wait(5)
+    await host.close()
+
+
+@postgresql_only
+async def test_a_step_failing_after_its_guessed_offer_withdraws_it(
+    api_key, catalog, machine_token, monkeypatch, settings
+):
+    """The database step fails after the guessed offer left: the renter gets
+    503 in OpenAI's shape and the host the offer's cancel."""
+    from django.db import OperationalError
+
+    from jobs import services
+
+    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
+
+    async def failing_step(self, *args):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(services._OpenStatement, "send_async", failing_step)
+    communicator = await _completion_sent(api_key, catalog.id, "x")
+    guessed = await host.recv_type("offer")
+    assert (await host.recv_type("cancel"))["job"] == guessed["job"]
+    status, body = await _events(communicator)
+    assert status == 503 and "service_unavailable" in body
+    await host.close()
+
+
+def timezone_now():
+    from django.utils import timezone
+
+    return timezone.now()
