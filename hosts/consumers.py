@@ -93,16 +93,19 @@ class HostConsumer(DirectDispatchConsumer):
         )
 
     def idle(self) -> bool:
-        """Whether this connection runs no attempt now and is open (a guessed
-        offer goes only to an idle machine: its host has every slot free, so
-        an offer the claim confirms is never refused for a busy slot)."""
+        """Whether this connection is open, runs no attempt now and its host's
+        last heartbeat did not say paused (a guessed offer goes only to an idle
+        machine: its host has every slot free, so an offer the claim confirms is
+        never refused for a busy slot)."""
         return (
             hasattr(self, "open_attempts")
             and not self.open_attempts
             and not self.disconnecting
+            and not self.host_paused
         )
 
     disconnecting = False
+    host_paused = False
 
     async def disconnect(self, code: int) -> None:
         self.disconnecting = True
@@ -216,6 +219,7 @@ class HostConsumer(DirectDispatchConsumer):
         eligibility (``hosts.services.heartbeat_changes``).
         """
         heartbeat = protocol.parse_heartbeat(frame)
+        self.host_paused = heartbeat["paused"]
         now = timezone.now()
         memo = self.heartbeat_memo
         memo.last_beat_at = now

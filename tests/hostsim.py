@@ -7,6 +7,7 @@ test tells it to.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 from channels.testing import WebsocketCommunicator
@@ -99,6 +100,21 @@ class HostSim:
 
     async def recv(self, timeout: float = 5) -> dict:
         return await self.ws.receive_json_from(timeout=timeout)
+
+    async def errors_within(self, seconds: float) -> list[dict]:
+        """The ``error`` frames that arrive within ``seconds`` (other frames,
+        such as a repeated ``cancel``, are skipped). Waits with
+        ``receive_nothing``: a receive that times out would end the connection."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        errors = []
+        while (left := deadline - loop.time()) > 0:
+            if await self.ws.receive_nothing(timeout=min(left, 0.05)):
+                continue
+            frame = await self.recv()
+            if frame["type"] == "error":
+                errors.append(frame)
+        return errors
 
     async def recv_type(self, kind: str, timeout: float = 5) -> dict:
         """Receive frames until one of ``kind`` arrives (errors are skipped)."""

@@ -540,12 +540,41 @@ async def test_a_guess_the_claim_does_not_take_is_withdrawn(
     await other.answer(offer, ["right"])
     assert await _events(communicator) == (200, "right")
     # its frames that crossed the cancel were dropped without error frames
-    assert await best.ws.receive_nothing(timeout=0.2)
+    assert await best.errors_within(0.2) == []
     assert not await Attempt.objects.filter(id=guessed["job"]).aexists()
-    assert not await Attempt.objects.filter(device__machine=best.machine).exclude(
-        job__status="succeeded"
-    ).aexists()
+    assert (
+        not await Attempt.objects.filter(device__machine=best.machine)
+        .exclude(job__status="succeeded")
+        .aexists()
+    )
     assert await Device.objects.filter(slots_used__gt=0).acount() == 0
+    for host in hosts.values():
+        await host.close()
+
+
+@postgresql_only
+async def test_a_host_that_paused_itself_is_not_guessed(
+    api_key, catalog, machine_token, settings
+):
+    """The noted host says paused in a heartbeat: no guessed offer reaches it
+    (its connection is not idle); the claim takes the other device."""
+    from hosts.models import Machine
+
+    hosts = await _warmed(api_key, machine_token, settings, best=90, other=60)
+    best, other = hosts["best"], hosts["other"]
+    await best.heartbeat(paused=True)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while not await Machine.objects.filter(
+        id=best.machine.id, host_paused=True
+    ).aexists():
+        assert loop.time() < deadline, "the pause was never stored"
+        await asyncio.sleep(0.01)
+    communicator = await _completion_sent(api_key, catalog.id, "x")
+    offer = await other.recv_type("offer")
+    await other.answer(offer, ["right"])
+    assert await _events(communicator) == (200, "right")
+    assert await best.ws.receive_nothing(timeout=0.2), "no guessed offer"
     for host in hosts.values():
         await host.close()
 

@@ -193,7 +193,7 @@ async def test_it_ignores_late_frames_of_a_failed_attempt(
     await bad.token(offer["job"], "late text")
     await bad.done(offer["job"], 2)
     # it was told to cancel: its late frames are dropped without error frames
-    assert await bad.ws.receive_nothing(timeout=0.2)
+    assert await bad.errors_within(0.2) == []
     job = await Job.objects.aget(id=response["x-ballast-job-id"])
     attempts = await _attempts(job.id)
     assert attempts[0].outcome == "claim_timeout" and attempts[0].output_chars == 0
@@ -247,9 +247,9 @@ async def test_frames_crossing_a_cancel_are_dropped_quietly_others_answered(
     await host.token(offer["job"], " two,")
     await host.done(offer["job"], 2)
     await host.token("never-offered", "x")
-    error = await host.recv()
-    assert error["type"] == "error" and "never-offered" in error["message"]
-    assert await host.ws.receive_nothing(timeout=0.2)
+    # the first error frame is the stranger's (another cancel may come between)
+    error = await host.recv_type("error")
+    assert "never-offered" in error["message"], error
     await host.close()
 
 
