@@ -353,7 +353,8 @@ class HostConsumer(DirectDispatchConsumer):
         attempt_id, info = self._open(frame)
         if info is None or info["claimed"]:
             await self._stray_frame(
-                attempt_id, f"claim: job {attempt_id[:40]} is not offered to this machine"
+                attempt_id,
+                f"claim: job {attempt_id[:40]} is not offered to this machine",
             )
             return
         # the offer reached this connection and the attempt is still open on it:
@@ -404,7 +405,8 @@ class HostConsumer(DirectDispatchConsumer):
         text = protocol.parse_token(frame)
         if info is None or not info["claimed"]:
             await self._stray_frame(
-                attempt_id, f"token: job {attempt_id[:40]} is not claimed on this machine"
+                attempt_id,
+                f"token: job {attempt_id[:40]} is not claimed on this machine",
             )
             return
         if info.get("relay_failed"):
@@ -476,7 +478,8 @@ class HostConsumer(DirectDispatchConsumer):
         done = protocol.parse_done(frame)
         if info is None or not info["claimed"]:
             await self._stray_frame(
-                attempt_id, f"done: job {attempt_id[:40]} is not claimed on this machine"
+                attempt_id,
+                f"done: job {attempt_id[:40]} is not claimed on this machine",
             )
             return
         self.open_attempts.pop(attempt_id, None)

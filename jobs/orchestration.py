@@ -173,7 +173,9 @@ class EarlyOffer:
         await asyncio.sleep(0)  # the connection's handler writes the frame now
         return True
 
-    async def guess_send(self, machine_channel: str, attempt_id: str, frame: dict) -> bool:
+    async def guess_send(
+        self, machine_channel: str, attempt_id: str, frame: dict
+    ) -> bool:
         """Send the offer ``frame`` before the request's database step answered,
         to the device its claim is expected to take (``services.job_open_by_key_async``);
         its machine's connection must read here (``local.reads_here``): it

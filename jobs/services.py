@@ -479,10 +479,12 @@ _DEVICE_COLUMNS = ("id", "machine", "index", "name")
 _MACHINE_COLUMNS = ("id", "name", "channel_name")
 _DEVICE_INDEX = _DEVICE_COLUMNS.index("index")
 _MACHINE_CHANNEL = _MACHINE_COLUMNS.index("channel_name")
+
+
 @dataclass(frozen=True)
 class GuessedPick:
     """The device a request step's claim is expected to take, offered the job
-    before the claim answers (``jobs.orchestration.GuessedOffer``)."""
+    before the claim answers (``job_open_by_key_async``'s guessed offer)."""
 
     device_id: int
     device_index: int
@@ -542,7 +544,6 @@ class _ClaimStatement:
         qn = db.ops.quote_name
         self.guess = guess
         self.guess_other_id = uuid.uuid4() if guess_ids else None
-        self.tiebreak_step = tiebreak_step()
         attempt.offered_at = timezone.now()
         columns, values, attempt_params = [], [], []
         for field in Attempt._meta.concrete_fields:
@@ -552,9 +553,7 @@ class _ClaimStatement:
                 continue
             if field.attname == "id" and guess_ids:
                 # the request step: one text whether a guess was offered or not
-                values.append(
-                    "CASE slot.id WHEN %s THEN %s ELSE %s END::uuid"
-                )
+                values.append("CASE slot.id WHEN %s THEN %s ELSE %s END::uuid")
                 attempt_params += [
                     None if guess is None else guess.device_id,
                     attempt.id,
@@ -597,14 +596,10 @@ class _ClaimStatement:
             f" attempt AS (INSERT INTO jobs_attempt ({', '.join(columns)})"
             f" SELECT {', '.join(values)} FROM slot"
             # the claim's time, read once: offered_at and its deadline agree
-            + (
-                ", (SELECT clock_timestamp() t) clock"
-                if offered_when_claimed
-                else ""
-            )
+            + (", (SELECT clock_timestamp() t) clock" if offered_when_claimed else "")
             + ")"
         )
-        self.params = [*ahead_params, *pick_params, self.tiebreak_step, *attempt_params]
+        self.params = [*ahead_params, *pick_params, tiebreak_step(), *attempt_params]
         self.columns = "(SELECT n FROM ahead), slot.*, " + ", ".join(
             f"m.{qn(f.column)}" for f in self.machine_fields
         )
@@ -647,19 +642,12 @@ class _ClaimStatement:
     def attempt_settle(self, row: tuple) -> None:
         """Set ``attempt.id`` to the id the statement stored the attempt under
         (with ``guess_ids``: the guessed one only on the guessed device)."""
-        if not self.guess_id_read:
-            return
-        device_id = self._parts(row)[1][0]
-        guessed = self.guess is not None and device_id == self.guess.device_id
-        if not guessed:
+        if self.guess_id_read and not self.guessed(row):
             self.attempt.id = self.guess_other_id
 
     def guessed(self, row: tuple) -> bool:
         """Whether the slot claimed is the guessed device's (``guess``)."""
-        return (
-            self.guess is not None
-            and self._parts(row)[1][0] == self.guess.device_id
-        )
+        return self.guess is not None and self._parts(row)[1][0] == self.guess.device_id
 
     def claimed(self, row: tuple) -> bool:
         """Whether the statement's row (as ``result`` takes it) claimed a slot."""
@@ -993,7 +981,7 @@ def _slot_freed_look(*, model_id: str, limit: int) -> list[str]:
         job=anyone,
         model=model,
         now=now,
-        columns=f'd.id, d.{db_connection().ops.quote_name("index")}, m.channel_name',
+        columns=f"d.id, d.{db_connection().ops.quote_name('index')}, m.channel_name",
         offset="0",
         lock=False,
     )
@@ -1585,7 +1573,7 @@ async def job_open_by_key_async(
     ``guessed_offer`` (``jobs.orchestration.EarlyOffer``'s ``guess_send``,
     ``guess_confirm``, ``guess_withdraw``): the offer goes out *before* the
     database answers, to the device the claim is expected to take
-    (``_guess_take``: a key whose last step in this process claimed a slot, a
+    (``_guess_take``: a key whose last step in this process stored its job, a
     next pick noted when the model's last answer here ended, a machine connected to
     this process), while the database checks the key and the credit and picks
     by its own rule (DESIGN.md "Picking a device"). Confirmed when the claim
@@ -1625,7 +1613,7 @@ async def job_open_by_key_async(
                 log.exception("job %s: its guessed offer failed", step.job.id)
         locked, row = await step.send_async(*lock)
         claimed = bool(locked) and step.claimed_plainly(row)
-        _guess_note(step, claimed=claimed)
+        _guess_note(step, accepted=bool(locked) and step.stored(row))
         if not locked:
             return None
         offered = None
@@ -1682,7 +1670,7 @@ async def job_open_by_key_async(
 
 
 # Guessed offers (``job_open_by_key_async``). A key is trusted for
-# ``GUESS_KEY_TRUST_S`` after a step of it claimed a slot here, and no longer once
+# ``GUESS_KEY_TRUST_S`` after a step of it stored its job here, and no longer once
 # a step of it is refused: a revoked key or a spent credit costs a host at most
 # one withdrawn offer per process. A next pick (noted as an answer ends,
 # ``_slot_freed_look``) is good for ``GUESS_PICK_S``
@@ -1716,10 +1704,11 @@ def _guess_take(key_hash: str, model_id: str, request) -> GuessedPick | None:
     return pick if local.reads_here(pick.machine_channel, idle=True) else None
 
 
-def _guess_note(step: _OpenStatement, *, claimed: bool) -> None:
-    """After a request step answered: trust its key (it claimed a slot) or
-    stop trusting it (refused, or no key)."""
-    if not claimed:
+def _guess_note(step: _OpenStatement, *, accepted: bool) -> None:
+    """After a request step answered: trust its key (the step stored its job:
+    a live key, the credit covering it) or stop trusting it (no such key, or
+    refused)."""
+    if not accepted:
         _keys_trusted.pop(step.key_hash, None)
         return
     if len(_keys_trusted) >= GUESS_KEYS_MAX:
@@ -2166,4 +2155,3 @@ def _uuid_or_none(value: str):
         return uuid.UUID(str(value))
     except ValueError:
         return None
-
