@@ -34,19 +34,25 @@ def _scope(path: str, headers: list) -> dict:
     }
 
 
-async def _post(path: str, body: bytes, headers: list) -> tuple[int, dict]:
-    communicator = ApplicationCommunicator(application, _scope(path, headers))
-    await communicator.send_input({"type": "http.request", "body": body})
+async def _response(communicator: ApplicationCommunicator) -> tuple[int, bytes]:
+    """The status and the whole body of the response the app sends."""
     start = await communicator.receive_output(5)
     assert start["type"] == "http.response.start"
-    payload = b""
+    body = b""
     while True:
         message = await communicator.receive_output(5)
-        payload += message.get("body", b"")
+        body += message.get("body", b"")
         if not message.get("more_body"):
             break
     await communicator.wait(5)
-    return start["status"], json.loads(payload)
+    return start["status"], body
+
+
+async def _post(path: str, body: bytes, headers: list) -> tuple[int, dict]:
+    communicator = ApplicationCommunicator(application, _scope(path, headers))
+    await communicator.send_input({"type": "http.request", "body": body})
+    status, payload = await _response(communicator)
+    return status, json.loads(payload)
 
 
 async def test_completions_refuse_a_bad_key_in_openai_shape_without_a_thread_per_request(
@@ -453,17 +459,8 @@ async def _events(communicator: ApplicationCommunicator) -> tuple[int, str]:
     """The status and the streamed text of a completion sent with ``_completion_sent``."""
     from tests.jobs.helpers import sse_events, sse_text
 
-    start = await communicator.receive_output(5)
-    body = b""
-    while True:
-        message = await communicator.receive_output(5)
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
-    await communicator.wait(5)
-    if start["status"] != 200:
-        return start["status"], body.decode()
-    return start["status"], sse_text(sse_events(body))
+    status, body = await _response(communicator)
+    return status, sse_text(sse_events(body)) if status == 200 else body.decode()
 
 
 async def _warmed(api_key, machine_token, settings, **hosts):

@@ -230,6 +230,18 @@ async def test_it_frees_the_slot_and_cancels_when_the_renter_goes_away(
     await host.close()
 
 
+async def _renter_gone_after_one_token(api_key, host) -> dict:
+    """A renter's stream on ``host`` that goes away after its first token;
+    returns the offer."""
+    renter_ws = await renter_ws_open(api_key, "Count")
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "One,")
+    await renter_ws.receive_json_from(timeout=5)
+    await renter_ws.disconnect()
+    return offer
+
+
 async def test_frames_crossing_a_cancel_are_dropped_quietly_others_answered(
     catalog, api_key, machine_token
 ):
@@ -237,12 +249,7 @@ async def test_frames_crossing_a_cancel_are_dropped_quietly_others_answered(
     were already on their way get no error frames (they crossed the cancel);
     a frame for a job never offered here still gets one."""
     host = await host_online(machine_token, "rig")
-    renter_ws = await renter_ws_open(api_key, "Count")
-    offer = await host.recv_type("offer")
-    await host.claim(offer["job"])
-    await host.token(offer["job"], "One,")
-    await renter_ws.receive_json_from(timeout=5)
-    await renter_ws.disconnect()
+    offer = await _renter_gone_after_one_token(api_key, host)
     assert (await host.recv_type("cancel"))["job"] == offer["job"]
     await host.token(offer["job"], " two,")
     await host.done(offer["job"], 2)
@@ -265,12 +272,7 @@ async def test_the_job_still_closes_when_the_hosts_cancel_cannot_be_sent(
 
     monkeypatch.setattr(local, "channel_send", send_refusing_cancels)
     host = await host_online(machine_token, "rig")
-    renter_ws = await renter_ws_open(api_key, "Count")
-    offer = await host.recv_type("offer")
-    await host.claim(offer["job"])
-    await host.token(offer["job"], "One,")
-    await renter_ws.receive_json_from(timeout=5)
-    await renter_ws.disconnect()
+    offer = await _renter_gone_after_one_token(api_key, host)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 5
     while (
