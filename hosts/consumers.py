@@ -511,14 +511,48 @@ class HostConsumer(DirectDispatchConsumer):
 
     # --- messages from the job coroutines (channel layer) -----------------------------
     async def attempt_offer(self, message: dict) -> None:
-        """Send an ``offer`` to the host and open the attempt on this connection."""
-        self.open_attempts[message["attempt"]] = {
+        """Send an ``offer`` to the host and open the attempt on this connection.
+
+        An offer of a claimed slot waits while a guessed offer here is not yet
+        confirmed or withdrawn (``_offer_after_guesses``): the host's slot a
+        guess holds is not counted by the database, so the claim may have
+        given it away (another renter's request, a spot check) and the host
+        would refuse the offer, and be blamed for it.
+        """
+        attempt_id = message["attempt"]
+        guesses = [
+            info["confirmed"]
+            for info in self.open_attempts.values()
+            if info["confirmed"] is not None and not info["confirmed"].done()
+        ]
+        self.open_attempts[attempt_id] = {
             "reply": message["reply"],
             "claimed": False,
             # a guessed offer's (in-process only: EarlyOffer.guess_send)
             "confirmed": message.get("confirmed"),
         }
+        if guesses:
+            task = asyncio.create_task(
+                self._offer_after_guesses(attempt_id, message["frame"], guesses)
+            )
+            self.background_tasks.add(task)
+            task.add_done_callback(self.background_tasks.discard)
+            return
         await self.send_json(message["frame"])
+
+    async def _offer_after_guesses(
+        self, attempt_id: str, frame: dict, guesses: list[asyncio.Future]
+    ) -> None:
+        """Send ``frame`` once ``guesses`` are settled, the withdrawn ones
+        cancelled on the host first (their slots free there); not at all when
+        the attempt was cancelled meanwhile."""
+        await asyncio.wait(guesses)
+        for guessed_id, info in list(self.open_attempts.items()):
+            confirmed = info["confirmed"]
+            if confirmed is not None and confirmed.done() and not confirmed.result():
+                await self._attempt_drop(guessed_id)
+        if attempt_id in self.open_attempts:
+            await self.send_json(frame)
 
     async def machine_replaced(self, message: dict) -> None:
         """Another connection of this machine said hello: close this one."""
@@ -533,9 +567,13 @@ class HostConsumer(DirectDispatchConsumer):
         Sent for every failed or cancelled attempt, even one the host itself
         reported as failed, so a host never keeps generating for nobody.
         """
-        if self.open_attempts.pop(message["attempt"], None) is not None:
-            self.cancelled.append(message["attempt"])
-        await self.send_json({"type": "cancel", "job": message["attempt"]})
+        await self._attempt_drop(message["attempt"])
+
+    async def _attempt_drop(self, attempt_id: str) -> None:
+        """Close an attempt on this connection and tell the host to stop it."""
+        if self.open_attempts.pop(attempt_id, None) is not None:
+            self.cancelled.append(attempt_id)
+        await self.send_json({"type": "cancel", "job": attempt_id})
 
     # --- helpers ---------------------------------------------------------------------
     async def _stray_frame(self, attempt_id: str, error: str) -> None:

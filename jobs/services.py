@@ -553,9 +553,14 @@ class _ClaimStatement:
                 continue
             if field.attname == "id" and guess_ids:
                 # the request step: one text whether a guess was offered or not
-                values.append("CASE slot.id WHEN %s THEN %s ELSE %s END::uuid")
+                values.append(
+                    "CASE WHEN slot.id = %s AND (SELECT channel_name FROM"
+                    " hosts_machine WHERE id = slot.machine_id) = %s"
+                    " THEN %s ELSE %s END::uuid"
+                )
                 attempt_params += [
                     None if guess is None else guess.device_id,
+                    None if guess is None else guess.machine_channel,
                     attempt.id,
                     self.guess_other_id,
                 ]
@@ -646,8 +651,16 @@ class _ClaimStatement:
             self.attempt.id = self.guess_other_id
 
     def guessed(self, row: tuple) -> bool:
-        """Whether the slot claimed is the guessed device's (``guess``)."""
-        return self.guess is not None and self._parts(row)[1][0] == self.guess.device_id
+        """Whether the slot claimed is the guessed device's (``guess``), on the
+        machine connection it was offered on (a machine that reconnected
+        meanwhile has another)."""
+        if self.guess is None:
+            return False
+        _, device, machine = self._parts(row)
+        return (
+            device[0] == self.guess.device_id
+            and machine[_MACHINE_CHANNEL] == self.guess.machine_channel
+        )
 
     def claimed(self, row: tuple) -> bool:
         """Whether the statement's row (as ``result`` takes it) claimed a slot."""
@@ -1837,7 +1850,8 @@ class _OpenStatement:
             gate="EXISTS (SELECT 1 FROM ok)",
             offered_when_claimed=True,
             guess=guess,
-            guess_ids=True,
+            # a request with a placement is never guessed (``_guess_take``)
+            guess_ids=not request.placement,
         )
         qn = db_connection().ops.quote_name
         from_renter = {

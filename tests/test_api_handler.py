@@ -550,6 +550,79 @@ async def test_a_guess_the_claim_does_not_take_is_withdrawn(
 
 
 @postgresql_only
+async def test_a_claim_made_while_a_guess_is_out_waits_for_the_guess(
+    api_key, catalog, machine_token, monkeypatch, settings
+):
+    """A guessed offer holds a host slot the database does not count: while it
+    is out, another request's claim may take that slot. That offer reaches the
+    host only once the guess is settled, after the withdrawn guess's cancel, so
+    a one-slot host is never offered two jobs at once (it would refuse one and
+    be blamed for it); the guessed request then waits for the slot."""
+    from jobs import services
+
+    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
+    gate = asyncio.Event()
+    real_send = services._OpenStatement.send_async
+    held = []
+
+    async def first_step_held(self, *args):
+        if not held:
+            held.append(self)
+            await gate.wait()
+        return await real_send(self, *args)
+
+    monkeypatch.setattr(services._OpenStatement, "send_async", first_step_held)
+    guessed_request = await _completion_sent(api_key, catalog.id, "guessed")
+    guessed = await host.recv_type("offer")
+    claimed_request = await _completion_sent(api_key, catalog.id, "claimed")
+    assert await host.ws.receive_nothing(timeout=0.3), "no offer while the guess is out"
+    gate.set()  # the guessed step finds the slot taken: its job waits
+    assert await host.recv() == {"type": "cancel", "job": guessed["job"]}
+    offer = await host.recv_type("offer")
+    assert offer["job"] != guessed["job"]
+    await host.answer(offer, ["claimed"])
+    assert await _events(claimed_request) == (200, "claimed")
+    offer = await host.recv_type("offer")  # the freed slot goes to the waiting job
+    await host.answer(offer, ["guessed"])
+    assert await _events(guessed_request) == (200, "guessed")
+    await host.close()
+
+
+@postgresql_only
+async def test_a_machine_reconnecting_during_its_guess_gets_the_offer_anew(
+    api_key, catalog, machine_token, monkeypatch, settings
+):
+    """The guessed machine reconnects while the step is out: the claim takes
+    its device on the new connection, so the guess (sent on the old one) is
+    not confirmed; the job is offered on the new connection under another id
+    and answered (not a 500)."""
+    from jobs import services
+    from tests.jobs.helpers import heartbeat_applied
+
+    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
+    gate = asyncio.Event()
+    real_send = services._OpenStatement.send_async
+
+    async def held_step(self, *args):
+        await gate.wait()
+        return await real_send(self, *args)
+
+    monkeypatch.setattr(services._OpenStatement, "send_async", held_step)
+    communicator = await _completion_sent(api_key, catalog.id, "x")
+    guessed = await host.recv_type("offer")
+    await host.close()
+    await host.connect()
+    await host.heartbeat()
+    await heartbeat_applied(host.machine)
+    gate.set()
+    offer = await host.recv_type("offer")
+    assert offer["job"] != guessed["job"]
+    await host.answer(offer, ["again"])
+    assert await _events(communicator) == (200, "again")
+    await host.close()
+
+
+@postgresql_only
 async def test_a_host_that_paused_itself_is_not_guessed(
     api_key, catalog, machine_token, settings
 ):
