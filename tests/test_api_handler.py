@@ -463,6 +463,24 @@ async def _events(communicator: ApplicationCommunicator) -> tuple[int, str]:
     return status, sse_text(sse_events(body)) if status == 200 else body.decode()
 
 
+def _steps_held(monkeypatch, *, first_only: bool = False) -> tuple[asyncio.Event, list]:
+    """Hold the request steps' database message (every one, or only the first)
+    until the returned event is set; the list gets each step held."""
+    from jobs import services
+
+    gate, held = asyncio.Event(), []
+    real_send = services._OpenStatement.send_async
+
+    async def held_step(self, *args):
+        if not (first_only and held):
+            held.append(self)
+            await gate.wait()
+        return await real_send(self, *args)
+
+    monkeypatch.setattr(services._OpenStatement, "send_async", held_step)
+    return gate, held
+
+
 async def _warmed(api_key, machine_token, settings, **hosts):
     """Hosts online (name → score) and one answered request: the key is
     trusted and the model's next pick noted (by the answer's end)."""
@@ -488,22 +506,13 @@ async def test_a_guessed_offer_leaves_before_the_database_answers_and_stands(
     """The host gets the offer while the request's database step is still
     held; what it streams meanwhile waits for the step, then reaches the renter;
     the attempt is stored under the offered id and its claim recorded."""
-    from jobs import services
     from jobs.models import Attempt
 
     host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
-    stepping, gate = asyncio.Event(), asyncio.Event()
-    real_send = services._OpenStatement.send_async
-
-    async def held_step(self, *args):
-        stepping.set()
-        await gate.wait()
-        return await real_send(self, *args)
-
-    monkeypatch.setattr(services._OpenStatement, "send_async", held_step)
+    gate, held = _steps_held(monkeypatch)
     communicator = await _completion_sent(api_key, catalog.id, "x")
     offer = await host.recv_type("offer")
-    assert stepping.is_set() and not gate.is_set(), "offered before the step ran"
+    assert held and not gate.is_set(), "offered before the step ran"
     await host.answer(offer, ["Hello", " there"])
     assert await communicator.receive_nothing(0.2), "no output before the step"
     gate.set()
@@ -558,20 +567,9 @@ async def test_a_claim_made_while_a_guess_is_out_waits_for_the_guess(
     host only once the guess is settled, after the withdrawn guess's cancel, so
     a one-slot host is never offered two jobs at once (it would refuse one and
     be blamed for it); the guessed request then waits for the slot."""
-    from jobs import services
 
     host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
-    gate = asyncio.Event()
-    real_send = services._OpenStatement.send_async
-    held = []
-
-    async def first_step_held(self, *args):
-        if not held:
-            held.append(self)
-            await gate.wait()
-        return await real_send(self, *args)
-
-    monkeypatch.setattr(services._OpenStatement, "send_async", first_step_held)
+    gate, _ = _steps_held(monkeypatch, first_only=True)
     guessed_request = await _completion_sent(api_key, catalog.id, "guessed")
     guessed = await host.recv_type("offer")
     claimed_request = await _completion_sent(api_key, catalog.id, "claimed")
@@ -596,18 +594,10 @@ async def test_a_machine_reconnecting_during_its_guess_gets_the_offer_anew(
     its device on the new connection, so the guess (sent on the old one) is
     not confirmed; the job is offered on the new connection under another id
     and answered (not a 500)."""
-    from jobs import services
     from tests.jobs.helpers import heartbeat_applied
 
     host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
-    gate = asyncio.Event()
-    real_send = services._OpenStatement.send_async
-
-    async def held_step(self, *args):
-        await gate.wait()
-        return await real_send(self, *args)
-
-    monkeypatch.setattr(services._OpenStatement, "send_async", held_step)
+    gate, _ = _steps_held(monkeypatch)
     communicator = await _completion_sent(api_key, catalog.id, "x")
     guessed = await host.recv_type("offer")
     await host.close()
@@ -696,14 +686,7 @@ async def test_a_busy_machine_is_not_guessed(
     await host.answer(await host.recv_type("offer"), ["filler"])
     assert await _events(filler) == (200, "filler")
     assert services._next_picks, "a next pick is noted"
-    gate = asyncio.Event()
-    real_send = services._OpenStatement.send_async
-
-    async def held_step(self, *args):
-        await gate.wait()
-        return await real_send(self, *args)
-
-    monkeypatch.setattr(services._OpenStatement, "send_async", held_step)
+    gate, _ = _steps_held(monkeypatch)
     second = await _completion_sent(api_key, catalog.id, "two")
     assert await host.ws.receive_nothing(timeout=0.2), "no offer before the claim"
     gate.set()
