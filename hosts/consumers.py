@@ -520,10 +520,13 @@ class HostConsumer(DirectDispatchConsumer):
         would refuse the offer, and be blamed for it.
         """
         attempt_id = message["attempt"]
+        # the guesses still open here: unsettled, or withdrawn with their
+        # cancel not handled yet (it must reach the host before this offer)
         guesses = [
             info["confirmed"]
             for info in self.open_attempts.values()
-            if info["confirmed"] is not None and not info["confirmed"].done()
+            if info["confirmed"] is not None
+            and not (info["confirmed"].done() and info["confirmed"].result())
         ]
         self.open_attempts[attempt_id] = {
             "reply": message["reply"],
@@ -546,7 +549,7 @@ class HostConsumer(DirectDispatchConsumer):
         """Send ``frame`` once ``guesses`` are settled, the withdrawn ones
         cancelled on the host first (their slots free there); not at all when
         the attempt was cancelled meanwhile."""
-        await asyncio.wait(guesses)
+        await asyncio.wait(guesses)  # settled ones return at once
         for guessed_id, info in list(self.open_attempts.items()):
             confirmed = info["confirmed"]
             if confirmed is not None and confirmed.done() and not confirmed.result():
