@@ -70,10 +70,10 @@ def reads_here(channel: str, *, idle: bool = False) -> bool:
     running reader here (not held, not through the layer); with ``idle``, also
     whether the reader's owner says it is idle (its ``idle()``; False when it
     has none)."""
-    entry = _readers.get(channel) if settings.BALLAST_LOCAL_DELIVERY else None
-    if entry is None or entry[0] is not asyncio.get_running_loop():
+    deliver = _reader_here(channel)
+    if deliver is None:
         return False
-    owner = getattr(entry[1], "__self__", None)
+    owner = getattr(deliver, "__self__", None)
     if isinstance(owner, _Held):
         return False
     return not idle or bool(getattr(owner, "idle", lambda: False)())
@@ -99,8 +99,17 @@ async def channel_send(layer, channel: str, message: dict) -> None:
     Raises what the layer's ``send`` raises (``ChannelFull``), or what the local
     reader raises (``ChannelFull`` when it holds too much already).
     """
-    entry = _readers.get(channel) if settings.BALLAST_LOCAL_DELIVERY else None
-    if entry is not None and entry[0] is asyncio.get_running_loop():
-        entry[1](message)
+    deliver = _reader_here(channel)
+    if deliver is not None:
+        deliver(message)
         return
     await layer.send(channel, message)
+
+
+def _reader_here(channel: str) -> Callable[[dict], None] | None:
+    """``channel``'s deliver function (reader or hold) for a sender in this
+    event loop, or None (none here, or local delivery off)."""
+    entry = _readers.get(channel) if settings.BALLAST_LOCAL_DELIVERY else None
+    if entry is None or entry[0] is not asyncio.get_running_loop():
+        return None
+    return entry[1]

@@ -163,15 +163,18 @@ class EarlyOffer:
         ``local.channel_send`` raises."""
         if self.channel in _abandoned:
             return False
-        local.reader_hold(self.channel)
-        await local.channel_send(
-            get_channel_layer(),
-            machine_channel,
-            _offer_message(attempt_id, self.channel, frame),
+        await self._offer_send(
+            machine_channel, _offer_message(attempt_id, self.channel, frame)
         )
         self.sent = (machine_channel, attempt_id)
-        await asyncio.sleep(0)  # the connection's handler writes the frame now
         return True
+
+    async def _offer_send(self, machine_channel: str, message: dict) -> None:
+        """Hold the job's replies for its coroutine, send the offer ``message``
+        and let the connection's handler write it before the caller goes on."""
+        local.reader_hold(self.channel)
+        await local.channel_send(get_channel_layer(), machine_channel, message)
+        await asyncio.sleep(0)  # the connection's handler writes the frame now
 
     async def guess_send(
         self, machine_channel: str, attempt_id: str, frame: dict
@@ -188,10 +191,8 @@ class EarlyOffer:
         self.confirmed = asyncio.get_running_loop().create_future()
         message = _offer_message(attempt_id, self.channel, frame)
         message["confirmed"] = self.confirmed
-        local.reader_hold(self.channel)
-        await local.channel_send(get_channel_layer(), machine_channel, message)
+        await self._offer_send(machine_channel, message)
         self.guessed = (machine_channel, attempt_id)
-        await asyncio.sleep(0)  # the connection's handler writes the frame now
         return True
 
     def guess_confirm(self) -> None:

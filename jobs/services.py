@@ -280,13 +280,19 @@ def jobs_waiting_channels(*, model_id: str, limit: int) -> list[str]:
 
     One fixed statement: it runs whenever a slot frees, i.e. after every answer.
     """
-    rows = rows_fetch(
-        "SELECT waiting_channel FROM jobs_job"
+    sql, params = _waiting_sql(model_id=model_id, now=timezone.now(), limit=limit)
+    return [channel for channel, _ in rows_fetch(sql, params)]
+
+
+def _waiting_sql(*, model_id: str, now: datetime, limit: int) -> tuple[str, list]:
+    """(sql, params) selecting ``waiting_channel, created_at`` of the oldest
+    ``limit`` jobs queued for ``model_id`` with a live lease, oldest first."""
+    return (
+        "SELECT waiting_channel, created_at FROM jobs_job"
         " WHERE model_id = %s AND status = %s AND lease_until > %s"
         " AND waiting_channel <> '' ORDER BY created_at LIMIT %s",
-        [model_id, Job.Status.QUEUED, db_datetime(timezone.now()), limit],
+        [model_id, Job.Status.QUEUED, db_datetime(now), limit],
     )
-    return [channel for (channel,) in rows]
 
 
 def job_dispatch(
@@ -998,14 +1004,12 @@ def _slot_freed_look(*, model_id: str, limit: int) -> list[str]:
         offset="0",
         lock=False,
     )
-    queued = sql_value(Job.Status.QUEUED, [])
+    waiting, waiting_params = _waiting_sql(model_id=model_id, now=now, limit=limit)
     (row,) = execute_prepared(
-        "WITH w AS (SELECT waiting_channel, created_at FROM jobs_job"
-        f" WHERE model_id = %s AND status = {queued} AND lease_until > %s"
-        " AND waiting_channel <> '' ORDER BY created_at LIMIT %s)"
+        f"WITH w AS ({waiting})"
         " SELECT ARRAY(SELECT waiting_channel FROM w ORDER BY created_at), p.*"
         f" FROM (SELECT 1) one LEFT JOIN ({pick}) p ON NOT EXISTS (SELECT 1 FROM w)",
-        [model_id, db_datetime(now), limit, *pick_params],
+        [*waiting_params, *pick_params],
     )
     channels, device_id, device_index, machine_channel = row
     if device_id is None:
@@ -1607,7 +1611,7 @@ async def job_open_by_key_async(
     if begun is None:
         return None
     step, lock = begun
-    guess, guess_sent, confirmed = step.claim.guess, False, False
+    guess, guess_sent = step.claim.guess, False
     try:
         if guess is not None:
             # the offer first: the host starts its prefill while the database
@@ -1632,9 +1636,8 @@ async def job_open_by_key_async(
         offered = None
         if guess_sent and claimed and step.claim.guessed(row):
             guessed_offer.guess_confirm()
-            offered, confirmed = guess.machine_channel, True
+            offered = guess.machine_channel
         elif guess_sent:
-            guess_sent = False
             await guessed_offer.guess_withdraw()  # before any offer of the claim
         try:
             if (
@@ -1677,7 +1680,7 @@ async def job_open_by_key_async(
                 await db_call(_job_close_stored)(step.job)
             raise
     finally:
-        if guess_sent and not confirmed:
+        if guess_sent:  # a no-op once confirmed or withdrawn
             await guessed_offer.guess_withdraw()
     return None if opened is None else (api_key, step.job, step.model, opened)
 
