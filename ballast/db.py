@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.db.models import Choices, Model
 from django.db.models.expressions import DatabaseDefault
+from django.db.models.fields import NOT_PROVIDED
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -119,6 +120,15 @@ def sql_value(value, params: list) -> str:
         return _literal(value.value)  # a code constant (Job.Status.QUEUED, …)
     params.append(value)
     return "%s"
+
+
+def insert_leaves_out(field, value_sql: str) -> bool:
+    """Whether an INSERT may leave ``field``'s column out when its value's SQL
+    (``sql_value``) is ``value_sql``: a NULL, for a column with no database
+    default (Django makes none unless the field has a ``db_default``), is
+    what the column gets all the same. For the request path's long INSERT …
+    SELECT statements, kept under psycopg's 4,096-character cache limit."""
+    return value_sql == "NULL" and field.db_default is NOT_PROVIDED
 
 
 def _literal(text: str) -> str:

@@ -129,7 +129,18 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["model_id", "status", "created_at"])]
+        indexes = [
+            models.Index(fields=["model_id", "status", "created_at"]),
+            # the renter's open jobs, which every credit check sums
+            # (``jobs.services._credit_sql``): without it the check read every
+            # job the renter ever had; the statuses are OPEN_STATUSES
+            # (checked by tests/jobs/test_credit_index.py)
+            models.Index(
+                fields=["renter"],
+                condition=models.Q(status__in=["queued", "running"]),
+                name="job_open_by_renter",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.id} ({self.status})"

@@ -37,6 +37,7 @@ from ballast.db import (
     db_datetime,
     db_uuid,
     execute_prepared,
+    insert_leaves_out,
     lock_conflict,
     row_fetch,
     row_insert,
@@ -65,7 +66,7 @@ from billing.services import (
 from hosts.models import Device, Machine, token_hash, token_new
 from hosts.services import device_outcome_record, spot_check_mark_due
 
-from .models import ApiKey, Attempt, CatalogModel, Job
+from .models import ApiKey, Attempt, CatalogModel, Job, Rental
 from .selectors import (
     device_claim,
     device_pick_sql,
@@ -581,12 +582,14 @@ class _ClaimStatement:
                 values.append("clock.t + %s * interval '1 second'")
                 attempt_params.append(float(settings.BALLAST_CLAIM_TIMEOUT_S))
                 continue
-            values.append(
-                sql_value(
-                    field.get_db_prep_save(getattr(attempt, field.attname), db),
-                    attempt_params,
-                )
+            value = sql_value(
+                field.get_db_prep_save(getattr(attempt, field.attname), db),
+                attempt_params,
             )
+            if insert_leaves_out(field, value):
+                columns.pop()
+                continue
+            values.append(value)
         self.attempt = attempt
         # of the device and its machine, what the dispatch needs (the offer's
         # device index, the machine's channel; the rest deferred, read on
@@ -1329,8 +1332,6 @@ def credit_reserved_nano(*, renter) -> int:
     hours of their pending and live rentals. New requests and rentals are checked
     against the balance less this, so nothing taken in parallel can overspend.
     """
-    from .models import Rental
-
     open_jobs = list(
         Job.objects.filter(renter=renter, status__in=Job.OPEN_STATUSES).values_list(
             "model_id", "params", "price_completion_nano"
@@ -1376,21 +1377,27 @@ def _credit_sql(account_where: str, renter: str = "%s") -> str:
         f" (SELECT COALESCE(SUM(COALESCE({max_tokens}, 0)"
         "  * COALESCE(j.price_completion_nano, c.price_completion_nano)), 0)"
         "  FROM jobs_job j JOIN jobs_catalogmodel c ON c.id = j.model_id"
-        f"  WHERE j.renter_id = {renter} AND j.status IN (%s, %s)) AS reserved,"
+        f"  WHERE j.renter_id = {renter} AND j.status IN ({_OPEN_JOB_SQL}))"
+        " AS reserved,"
         f" EXISTS (SELECT 1 FROM jobs_rental r WHERE r.renter_id = {renter}"
-        "  AND r.status IN (%s, %s)) AS rentals"
+        f"  AND r.status IN ({_OPEN_RENTAL_SQL})) AS rentals"
         f" FROM billing_account a WHERE {account_where}"
     )
+
+
+# the open statuses as literals, not parameters: a prepared statement's generic
+# plan can then use the partial index of the renter's open jobs
+# (``Job.Meta``'s ``job_open_by_renter``), whatever the renter's history
+_OPEN_JOB_SQL = ", ".join(sql_value(status, []) for status in Job.OPEN_STATUSES)
+_OPEN_RENTAL_SQL = ", ".join(
+    sql_value(status, []) for status in (Rental.Status.PENDING, Rental.Status.LIVE)
+)
 
 
 def _credit_params(renter_id: int | None = None) -> list:
     """``_credit_sql``'s params before the account's (``renter_id``: when the
     renter is a parameter)."""
-    from .models import Rental
-
-    renter = [] if renter_id is None else [renter_id]
-    open_rental = (Rental.Status.PENDING, Rental.Status.LIVE)
-    return [*renter, *Job.OPEN_STATUSES, *renter, *open_rental]
+    return [] if renter_id is None else [renter_id, renter_id]
 
 
 def credit_available_nano(*, renter, account_id: int) -> int:
@@ -1861,19 +1868,23 @@ class _OpenStatement:
             "renter_id": "(SELECT user_id FROM renter)",
             "api_key_id": "(SELECT key_id FROM renter)",
         }
-        job_values, job_params = [], []
+        job_columns, job_values, job_params = [], [], []
         for field, value in zip(fields, values, strict=True):
             if field.attname == "status":  # running when the claim took a slot
                 running = sql_value(Job.Status.RUNNING, job_params)
                 queued = sql_value(Job.Status.QUEUED, job_params)
-                job_values.append(
+                value_sql = (
                     f"CASE WHEN EXISTS (SELECT 1 FROM slot) THEN {running}"
                     f" ELSE {queued} END"
                 )
             elif field.attname in from_renter:
-                job_values.append(from_renter[field.attname])
+                value_sql = from_renter[field.attname]
             else:
-                job_values.append(sql_value(value, job_params))
+                value_sql = sql_value(value, job_params)
+                if insert_leaves_out(field, value_sql):
+                    continue
+            job_columns.append(qn(field.column))
+            job_values.append(value_sql)
         credit = _credit_sql(
             "a.kind = %s AND a.user_id = (SELECT user_id FROM renter)",
             renter="(SELECT user_id FROM renter)",
@@ -1897,8 +1908,7 @@ class _OpenStatement:
                     Account.Kind.RENTER_CREDIT,
                     request.params["max_tokens"] * model.price_completion_nano,
                 ],
-                tail=f"job AS (INSERT INTO jobs_job"
-                f" ({', '.join(qn(f.column) for f in fields)})"
+                tail=f"job AS (INSERT INTO jobs_job ({', '.join(job_columns)})"
                 f" SELECT {', '.join(job_values)} FROM ok)",
                 tail_params=job_params,
                 select=(
@@ -2032,8 +2042,6 @@ def job_submit(
     model = _request_model(request, model)
     rental = None
     if request.placement.get("rental"):
-        from .models import Rental
-
         rental = Rental.objects.filter(
             id=_uuid_or_none(request.placement["rental"]), renter=api_key.user
         ).first()
