@@ -595,22 +595,31 @@ def model_ttft_median(*, model_id: str, now: datetime) -> float | None:
     """The model's median time to first token (ms) over all devices, last hour.
 
     Cached per process for 30 s: it moves slowly, and computing it scans every
-    outcome of the hour, which must not happen on every request.
+    outcome of the hour, which must not happen on every request. On PostgreSQL
+    the database computes it (``_MEDIAN_SQL``): the hour's values are not sent.
     """
     import time
 
     cached = _model_medians.get(model_id)
     if cached and time.monotonic() - cached[0] < MODEL_MEDIAN_TTL_S:
         return cached[1]
-    values = list(
-        DeviceOutcome.objects.filter(
-            model_id=model_id,
-            success=True,
-            ttft_ms__isnull=False,
-            created_at__gte=now - timedelta(hours=1),
-        ).values_list("ttft_ms", flat=True)
-    )
-    median = statistics.median(values) if values else None
+    hour = now - timedelta(hours=1)
+    if connection.vendor == "postgresql":  # the median by the database
+        (median,) = row_fetch(
+            f"SELECT {_MEDIAN_SQL} FROM hosts_deviceoutcome WHERE model_id = %s"
+            " AND success AND ttft_ms IS NOT NULL AND created_at >= %s",
+            [model_id, db_datetime(hour)],
+        )
+    else:
+        values = list(
+            DeviceOutcome.objects.filter(
+                model_id=model_id,
+                success=True,
+                ttft_ms__isnull=False,
+                created_at__gte=hour,
+            ).values_list("ttft_ms", flat=True)
+        )
+        median = statistics.median(values) if values else None
     _model_medians[model_id] = (time.monotonic(), median)
     return median
 
@@ -814,13 +823,23 @@ _SCORE_SERIES_SQL = (
     " UNION ALL SELECT 1, id, started_at, ended_at, CAST(NULL AS INTEGER) FROM"
     " (SELECT id, started_at, ended_at FROM hosts_onlinespan WHERE machine_id = %s"
     "  ORDER BY ended_at DESC LIMIT 1) newest"
-    " UNION ALL SELECT 2, NULL, NULL, NULL, ttft_ms FROM hosts_deviceoutcome"
+    " UNION ALL SELECT 2, NULL, NULL, NULL, {ttfts} FROM hosts_deviceoutcome"
     " WHERE device_id = %s AND model_id = %s AND success AND ttft_ms IS NOT NULL"
     " AND created_at >= %s"
     " UNION ALL SELECT 3, id, NULL, NULL, ttft_ms_recent FROM hosts_devicemodel"
     " WHERE device_id = %s AND model_id = %s"
     " ORDER BY 1, 4 DESC"
 )
+# PostgreSQL: the median of the hour's first-token times (one row, NULL when
+# none) as statistics.median takes it (the mean of the two middle values when
+# their number is even); SQLite, which has no such aggregate: every value
+_MEDIAN_SQL = "percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_ms)"
+
+
+def _score_series_sql() -> str:
+    """``_SCORE_SERIES_SQL`` for this connection's database (see ``_MEDIAN_SQL``)."""
+    postgresql = connection.vendor == "postgresql"
+    return _SCORE_SERIES_SQL.format(ttfts=_MEDIAN_SQL if postgresql else "ttft_ms")
 
 
 def _score_inputs(*, device_id: int, model_id: str, now: datetime) -> ScoreInputs:
@@ -838,7 +857,7 @@ def _score_inputs(*, device_id: int, model_id: str, now: datetime) -> ScoreInput
     model_id = model_id or last_model or ""
     start = max(now - timedelta(hours=24), value_datetime(first_seen_at))
     series = rows_fetch(
-        _SCORE_SERIES_SQL,
+        _score_series_sql(),
         [
             machine_id,
             db_datetime(start),
@@ -859,9 +878,10 @@ def _score_inputs(*, device_id: int, model_id: str, now: datetime) -> ScoreInput
         elif kind == 1:
             newest = (span_id, value_datetime(started_at), value_datetime(ended_at))
         elif kind == 2:
-            ttfts.append(value)
+            if value is not None:  # a value (SQLite), or their median (PostgreSQL)
+                ttfts.append(value)
         else:
-            recent = value
+            recent = None if value is None else int(value)
     machine = Machine(
         id=value_uuid(machine_id),
         connected=bool(connected),

@@ -4,6 +4,7 @@ rules read (DESIGN.md "Reliability score"), on SQLite and PostgreSQL alike."""
 from __future__ import annotations
 
 import random
+import statistics
 from datetime import timedelta
 
 import pytest
@@ -66,13 +67,18 @@ def by_the_orm(device_id: int, model_id: str, now) -> dict:
         .values_list("model_id", flat=True)
         .first()
     )
-    services._model_medians.clear()
+    hour = DeviceOutcome.objects.filter(
+        model_id=model_id,
+        success=True,
+        ttft_ms__isnull=False,
+        created_at__gte=now - timedelta(hours=1),
+    ).values_list("ttft_ms", flat=True)
     return {
         "model": model_id,
         "outcomes": len(last),
         "successes": sum(last),
         "online": services.device_online_fraction(device=device, now=now),
-        "model_median": services.model_ttft_median(model_id=model_id, now=now),
+        "model_median": statistics.median(hour) if hour else None,
         "device_median": services.device_ttft_median(
             device_id=device_id, model_id=model_id, now=now
         ),
@@ -127,6 +133,29 @@ def test_the_fixed_reads_match_the_orm_rules(live_device, liveness, model_id):
         == score
     )
     assert Device.objects.get(id=device.id).score == score
+
+
+@pytest.mark.parametrize("ttfts", [[140], [100, 151], [300, 100, 151], [7, 9, 8, 1]])
+def test_the_medians_are_statistics_median_of_the_hour(live_device, ttfts):
+    """The device's and the model's first-token medians (the database's on
+    PostgreSQL) are ``statistics.median`` of the hour's values: the middle one,
+    or the mean of the two middle ones; older and failed outcomes left out."""
+    device = live_device()
+    now = timezone.now()
+    for ttft in [*ttfts, 5000]:
+        DeviceOutcome.objects.create(
+            device=device, success=ttft != 5000, model_id=MODEL, ttft_ms=ttft
+        )
+    old = DeviceOutcome.objects.create(
+        device=device, success=True, model_id=MODEL, ttft_ms=1
+    )
+    DeviceOutcome.objects.filter(id=old.id).update(
+        created_at=now - timedelta(minutes=61)
+    )
+    services._model_medians.clear()
+    inputs = services._score_inputs(device_id=device.id, model_id=MODEL, now=now)
+    assert inputs.device_median == statistics.median(ttfts)
+    assert inputs.model_median == statistics.median(ttfts)
 
 
 def test_an_outcome_frees_the_slot_with_the_score_write(live_device):
