@@ -174,25 +174,67 @@ def row_insert(obj: Model) -> None:
 # Raw SQL skips the ORM's compile (~1 ms of Python a statement here) but also its
 # conversions: these turn parameters and values into what the ORM would give on
 # both backends (PostgreSQL: native types; SQLite: text datetimes and UUIDs, 0/1).
-def rows_fetch(sql: str, params: list) -> list[tuple]:
-    """Run ``sql`` (``%s`` placeholders, both backends) and return every row."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+def rows_fetch(sql: str, params: list, *, prepare: bool = False) -> list[tuple]:
+    """Run ``sql`` (``%s`` placeholders, both backends) and return every row.
+
+    ``prepare``: on PostgreSQL, run it as ``EXECUTE`` of the copy this
+    connection prepared (``statement_execute``): for a fixed text run on every
+    job, whose planning costs the server more than running it."""
+    with statement_execute(sql, params, prepare) as cursor:
         return cursor.fetchall()
 
 
-def row_fetch(sql: str, params: list) -> tuple | None:
-    """Run ``sql`` and return its first row, or None when it returns none."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+def row_fetch(sql: str, params: list, *, prepare: bool = False) -> tuple | None:
+    """Run ``sql`` and return its first row, or None when it returns none
+    (``prepare``: as ``rows_fetch``)."""
+    with statement_execute(sql, params, prepare) as cursor:
         return cursor.fetchone()
 
 
-def rows_changed(sql: str, params: list) -> int:
-    """Run a write ``sql`` and return how many rows it changed."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+def rows_changed(sql: str, params: list, *, prepare: bool = False) -> int:
+    """Run a write ``sql`` and return how many rows it changed (``prepare``: as
+    ``rows_fetch``)."""
+    with statement_execute(sql, params, prepare) as cursor:
         return cursor.rowcount
+
+
+@contextlib.contextmanager
+def statement_execute(sql: str, params: list, prepare: bool = False):
+    """A cursor of Django's connection that ran ``sql`` (``%s`` placeholders).
+
+    With ``prepare``, on PostgreSQL: as ``EXECUTE`` of the statement this
+    connection prepared (SQL ``PREPARE`` the first time it sends the text, one
+    extra round trip; ``transaction_one_message``'s registry), the values as
+    literals (Django's cursor binds them client-side), so the server plans the
+    text once per connection (a generic plan), not on every call: the end of a
+    job's statements took longer to plan than to run (docs/performance.md).
+    A connection that lost its prepared statements prepares them again and the
+    statement is sent once more, outside a transaction; inside one the error
+    is raised (the transaction is aborted; the callers' ends are retried
+    whole, ``db_call_retried``). Raises the database's error as Django's.
+    """
+    prepare = prepare and connection.vendor == "postgresql"
+    for again in (True, False):
+        query, values = sql, params
+        if prepare:
+            connection.ensure_connection()
+            query, values = _prepared_for(
+                connection.connection, [(sql, params, True)], transaction=False
+            )
+        with connection.cursor() as cursor:
+            try:
+                cursor.execute(query, values)
+            except DatabaseError as exc:
+                if (
+                    prepare
+                    and again
+                    and _prepared_lost(connection.connection, exc)
+                    and not connection.in_atomic_block
+                ):
+                    continue
+                raise
+            yield cursor
+            return
 
 
 def db_datetime(value):
@@ -288,31 +330,15 @@ def transaction_one_message(statements: list[tuple[str, list, bool]]) -> list[li
 
 def execute_prepared(sql: str, params: list) -> list[tuple]:
     """Run one statement (``%s`` placeholders) as ``EXECUTE`` of the copy this
-    connection prepared (SQL ``PREPARE`` the first time it sends the text, as
-    ``transaction_one_message`` does; its registry), the values as literals;
-    inside the caller's transaction, if any. Returns its rows ([] when it
-    returns none).
+    connection prepared (``statement_execute``), inside the caller's
+    transaction, if any; PostgreSQL only. Returns its rows ([] when it returns
+    none).
 
     Not psycopg's own prepared statements (``prepare=True``): when psycopg
     holds any and sees a ``ROLLBACK``, it sends ``DEALLOCATE ALL``, which drops
-    this module's too. Outside a transaction, a connection that lost its
-    prepared statements prepares them again and the statement is sent once more;
-    inside one the error is raised (the transaction is aborted). Raises the
-    database's error as Django's.
+    this module's too. Raises the database's error as Django's.
     """
-    from psycopg import ClientCursor
-
-    connection.ensure_connection()
-    pg = connection.connection
-    for again in (True, False):
-        query, values = _prepared_for(pg, [(sql, params, True)], transaction=False)
-        cursor = connection._prepare_cursor(ClientCursor(pg))
-        try:
-            cursor.execute(query, values)
-        except DatabaseError as exc:
-            if again and _prepared_lost(pg, exc) and not connection.in_atomic_block:
-                continue
-            raise
+    with statement_execute(sql, params, prepare=True) as cursor:
         return cursor.fetchall() if cursor.description else []
 
 

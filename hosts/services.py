@@ -849,7 +849,9 @@ def _score_inputs(*, device_id: int, model_id: str, now: datetime) -> ScoreInput
     ``model_ttft_median`` (cached per process); without ``model_id``, the model of
     the device's latest outcome that names one. Raises Device.DoesNotExist.
     """
-    row = row_fetch(_SCORE_DEVICE_SQL, [device_id, device_id, device_id, device_id])
+    row = row_fetch(
+        _SCORE_DEVICE_SQL, [device_id, device_id, device_id, device_id], prepare=True
+    )
     if row is None:
         raise Device.DoesNotExist(f"device {device_id} does not exist")
     (first_seen_at, machine_id, connected, stale, last_beat, lease_id, lease_until,
@@ -868,6 +870,7 @@ def _score_inputs(*, device_id: int, model_id: str, now: datetime) -> ScoreInput
             device_id,
             model_id,
         ],
+        prepare=True,
     )
     spans, newest, ttfts, recent = [], None, [], None
     for kind, span_id, started_at, ended_at, value in series:

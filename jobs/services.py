@@ -1109,6 +1109,7 @@ def _job_succeed_fixed(
             Account.Kind.HOST_HELD,
             db_uuid(job_id),
         ],
+        prepare=True,
     )
     if not rows:
         return None
@@ -1172,6 +1173,7 @@ def _job_succeed_fixed(
         f"UPDATE jobs_attempt SET {', '.join(sets)}"
         " WHERE id = %s AND state IN (%s, %s, %s)",
         [*values, db_uuid(attempt_uuid), *Attempt.OPEN_STATES],
+        prepare=True,
     ):
         return None  # ended meanwhile: nothing written here
     verdict_stands = receipt_record(
@@ -1256,6 +1258,7 @@ def _job_succeed_fixed(
             db_uuid(job_id),
             *Job.OPEN_STATUSES,
         ],
+        prepare=True,
     ):
         return Job.objects.get(id=job_id)  # finished meanwhile: returned unchanged
     if plan.cost > 0:
