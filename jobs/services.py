@@ -743,6 +743,7 @@ def attempt_claim(
                 Attempt.State.OFFERED,
                 machine,
             ],
+            prepare=True,  # beside every first token: planned once a connection
         )
         == 1
     )
