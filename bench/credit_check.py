@@ -1,21 +1,28 @@
-"""The request path's credit check against a renter's history, with the old check
-(a SUM over every ledger entry of the renter) as the baseline in the same run.
+"""The request path's credit check against a renter's history, with the old checks
+as baselines in the same run.
 
 Usage: ``.venv/bin/python bench/credit_check.py [--histories 0,10000,100000]
 [--checks 300]``
 
 On a scratch PostgreSQL database, one renter gets a history of N charges (one
-balanced ledger transaction each: renter −x, platform +x, written in bulk with SQL),
-then, for each N, in the same run and on the same connection:
+balanced ledger transaction each: renter −x, platform +x) and N finished jobs,
+written in bulk with SQL, and one open job; then, for each N, in the same run and
+on the same connection:
 
 * ``ballast``: ``jobs.services.credit_lock`` + ``credit_available_nano`` in one
   transaction, as ``job_submit`` runs them (the balance is the account's running
-  ``balance_nano``, kept by a trigger: billing migration 0004);
+  ``balance_nano``, kept by a trigger: billing migration 0004; the open jobs
+  through their partial index, jobs migration 0008);
+* ``prepared``: the same check as the request step runs it (``_credit_sql`` as a
+  statement the connection prepared: its generic plan);
+* ``params``: ``prepared`` as it was before the ninth round, the open statuses
+  as parameters: its generic plan cannot choose by them and read every job the
+  renter ever had (the round's baseline);
 * ``sum``: the same lock, then the balance as it was read before (``SUM`` of the
   renter's entries) with the same open-jobs reservation.
 
-Prints the machine, the settings, p50/p99 per check and the running balance checked
-against the sum.
+Prints the machine, the settings, p50/p99 per check and whether the sides'
+balances agree (the running balance against the sum).
 """
 
 from __future__ import annotations
@@ -45,11 +52,22 @@ SUM_SQL = (
 )
 
 
-def history_add(account_id: int, platform_id: int, count: int) -> None:
-    """Append ``count`` charges of 1,000 nano-USD to the renter's account (bulk SQL)."""
+def history_add(account_id: int, platform_id: int, count: int, job) -> None:
+    """Append ``count`` charges of 1,000 nano-USD to the renter's account and as
+    many finished jobs like ``job`` (bulk SQL): a renter's history is both."""
     from django.db import connection, transaction
 
+    from jobs.models import Job
+
+    columns = [f.column for f in Job._meta.concrete_fields if f.column != "id"]
+    values = ["'succeeded'" if c == "status" else c for c in columns]
     with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO jobs_job (id, {', '.join(columns)})"
+            f" SELECT gen_random_uuid(), {', '.join(values)} FROM jobs_job,"
+            " generate_series(1, %s) WHERE id = %s",
+            [count, job.id],
+        )
         cursor.execute(
             "WITH t AS (INSERT INTO billing_ledgertransaction (kind, key, memo, leg_count,"
             " created_at) SELECT 'charge', 'bench:' || gen_random_uuid(), '', 2, now()"
@@ -74,22 +92,32 @@ def main() -> int:
         django_on(url)
         from django.db import connection, transaction
 
+        from ballast.db import execute_prepared
         from billing.models import Account
         from billing.money import usd_to_nano
         from billing.services import account_for, renter_top_up
         from hosts.services import user_get_or_create
+        from jobs import services
         from jobs.models import CatalogModel, Job
         from jobs.services import credit_available_nano, credit_lock, job_create
 
         renter = user_get_or_create(email="renter@bench.example")
-        renter_top_up(user=renter, amount_nano=usd_to_nano("1000000"), key="bench-top-up")
+        renter_top_up(
+            user=renter, amount_nano=usd_to_nano("1000000"), key="bench-top-up"
+        )
         account = account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
         platform = account_for(kind=Account.Kind.PLATFORM)
         model = CatalogModel.objects.first()
         job = job_create(
-            renter=renter, api_key=None, model=model, endpoint=Job.Endpoint.CHAT,
-            messages=[{"role": "user", "content": "hi"}], prompt=None,
-            params={"max_tokens": 64}, placement={}, stream=True,
+            renter=renter,
+            api_key=None,
+            model=model,
+            endpoint=Job.Endpoint.CHAT,
+            messages=[{"role": "user", "content": "hi"}],
+            prompt=None,
+            params={"max_tokens": 64},
+            placement={},
+            stream=True,
         )
         assert job.status in Job.OPEN_STATUSES
 
@@ -97,6 +125,31 @@ def main() -> int:
             with transaction.atomic():
                 account_id = credit_lock(renter=renter)
                 return credit_available_nano(renter=renter, account_id=account_id)
+
+        credit_sql = services._credit_sql("a.id = %s")
+        # before this round: the open statuses were parameters too, so the
+        # prepared statement's generic plan could not choose by them
+        open_statuses = ", ".join(f"'{status}'" for status in Job.OPEN_STATUSES)
+        assert open_statuses in credit_sql
+        params_sql = credit_sql.replace(open_statuses, "%s, %s")
+
+        def prepared() -> int:
+            """As the request step runs it: a prepared statement (its generic plan)."""
+            with transaction.atomic():
+                account_id = credit_lock(renter=renter)
+                ((balance, reserved, _),) = execute_prepared(
+                    credit_sql, [*services._credit_params(renter.pk), account_id]
+                )
+                return balance - reserved
+
+        def by_params() -> int:
+            """The request step's check as it was: the statuses as parameters."""
+            with transaction.atomic():
+                account_id = credit_lock(renter=renter)
+                ((balance, reserved, _),) = execute_prepared(
+                    params_sql, [renter.pk, *Job.OPEN_STATUSES, renter.pk, account_id]
+                )
+                return balance - reserved
 
         def by_sum() -> int:
             with transaction.atomic():
@@ -110,21 +163,33 @@ def main() -> int:
         added = 0
         for history in [int(h) for h in args.histories.split(",")]:
             if history > added:
-                history_add(account.id, platform.id, history - added)
+                history_add(account.id, platform.id, history - added, job)
                 added = history
             with connection.cursor() as cursor:
-                cursor.execute("ANALYZE billing_entry")
-            for label, check in (("ballast", ballast), ("sum", by_sum)):
-                for _ in range(10):
-                    check()
-                times = []
-                for _ in range(args.checks):
-                    start = time.perf_counter()
-                    check()
-                    times.append(time.perf_counter() - start)
+                # as autovacuum leaves them: the bulk history's dead row
+                # versions (the account's balance, rewritten per entry) gone
+                cursor.execute("VACUUM ANALYZE billing_account, billing_entry")
+            with connection.cursor() as cursor:
+                cursor.execute("VACUUM ANALYZE jobs_job")
+            for label, check in (
+                ("ballast", ballast),
+                ("prepared", prepared),
+                ("params", by_params),
+                ("sum", by_sum),
+            ):
+                with transaction.atomic():
+                    for _ in range(10):
+                        check()
+                    times = []
+                    for _ in range(args.checks):
+                        start = time.perf_counter()
+                        check()
+                        times.append(time.perf_counter() - start)
                 print(f"{history:>9} {label:<8} {summary_ms(times)}", flush=True)
-            assert ballast() == by_sum(), "the running balance drifted from the entries"
-        print("running balance == SUM of entries at every history size: yes")
+            assert ballast() == by_sum() == prepared() == by_params(), (
+                "the balances disagree"
+            )
+        print("the sides' balances agree at every history size: yes")
     return 0
 
 
