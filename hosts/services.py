@@ -611,14 +611,7 @@ def model_ttft_median(*, model_id: str, now: datetime) -> float | None:
             [model_id, db_datetime(hour)],
         )
     else:
-        values = list(
-            DeviceOutcome.objects.filter(
-                model_id=model_id,
-                success=True,
-                ttft_ms__isnull=False,
-                created_at__gte=hour,
-            ).values_list("ttft_ms", flat=True)
-        )
+        values = _hour_ttfts(now, model_id=model_id)
         median = statistics.median(values) if values else None
     _model_medians[model_id] = (time.monotonic(), median)
     return median
@@ -626,16 +619,21 @@ def model_ttft_median(*, model_id: str, now: datetime) -> float | None:
 
 def device_ttft_median(*, device_id: int, model_id: str, now: datetime) -> float | None:
     """This device's median time to first token (ms) for the model, last hour."""
-    values = list(
+    values = _hour_ttfts(now, device_id=device_id, model_id=model_id)
+    return statistics.median(values) if values else None
+
+
+def _hour_ttfts(now: datetime, **where) -> list[int]:
+    """The first-token times (ms) of the successful outcomes of the hour before
+    ``now`` that match ``where`` (field lookups)."""
+    return list(
         DeviceOutcome.objects.filter(
-            device_id=device_id,
-            model_id=model_id,
             success=True,
             ttft_ms__isnull=False,
             created_at__gte=now - timedelta(hours=1),
+            **where,
         ).values_list("ttft_ms", flat=True)
     )
-    return statistics.median(values) if values else None
 
 
 def device_ttft_medians(
