@@ -275,8 +275,15 @@ def value_json(value):
 
 
 # --- PostgreSQL: a whole transaction in one message -----------------------------------
-# the statements each connection has prepared (SQL PREPARE), by connection
+# the statements each connection has prepared (SQL PREPARE), by connection; None
+# when some were found gone (``_prepared_lost``): the names are then read again
+# from the session before its next PREPARE (``_PREPARED_NAMES_SQL``)
 _prepared_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# this module's statements a session holds (PREPARE is not transactional: one
+# prepared in a transaction that then failed is still there)
+_PREPARED_NAMES_SQL = (
+    "SELECT name FROM pg_prepared_statements WHERE left(name, 8) = 'ballast_'"
+)
 # at most this many per connection; past it a statement is sent planned afresh
 PREPARED_PER_CONNECTION = 64
 
@@ -346,6 +353,9 @@ def _prepared_for(pg, statements: list[tuple[str, list, bool]], transaction=True
     """(query, params) of ``statements`` on psycopg connection ``pg``, after the
     PREPAREs it still needs (run here, Django's errors)."""
     with connection.wrap_database_errors:
+        if _prepared_names.get(pg, ()) is None:  # some were lost: which are left?
+            found = pg.execute(_PREPARED_NAMES_SQL, prepare=False).fetchall()
+            _prepared_names[pg] = {row[0] for row in found}
         prepares, query, params = _message(pg, statements, transaction)
         for name, prepare_sql in prepares:
             pg.execute(prepare_sql)
@@ -364,14 +374,28 @@ def lock_conflict(exc: BaseException) -> bool:
 
 def _prepared_lost(conn, exc: BaseException) -> bool:
     """Whether ``exc`` says a statement ``conn`` had prepared is gone (its
-    session's prepared statements were dropped); the registry of ``conn`` is
-    then forgotten, so the next message prepares what it runs again."""
+    session's prepared statements were dropped, by a ``DEALLOCATE ALL`` or
+    ``DISCARD ALL`` of anyone's); the registry of ``conn`` is then marked
+    unknown, so the next message reads which are left and prepares the rest
+    (those prepared again in a transaction that failed since are still
+    there)."""
     from psycopg import errors
 
     lost = _psycopg_error(exc, errors.InvalidSqlStatementName)
     if lost:
-        _prepared_names.pop(conn, None)
+        _prepared_names[conn] = None
     return lost
+
+
+def retry_worthy(exc: BaseException) -> bool:
+    """Whether a transaction that failed with ``exc`` was rolled back whole for a
+    reason that sending it again can get past: a lock conflict
+    (``lock_conflict``) or a prepared statement its connection lost
+    (``_prepared_lost``: prepared again on the next try). For
+    ``db_call_retried``'s ``when``."""
+    from psycopg import errors
+
+    return lock_conflict(exc) or _psycopg_error(exc, errors.InvalidSqlStatementName)
 
 
 def _psycopg_error(exc: BaseException, *kinds: type) -> bool:
@@ -398,6 +422,9 @@ async def transaction_one_message_async(
         if conn is None:
             return await db_call(transaction_one_message)(statements)
         for again in (True, False):
+            if _prepared_names.get(conn, ()) is None:  # some were lost: which are left?
+                found = await (await conn.execute(_PREPARED_NAMES_SQL)).fetchall()
+                _prepared_names[conn] = {row[0] for row in found}
             prepares, query, params = _message(conn, statements)
             for name, prepare_sql in prepares:
                 await conn.execute(prepare_sql)

@@ -17,6 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("BALLAST_VAR_DIR", BASE_DIR / "var"))
+# made here whatever the databases: Celery beat keeps its schedule in it, and
+# stopped (the worker running on without it) when it was missing
+VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
@@ -164,7 +167,6 @@ if DATABASE_URL:
         # sleeps 1 s, 2 s, … after each connection that fails the check)
         _db["ENGINE"] = "ballast.postgresql"
 else:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
     _db = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("BALLAST_SQLITE_PATH", str(VAR_DIR / "ballast.sqlite3")),

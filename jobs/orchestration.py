@@ -27,7 +27,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from ballast import local
-from ballast.db import db_call, db_call_retried
+from ballast.db import db_call, db_call_retried, retry_worthy
 
 from . import services
 from .models import Attempt, CatalogModel, Job
@@ -720,7 +720,9 @@ class JobRun:
 
     async def _end_segment(self, segment: _Segment) -> None:
         """End a failed or cancelled attempt: record it, tell the host, free the slot."""
-        await db_call(services.attempt_end)(
+        # sent again after a rollback that a second try gets past (a lost
+        # prepared statement: the score's reads), not a 503 in place of a failover
+        await db_call_retried(services.attempt_end, when=retry_worthy)(
             attempt_id=str(segment.attempt.id),
             outcome=segment.outcome,
             output_text=segment.text,

@@ -57,6 +57,21 @@ async def test_a_connection_is_reused_and_its_statements_prepared_once():
     assert (await cursor.fetchone())[0] == 1
 
 
+async def test_a_message_sent_again_after_a_loss_prepares_only_what_is_gone():
+    """After ``DEALLOCATE ALL`` on the connection, a message whose first
+    statement is new and whose second was lost: its retry prepares only the
+    lost one (the new one outlived the failed message)."""
+    pool = db.async_connections()
+    x, y = ("SELECT %s::int + 7", [1], True), ("SELECT %s::int + 8", [1], True)
+    await db.transaction_one_message_async([x])
+    (conn,) = pool._idle
+    await conn.execute("DEALLOCATE ALL")
+    for _ in range(2):
+        got = await db.transaction_one_message_async([y, x])
+        assert got == [[(9,)], [(8,)]]
+    assert list(pool._idle) == [conn]
+
+
 async def test_a_connection_the_server_ended_is_replaced_at_once():
     pool = db.async_connections()
     await db.transaction_one_message_async([(ECHO, ["a", 1], False)])

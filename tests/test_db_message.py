@@ -124,6 +124,42 @@ def test_inside_a_transaction_a_lost_statement_is_raised_not_sent_again():
     assert db.execute_prepared("SELECT %s::int * 4", [3]) == [(12,)]
 
 
+def test_statements_prepared_again_in_a_failed_transaction_are_known_after_it():
+    """PREPARE is not transactional: after a lost statement fails a transaction,
+    the ones prepared again inside it are still in the session. The next call
+    reads which are left instead of preparing them a second time ("already
+    exists" on every call after, found by a fresh-eyes check)."""
+    from django.db import DatabaseError, transaction
+
+    a, b = "SELECT %s::int * 5", "SELECT %s::int * 6"
+    db.execute_prepared(a, [1])
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with pytest.raises(DatabaseError, match="does not exist"):
+        with transaction.atomic():
+            assert db.execute_prepared(b, [1]) == [(6,)]  # prepared again: b is new
+            db.execute_prepared(a, [1])  # the registry said a was there
+    assert len(_prepared()) == 1  # b outlived the rollback
+    for _ in range(2):
+        assert db.execute_prepared(b, [2]) == [(12,)]
+        assert db.execute_prepared(a, [2]) == [(10,)]
+    assert len(_prepared()) == 2
+    (rows,) = db.transaction_one_message([(a, [3], True), (b, [3], True)])[:1]
+    assert rows == [(15,)]
+
+
+def test_a_message_sent_again_after_a_loss_prepares_only_what_is_gone():
+    """The message's own retry: its first statement is prepared afresh, its
+    second was lost; sent again, only the lost one is prepared."""
+    x, y = ("SELECT %s::int + 7", [1], True), ("SELECT %s::int + 8", [1], True)
+    db.transaction_one_message([x])
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    assert db.transaction_one_message([y, x]) == [[(9,)], [(8,)]]
+    assert db.transaction_one_message([y, x]) == [[(9,)], [(8,)]]
+    assert len(_prepared()) == 2
+
+
 def test_defaults_and_code_constants_are_literals_not_parameters():
     """(Fewer parameters for psycopg to quote on every request step.)"""
     from psycopg.types.numeric import Int4
