@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Aggregate, F, FloatField
 from django.utils import timezone
 
 from ballast.db import (
@@ -595,45 +595,47 @@ def model_ttft_median(*, model_id: str, now: datetime) -> float | None:
     """The model's median time to first token (ms) over all devices, last hour.
 
     Cached per process for 30 s: it moves slowly, and computing it scans every
-    outcome of the hour, which must not happen on every request. On PostgreSQL
-    the database computes it (``_MEDIAN_SQL``): the hour's values are not sent.
+    outcome of the hour, which must not happen on every request.
     """
     import time
 
     cached = _model_medians.get(model_id)
     if cached and time.monotonic() - cached[0] < MODEL_MEDIAN_TTL_S:
         return cached[1]
-    hour = now - timedelta(hours=1)
-    if connection.vendor == "postgresql":  # the median by the database
-        (median,) = row_fetch(
-            f"SELECT {_MEDIAN_SQL} FROM hosts_deviceoutcome WHERE model_id = %s"
-            " AND success AND ttft_ms IS NOT NULL AND created_at >= %s",
-            [model_id, db_datetime(hour)],
-        )
-    else:
-        values = _hour_ttfts(now, model_id=model_id)
-        median = statistics.median(values) if values else None
+    median = _hour_ttft_median(now, model_id=model_id)
     _model_medians[model_id] = (time.monotonic(), median)
     return median
 
 
 def device_ttft_median(*, device_id: int, model_id: str, now: datetime) -> float | None:
     """This device's median time to first token (ms) for the model, last hour."""
-    values = _hour_ttfts(now, device_id=device_id, model_id=model_id)
-    return statistics.median(values) if values else None
+    return _hour_ttft_median(now, device_id=device_id, model_id=model_id)
 
 
-def _hour_ttfts(now: datetime, **where) -> list[int]:
-    """The first-token times (ms) of the successful outcomes of the hour before
-    ``now`` that match ``where`` (field lookups)."""
-    return list(
-        DeviceOutcome.objects.filter(
-            success=True,
-            ttft_ms__isnull=False,
-            created_at__gte=now - timedelta(hours=1),
-            **where,
-        ).values_list("ttft_ms", flat=True)
+class _Median(Aggregate):
+    """PostgreSQL's median of a column, as ``statistics.median`` takes it (the
+    mean of the two middle values when their number is even); NULL for none."""
+
+    function = "percentile_cont"
+    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+
+def _hour_ttft_median(now: datetime, **where) -> float | None:
+    """The median first-token time (ms) of the successful outcomes of the hour
+    before ``now`` that match ``where`` (field lookups), None when there are
+    none: computed by PostgreSQL (``_Median``: the hour's values are not sent),
+    elsewhere (SQLite) ``statistics.median`` of them."""
+    outcomes = DeviceOutcome.objects.filter(
+        success=True,
+        ttft_ms__isnull=False,
+        created_at__gte=now - timedelta(hours=1),
+        **where,
     )
+    if connection.vendor == "postgresql":
+        return outcomes.aggregate(median=_Median("ttft_ms"))["median"]
+    values = list(outcomes.values_list("ttft_ms", flat=True))
+    return statistics.median(values) if values else None
 
 
 def device_ttft_medians(
@@ -828,10 +830,12 @@ _SCORE_SERIES_SQL = (
     " WHERE device_id = %s AND model_id = %s"
     " ORDER BY 1, 4 DESC"
 )
-# PostgreSQL: the median of the hour's first-token times (one row, NULL when
-# none) as statistics.median takes it (the mean of the two middle values when
-# their number is even); SQLite, which has no such aggregate: every value
-_MEDIAN_SQL = "percentile_cont(0.5) WITHIN GROUP (ORDER BY ttft_ms)"
+# PostgreSQL: the median of the hour's first-token times (``_Median``: one row,
+# NULL when none); SQLite, which has no such aggregate: every value
+_MEDIAN_SQL = _Median.template % {
+    "function": _Median.function,
+    "expressions": "ttft_ms",
+}
 
 
 def _score_series_sql() -> str:
