@@ -379,12 +379,17 @@ def _prepared_lost(conn, exc: BaseException) -> bool:
     unknown, so the next message reads which are left and prepares the rest
     (those prepared again in a transaction that failed since are still
     there)."""
-    from psycopg import errors
-
-    lost = _psycopg_error(exc, errors.InvalidSqlStatementName)
+    lost = _statement_lost(exc)
     if lost:
         _prepared_names[conn] = None
     return lost
+
+
+def _statement_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is PostgreSQL's "prepared statement does not exist"."""
+    from psycopg import errors
+
+    return _psycopg_error(exc, errors.InvalidSqlStatementName)
 
 
 def retry_worthy(exc: BaseException) -> bool:
@@ -393,9 +398,7 @@ def retry_worthy(exc: BaseException) -> bool:
     (``lock_conflict``) or a prepared statement its connection lost
     (``_prepared_lost``: prepared again on the next try). For
     ``db_call_retried``'s ``when``."""
-    from psycopg import errors
-
-    return lock_conflict(exc) or _psycopg_error(exc, errors.InvalidSqlStatementName)
+    return lock_conflict(exc) or _statement_lost(exc)
 
 
 def _psycopg_error(exc: BaseException, *kinds: type) -> bool:

@@ -129,9 +129,8 @@ def main() -> int:
         credit_sql = services._credit_sql("a.id = %s")
         # before this round: the open statuses were parameters too, so the
         # prepared statement's generic plan could not choose by them
-        open_statuses = ", ".join(f"'{status}'" for status in Job.OPEN_STATUSES)
-        assert open_statuses in credit_sql
-        params_sql = credit_sql.replace(open_statuses, "%s, %s")
+        assert services._OPEN_JOB_SQL in credit_sql
+        params_sql = credit_sql.replace(services._OPEN_JOB_SQL, "%s, %s")
 
         def prepared() -> int:
             """As the request step runs it: a prepared statement (its generic plan)."""

@@ -134,7 +134,7 @@ class Job(models.Model):
             # the renter's open jobs, which every credit check sums
             # (``jobs.services._credit_sql``): without it the check read every
             # job the renter ever had; the statuses are OPEN_STATUSES
-            # (checked by tests/jobs/test_credit_index.py)
+            # (checked by tests/jobs/test_credit.py)
             models.Index(
                 fields=["renter"],
                 condition=models.Q(status__in=["queued", "running"]),
@@ -299,6 +299,8 @@ class Rental(models.Model):
         LIVE = "live"
         STOPPED = "stopped"
         ENDED = "ended"
+
+    OPEN_STATUSES = (Status.PENDING, Status.LIVE)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     renter = models.ForeignKey(

@@ -38,7 +38,7 @@ def rental_price_per_hour_nano() -> int:
 def device_rented(device_id: int) -> Rental | None:
     """The open (pending or live) rental of a device, if any."""
     return Rental.objects.filter(
-        device_id=device_id, status__in=(Rental.Status.PENDING, Rental.Status.LIVE)
+        device_id=device_id, status__in=Rental.OPEN_STATUSES
     ).first()
 
 

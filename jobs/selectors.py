@@ -51,7 +51,7 @@ def devices_rented() -> Exists:
     return Exists(
         Rental.objects.filter(
             device=OuterRef("pk"),
-            status__in=(Rental.Status.PENDING, Rental.Status.LIVE),
+            status__in=Rental.OPEN_STATUSES,
         )
     )
 

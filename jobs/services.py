@@ -1356,9 +1356,7 @@ def credit_reserved_nano(*, renter) -> int:
         for model_id, params, admitted in open_jobs
     )
     rentals = 0
-    for rental in Rental.objects.filter(
-        renter=renter, status__in=(Rental.Status.PENDING, Rental.Status.LIVE)
-    ):
+    for rental in Rental.objects.filter(renter=renter, status__in=Rental.OPEN_STATUSES):
         hours_left = float(rental.hours)
         if rental.billed_until and rental.starts_at:
             billed = (rental.billed_until - rental.starts_at).total_seconds() / 3600
@@ -1392,9 +1390,9 @@ def _credit_sql(account_where: str, renter: str = "%s") -> str:
 # the open statuses as literals, not parameters: a prepared statement's generic
 # plan can then use the partial index of the renter's open jobs
 # (``Job.Meta``'s ``job_open_by_renter``), whatever the renter's history
-_OPEN_JOB_SQL = ", ".join(sql_value(status, []) for status in Job.OPEN_STATUSES)
-_OPEN_RENTAL_SQL = ", ".join(
-    sql_value(status, []) for status in (Rental.Status.PENDING, Rental.Status.LIVE)
+_OPEN_JOB_SQL, _OPEN_RENTAL_SQL = (
+    ", ".join(sql_value(status, []) for status in statuses)
+    for statuses in (Job.OPEN_STATUSES, Rental.OPEN_STATUSES)
 )
 
 
