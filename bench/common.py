@@ -89,3 +89,23 @@ def django_on(url: str, **env: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+
+
+def chat_job_store(renter, model, content: str):
+    """A streamed chat job of ``renter`` for ``model`` asking ``content``
+    (``max_tokens`` 64), stored as the request path stores one
+    (``jobs.services.job_create``); Django must be set up (``django_on``)."""
+    from jobs.models import Job
+    from jobs.services import job_create
+
+    return job_create(
+        renter=renter,
+        api_key=None,
+        model=model,
+        endpoint=Job.Endpoint.CHAT,
+        messages=[{"role": "user", "content": content}],
+        prompt=None,
+        params={"max_tokens": 64},
+        placement={},
+        stream=True,
+    )

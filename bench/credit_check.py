@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    chat_job_store,
     django_on,
     machine_line,
     scratch_postgres,
@@ -99,7 +100,7 @@ def main() -> int:
         from hosts.services import user_get_or_create
         from jobs import services
         from jobs.models import CatalogModel, Job
-        from jobs.services import credit_available_nano, credit_lock, job_create
+        from jobs.services import credit_available_nano, credit_lock
 
         renter = user_get_or_create(email="renter@bench.example")
         renter_top_up(
@@ -108,17 +109,7 @@ def main() -> int:
         account = account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
         platform = account_for(kind=Account.Kind.PLATFORM)
         model = CatalogModel.objects.first()
-        job = job_create(
-            renter=renter,
-            api_key=None,
-            model=model,
-            endpoint=Job.Endpoint.CHAT,
-            messages=[{"role": "user", "content": "hi"}],
-            prompt=None,
-            params={"max_tokens": 64},
-            placement={},
-            stream=True,
-        )
+        job = chat_job_store(renter, model, "hi")
         assert job.status in Job.OPEN_STATUSES
 
         def ballast() -> int:

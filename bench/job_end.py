@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    chat_job_store,
     django_on,
     machine_line,
     percentile,
@@ -118,8 +119,8 @@ def attempts_make(renter, keys, count: int) -> list[dict]:
     from django.utils import timezone
 
     from billing.receipts import receipt_message
-    from jobs.models import CatalogModel, Job
-    from jobs.services import attempt_claim, job_create, job_dispatch
+    from jobs.models import CatalogModel
+    from jobs.services import attempt_claim, job_dispatch
     from jobs.tokens import token_count
 
     fleet_refresh()
@@ -127,17 +128,7 @@ def attempts_make(renter, keys, count: int) -> list[dict]:
     tokens = token_count(MODEL, TEXT) or len(TEXT.split())
     calls = []
     for _ in range(count):
-        job = job_create(
-            renter=renter,
-            api_key=None,
-            model=model,
-            endpoint=Job.Endpoint.CHAT,
-            messages=[{"role": "user", "content": "What is two plus two?"}],
-            prompt=None,
-            params={"max_tokens": 64},
-            placement={},
-            stream=True,
-        )
+        job = chat_job_store(renter, model, "What is two plus two?")
         dispatch = job_dispatch(job_id=str(job.id), job=job, model=model)
         assert dispatch.attempt is not None, dispatch
         attempt = dispatch.attempt

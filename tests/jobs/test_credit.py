@@ -127,12 +127,11 @@ def test_the_credit_check_reads_the_open_jobs_only_whatever_the_history(
     from ballast.db import _dollar_placeholders
     from billing.models import Account
 
-    template = _job(renter, catalog, max_tokens=10, status=Job.Status.SUCCEEDED)
     Job.objects.bulk_create(
         Job(
             renter=renter,
             model_id=catalog.id,
-            endpoint=template.endpoint,
+            endpoint=Job.Endpoint.CHAT,
             params={"max_tokens": 10},
             status=Job.Status.SUCCEEDED,
         )
