@@ -13,20 +13,18 @@ class AddIndexConcurrentlyOnPostgreSQL(AddIndexConcurrently):
     index builds); a plain ``AddIndex`` on other databases (SQLite)."""
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-        else:
-            AddIndex.database_forwards(
-                self, app_label, schema_editor, from_state, to_state
-            )
+        way = self._way(schema_editor)
+        way.database_forwards(self, app_label, schema_editor, from_state, to_state)
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        way = self._way(schema_editor)
+        way.database_backwards(self, app_label, schema_editor, from_state, to_state)
+
+    @staticmethod
+    def _way(schema_editor) -> type[AddIndex]:
         if schema_editor.connection.vendor == "postgresql":
-            super().database_backwards(app_label, schema_editor, from_state, to_state)
-        else:
-            AddIndex.database_backwards(
-                self, app_label, schema_editor, from_state, to_state
-            )
+            return AddIndexConcurrently
+        return AddIndex
 
 
 class Migration(migrations.Migration):
