@@ -9,6 +9,7 @@ is a compare-and-set on its state.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 import time
@@ -69,6 +70,7 @@ from hosts.services import device_outcome_record, spot_check_mark_due
 from .models import ApiKey, Attempt, CatalogModel, Job, Rental
 from .selectors import (
     device_claim,
+    device_pick_params,
     device_pick_sql,
     devices_eligible_count,
     devices_untried_exist,
@@ -498,6 +500,19 @@ class GuessedPick:
     machine_channel: str
 
 
+@functools.cache
+def _claim_fields() -> tuple[list, list]:
+    """The fields of the device and of its machine a claim statement returns:
+    what the dispatch needs (the offer's device index, the machine's channel;
+    the rest deferred, read on access), so the statement's text stays under
+    psycopg's cache limit (4,096 characters; past it every call parses the
+    text again)."""
+    return (
+        [Device._meta.get_field(n) for n in _DEVICE_COLUMNS],
+        [Machine._meta.get_field(n) for n in _MACHINE_COLUMNS],
+    )
+
+
 class _ClaimStatement:
     """PostgreSQL: the CTEs of a claim (``ahead``, ``pick``, ``slot``, ``bump``,
     ``attempt``) and the reading of the row the statement returns.
@@ -532,7 +547,30 @@ class _ClaimStatement:
         offered_when_claimed: bool = False,
         guess: GuessedPick | None = None,
         guess_ids: bool = False,
+        build_sql: bool = True,
     ) -> None:
+        """See the class docstring; ``build_sql`` False: only what reads the
+        row is set (the request step whose text is cached, ``_OpenStatement``;
+        ``ctes``, ``params`` and ``columns`` are then not set)."""
+        self.guess = guess
+        self.guess_other_id = uuid.uuid4() if guess_ids else None
+        attempt.offered_at = timezone.now()
+        self.attempt = attempt
+        self.guess_id_read = guess_ids
+        self.select_count = 0
+        if build_sql:
+            self._sql_build(job, model, now, fcfs, gate, offered_when_claimed)
+
+    def _sql_build(
+        self,
+        job: Job,
+        model: CatalogModel,
+        now: datetime,
+        fcfs: bool,
+        gate: str,
+        offered_when_claimed: bool,
+    ) -> None:
+        guess, guess_ids, attempt = self.guess, self.guess_id_read, self.attempt
         if fcfs:  # the query of _jobs_ahead, raw: it runs on every dispatch
             ahead_params = [job.model_id]
             queued = sql_value(Job.Status.QUEUED, ahead_params)
@@ -549,9 +587,6 @@ class _ClaimStatement:
         )
         db = db_connection()
         qn = db.ops.quote_name
-        self.guess = guess
-        self.guess_other_id = uuid.uuid4() if guess_ids else None
-        attempt.offered_at = timezone.now()
         columns, values, attempt_params = [], [], []
         for field in Attempt._meta.concrete_fields:
             columns.append(qn(field.column))
@@ -590,21 +625,13 @@ class _ClaimStatement:
                 columns.pop()
                 continue
             values.append(value)
-        self.attempt = attempt
-        # of the device and its machine, what the dispatch needs (the offer's
-        # device index, the machine's channel; the rest deferred, read on
-        # access): the statement's text stays under psycopg's cache limit
-        # (4,096 characters; past it every call parses the text again)
-        self.device_fields = [Device._meta.get_field(n) for n in _DEVICE_COLUMNS]
-        self.machine_fields = [Machine._meta.get_field(n) for n in _MACHINE_COLUMNS]
+        device_fields, machine_fields = _claim_fields()
         self.ctes = (
             f"ahead AS ({ahead}),"
             f" pick AS ({pick}),"
             " slot AS (UPDATE hosts_device d SET slots_used = d.slots_used + 1 FROM pick"
             " WHERE d.id = pick.device_id AND d.slots_used < d.slots_total"
-            " RETURNING "
-            + ", ".join(f"d.{qn(f.column)}" for f in self.device_fields)
-            + "),"
+            " RETURNING " + ", ".join(f"d.{qn(f.column)}" for f in device_fields) + "),"
             " bump AS (UPDATE hosts_devicemodel dm SET tiebreak = dm.tiebreak + %s"
             " FROM pick, slot WHERE dm.id = pick.dm_id),"
             f" attempt AS (INSERT INTO jobs_attempt ({', '.join(columns)})"
@@ -615,10 +642,8 @@ class _ClaimStatement:
         )
         self.params = [*ahead_params, *pick_params, tiebreak_step(), *attempt_params]
         self.columns = "(SELECT n FROM ahead), slot.*, " + ", ".join(
-            f"m.{qn(f.column)}" for f in self.machine_fields
+            f"m.{qn(f.column)}" for f in machine_fields
         )
-        self.guess_id_read = guess_ids
-        self.select_count = 0
 
     def sql(
         self,
@@ -687,12 +712,13 @@ class _ClaimStatement:
         ahead, device_values, machine_values = self._parts(row)
         if device_values[0] is None:
             return ahead, None
+        device_fields, machine_fields = _claim_fields()
         device = Device.from_db(
-            DEFAULT_DB_ALIAS, [f.attname for f in self.device_fields], device_values
+            DEFAULT_DB_ALIAS, [f.attname for f in device_fields], device_values
         )
         device.machine = Machine.from_db(
             DEFAULT_DB_ALIAS,
-            [f.attname for f in self.machine_fields],
+            [f.attname for f in machine_fields],
             machine_values,
         )
         self.attempt.device = device
@@ -1821,6 +1847,57 @@ _KEY_WHERE_SQL = "k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active"
 _catalog_hints: dict[str, CatalogModel] = {}
 
 
+# the columns the request step's statement selects before the claim's
+_OPEN_SELECT = (
+    "(SELECT balance - reserved FROM credit)",
+    "(SELECT rentals FROM credit)",
+    "EXISTS (SELECT 1 FROM model)",
+    "EXISTS (SELECT 1 FROM ok)",
+)
+
+
+@dataclass(frozen=True)
+class _OpenText:
+    """A request statement's text as ``_OpenStatement`` built it for one shape
+    (``_open_shape``), the job's fields that are its parameters, in order, and
+    how many parameters it takes."""
+
+    sql: str
+    job_fields: list
+    param_count: int
+
+
+# shape -> its statement's text (``_open_shape``), at most ``_OPEN_TEXTS_MAX``
+_open_texts: dict[tuple, _OpenText] = {}
+_OPEN_TEXTS_MAX = 1000
+
+
+def _open_shape(request, model: CatalogModel, waiting_channel: str, renter_sql: str):
+    """What the request step's statement text depends on beyond its parameters,
+    or None when it is built afresh every time (a placement: its filters).
+
+    A job field's SQL is a literal or a left-out column when its value is NULL,
+    a boolean, 0, the empty string or a code constant (``ballast.db.sql_value``),
+    and a parameter otherwise; of the job's values only these vary with the
+    request: the endpoint, the messages or the prompt, stream, the model's price,
+    the waiting channel. The rest of the text is fixed for a request without a
+    placement (no rental, no target device, not a spot check).
+    """
+    if request.placement:
+        return None
+    return (
+        renter_sql,
+        model.id,
+        model.price_completion_nano == 0,
+        request.endpoint,
+        request.messages is None,
+        request.prompt is None,
+        request.prompt == "",
+        bool(request.stream),
+        waiting_channel == "",
+    )
+
+
 class _OpenStatement:
     """PostgreSQL: the request step's statement and the reading of its row.
 
@@ -1851,8 +1928,11 @@ class _OpenStatement:
         self.job = job = job_build(
             renter=None, api_key=None, **_request_job(request, model, waiting_channel)
         )
-        fields, values = row_values(job)  # sets created_at, which the FCFS count reads
         self.attempt = _attempt_build(job, "", now)
+        # a request with a placement is never guessed (``_guess_take``)
+        guess_ids = not request.placement
+        shape = _open_shape(request, model, waiting_channel, renter_sql)
+        text = _open_texts.get(shape) if shape is not None else None
         self.claim = _ClaimStatement(
             job=job,
             model=model,
@@ -1862,8 +1942,41 @@ class _OpenStatement:
             gate="EXISTS (SELECT 1 FROM ok)",
             offered_when_claimed=True,
             guess=guess,
-            # a request with a placement is never guessed (``_guess_take``)
-            guess_ids=not request.placement,
+            guess_ids=guess_ids,
+            build_sql=False,  # below, when the text is not kept
+        )
+        head_params = [
+            *renter_params,
+            model.id,
+            model.context_length,
+            model.vram_per_request_mb,
+            model.price_completion_nano,
+            *_credit_params(),
+            Account.Kind.RENTER_CREDIT,
+            request.params["max_tokens"] * model.price_completion_nano,
+        ]
+        if text is not None:
+            self.statement = (text.sql, self._params_cached(text, head_params), True)
+            self.claim.select_count = len(_OPEN_SELECT)
+            return
+        self.statement = (*self._sql_build(renter_sql, head_params), True)
+        if shape is not None:
+            if len(_open_texts) >= _OPEN_TEXTS_MAX:
+                _open_texts.clear()
+            _open_texts[shape] = _OpenText(
+                sql=self.statement[0],
+                job_fields=self._job_param_fields,
+                param_count=len(self.statement[1]),
+            )
+
+    def _sql_build(self, renter_sql: str, head_params: list) -> tuple[str, list]:
+        """(SQL, params) of the statement, built field by field (see the class
+        docstring); notes which of the job's fields are parameters
+        (``_job_param_fields``, for ``_OpenText``)."""
+        job = self.job
+        fields, values = row_values(job)  # sets created_at, which the FCFS count reads
+        self.claim._sql_build(
+            job, self.model, self.now, True, "EXISTS (SELECT 1 FROM ok)", True
         )
         qn = db_connection().ops.quote_name
         from_renter = {
@@ -1871,6 +1984,7 @@ class _OpenStatement:
             "api_key_id": "(SELECT key_id FROM renter)",
         }
         job_columns, job_values, job_params = [], [], []
+        self._job_param_fields = []
         for field, value in zip(fields, values, strict=True):
             if field.attname == "status":  # running when the claim took a slot
                 running = sql_value(Job.Status.RUNNING, job_params)
@@ -1885,43 +1999,67 @@ class _OpenStatement:
                 value_sql = sql_value(value, job_params)
                 if insert_leaves_out(field, value_sql):
                     continue
+            if value_sql == "%s":
+                self._job_param_fields.append(field)
             job_columns.append(qn(field.column))
             job_values.append(value_sql)
         credit = _credit_sql(
             "a.kind = %s AND a.user_id = (SELECT user_id FROM renter)",
             renter="(SELECT user_id FROM renter)",
         )
-        self.statement = (
-            *self.claim.sql(
-                head=f"renter AS ({renter_sql}),"
-                " model AS (SELECT 1 FROM jobs_catalogmodel WHERE id = %s AND active"
-                " AND context_length = %s AND vram_per_request_mb = %s"
-                " AND price_completion_nano = %s),"
-                f" credit AS ({credit}),"
-                " ok AS (SELECT 1 FROM credit, model WHERE NOT credit.rentals"
-                " AND credit.balance - credit.reserved >= %s)",
-                head_params=[
-                    *renter_params,
-                    model.id,
-                    model.context_length,
-                    model.vram_per_request_mb,
-                    model.price_completion_nano,
-                    *_credit_params(),
-                    Account.Kind.RENTER_CREDIT,
-                    request.params["max_tokens"] * model.price_completion_nano,
-                ],
-                tail=f"job AS (INSERT INTO jobs_job ({', '.join(job_columns)})"
-                f" SELECT {', '.join(job_values)} FROM ok)",
-                tail_params=job_params,
-                select=(
-                    "(SELECT balance - reserved FROM credit)",
-                    "(SELECT rentals FROM credit)",
-                    "EXISTS (SELECT 1 FROM model)",
-                    "EXISTS (SELECT 1 FROM ok)",
-                ),
-            ),
-            True,
+        return self.claim.sql(
+            head=f"renter AS ({renter_sql}),"
+            " model AS (SELECT 1 FROM jobs_catalogmodel WHERE id = %s AND active"
+            " AND context_length = %s AND vram_per_request_mb = %s"
+            " AND price_completion_nano = %s),"
+            f" credit AS ({credit}),"
+            " ok AS (SELECT 1 FROM credit, model WHERE NOT credit.rentals"
+            " AND credit.balance - credit.reserved >= %s)",
+            head_params=head_params,
+            tail=f"job AS (INSERT INTO jobs_job ({', '.join(job_columns)})"
+            f" SELECT {', '.join(job_values)} FROM ok)",
+            tail_params=job_params,
+            select=_OPEN_SELECT,
         )
+
+    def _params_cached(self, text: _OpenText, head_params: list) -> list:
+        """The params of a statement whose text was built before (``text``), in
+        the order ``_sql_build`` gives them: the same values, each prepared as
+        there, without building the text again (docs/performance.md, tenth
+        round; ``tests/jobs/test_open_statement.py`` holds the two equal).
+        Raises RuntimeError when their number is not the text's."""
+        job, now, attempt, claim = self.job, self.now, self.attempt, self.claim
+        db = db_connection()
+        # the job's own values first: ``pre_save`` sets created_at, as in row_values
+        job_params = [
+            field.get_db_prep_save(field.pre_save(job, True), db)
+            for field in text.job_fields
+        ]
+        guess = claim.guess
+        params = [
+            *head_params,
+            # ahead (``_ClaimStatement``'s FCFS count)
+            job.model_id,
+            job.created_at,
+            now,
+            # pick (``device_pick_sql``)
+            *device_pick_params(job=job, model=self.model, now=now),
+            tiebreak_step(),
+            # the attempt's id (guessed or not), its job, its claim deadline
+            None if guess is None else guess.device_id,
+            None if guess is None else guess.machine_channel,
+            attempt.id,
+            claim.guess_other_id,
+            Attempt._meta.get_field("job").get_db_prep_save(attempt.job_id, db),
+            float(settings.BALLAST_CLAIM_TIMEOUT_S),
+            *job_params,
+        ]
+        if len(params) != text.param_count:
+            raise RuntimeError(
+                f"the request statement's cached text takes {text.param_count}"
+                f" parameters, {len(params)} were made"
+            )
+        return params
 
     def send(self, lock_sql: str, lock_params: list) -> tuple[list, tuple]:
         """Run the transaction in one message (``ballast.db.transaction_one_message``):

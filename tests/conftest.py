@@ -83,7 +83,7 @@ def _fresh_database_pool(request):
 @pytest.fixture(autouse=True)
 def _fresh_process_caches():
     """Per-process caches (the model's median first-token time; the keys and
-    next picks of guessed offers) start empty."""
+    next picks of guessed offers; the request statements' texts) start empty."""
     from hosts import services
     from jobs import services as job_services
 
@@ -91,6 +91,7 @@ def _fresh_process_caches():
         services._model_medians,
         job_services._keys_trusted,
         job_services._next_picks,
+        job_services._open_texts,
     )
     for cache in caches:
         cache.clear()
