@@ -30,6 +30,7 @@ from django.db.models.expressions import DatabaseDefault
 from django.db.models.fields import NOT_PROVIDED
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from psycopg import pq
 
 log = logging.getLogger("ballast.db")
 
@@ -331,8 +332,16 @@ def transaction_one_message(statements: list[tuple[str, list, bool]]) -> list[li
     raw = cursor.cursor
     for _ in statements:
         raw.nextset()  # past BEGIN, then each statement in turn
-        rows.append(raw.fetchall() if raw.description else [])
+        rows.append(raw.fetchall() if _has_rows(raw) else [])
     return rows
+
+
+def _has_rows(cursor) -> bool:
+    """Whether ``cursor``'s current result is rows (a SELECT, a RETURNING),
+    read off the result's status: psycopg makes ``description`` anew on every
+    access, a column object each (profiled: ~12 % of the request step's Python)."""
+    result = cursor.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 def execute_prepared(sql: str, params: list) -> list[tuple]:
@@ -445,7 +454,7 @@ async def transaction_one_message_async(
         rows = []
         for _ in statements:
             cursor.nextset()  # past BEGIN, then each statement in turn
-            rows.append(await cursor.fetchall() if cursor.description else [])
+            rows.append(await cursor.fetchall() if _has_rows(cursor) else [])
         return rows
 
 
