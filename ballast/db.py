@@ -355,7 +355,7 @@ def execute_prepared(sql: str, params: list) -> list[tuple]:
     this module's too. Raises the database's error as Django's.
     """
     with statement_execute(sql, params, prepare=True) as cursor:
-        return cursor.fetchall() if cursor.description else []
+        return cursor.fetchall() if _has_rows(cursor.cursor) else []
 
 
 def _prepared_for(pg, statements: list[tuple[str, list, bool]], transaction=True):
