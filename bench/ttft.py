@@ -131,12 +131,13 @@ def renter_keys(env: dict, count: int) -> list[str]:
 
 # --- measuring ----------------------------------------------------------------------------
 async def measure(url: str, key: str, sequential: int, concurrency: int, rounds: int, warmup: int = 5,
-                  counters: bool = False, keys: list[str] | None = None):
+                  counters: bool = False, keys: list[str] | None = None, pause_s: float = 0.0):
     """Return (sequential ttfts, concurrent ttfts, errors, counters), times in seconds.
 
     ``counters``: the instrumented coordinator's stats of each phase (sequential,
     concurrent). ``keys``: the concurrent requests' API keys, in turn (default: ``key``
-    for all; one renter's parallel requests take turns on its credit lock).
+    for all; one renter's parallel requests take turns on its credit lock). ``pause_s``:
+    the wait after each sequential request (s).
     """
     keys = keys or [key]
     phases: list[dict] = []
@@ -164,7 +165,12 @@ async def measure(url: str, key: str, sequential: int, concurrency: int, rounds:
             await one(i)
         await asyncio.sleep(0.5)
         await snapshot(True)
-        seq = [t for i in range(sequential) if (t := await one(i)) is not None]
+        seq = []
+        for i in range(sequential):
+            if (t := await one(i)) is not None:
+                seq.append(t)
+            if pause_s:
+                await asyncio.sleep(pause_s)
         await asyncio.sleep(0.5)  # let the last job's finish land in this phase
         await snapshot(False)
         conc: list[float] = []
@@ -179,7 +185,7 @@ async def measure(url: str, key: str, sequential: int, concurrency: int, rounds:
 
 
 async def measure_interleaved(targets: list[tuple[str, str]], sequential: int, concurrency: int,
-                              rounds: int, warmup: int = 5) -> list[tuple[list, list, list]]:
+                              rounds: int, warmup: int = 5, pause_s: float = 0.0) -> list[tuple[list, list, list]]:
     """``--base``: measure ``targets`` ((base URL, API key) each) in one session, interleaved:
     each sequential step sends one request to every target, in a fresh random order (so no
     target always follows the same one, whose leftover work would land on it); the
@@ -208,6 +214,8 @@ async def measure_interleaved(targets: list[tuple[str, str]], sequential: int, c
             for target in sides:
                 if (t := await one(target, i)) is not None:
                     results[target][0].append(t)
+                if pause_s:
+                    await asyncio.sleep(pause_s)
         for r in range(rounds):
             order.shuffle(sides)
             for target in sides:
@@ -273,7 +281,7 @@ def compare(args, script: str) -> int:
                                             instrumented=False, root=root)
                         targets.append((stack.url, key))
                     got = asyncio.run(measure_interleaved(targets, args.sequential, args.concurrency,
-                                                          args.rounds))
+                                                          args.rounds, pause_s=args.pause_s))
                 (d_seq, d_conc, d_err), *sides = got
                 print(line(f"direct  sequential (beside {layer})", d_seq))
                 print(line(f"direct  {args.concurrency} concurrent", d_conc))
@@ -333,6 +341,10 @@ def main() -> int:
                         help="the scripted engine's pause before each piece, the first "
                              "included (s): 0 measures the coordinator alone; a real "
                              "engine's first token takes its prompt's prefill")
+    parser.add_argument("--pause-s", type=float, default=0.0,
+                        help="the renter's pause after each sequential request (s), both sides: "
+                             "0 sends the next at once; a pause lets the machine go idle between "
+                             "requests, as a renter's occasional calls do")
     parser.add_argument("--slots", type=int, default=10)
     parser.add_argument("--renters", type=int, default=1,
                         help="renters the concurrent requests come from, in turn (each has its own credit lock)")
@@ -348,7 +360,7 @@ def main() -> int:
 
     print(f"machine: {machine_line()}")
     print(f"settings: renter httpx SSE, max_tokens 64; script {script}; {args.sequential} sequential "
-          f"requests; {args.rounds} rounds of {args.concurrency} concurrent from {args.renters} "
+          f"requests (pause {args.pause_s:g} s after each); {args.rounds} rounds of {args.concurrency} concurrent from {args.renters} "
           f"renter(s); ballast: uvicorn "
           f"(uvloop, httptools, --ws websockets), DJANGO_DEBUG=0, PostgreSQL scratch db, "
           f"{args.agents} scripted agent processes x {args.slots} slots", flush=True)
@@ -367,7 +379,8 @@ def main() -> int:
             pid = direct.pid
             cpu0 = cpu_seconds(pid)
             results["direct"] = (*asyncio.run(measure(f"http://127.0.0.1:{port}", "x", args.sequential,
-                                                      args.concurrency, args.rounds)), cpu_seconds(pid) - cpu0)
+                                                      args.concurrency, args.rounds, pause_s=args.pause_s)),
+                                 cpu_seconds(pid) - cpu0)
         finally:
             direct.terminate()
             direct.wait(10)
@@ -385,7 +398,8 @@ def main() -> int:
                     cpu0 = cpu_seconds(pid)
                     results[layer] = (*asyncio.run(measure(stack.url, key, args.sequential,
                                                            args.concurrency, args.rounds,
-                                                           counters=not args.plain, keys=keys)),
+                                                           counters=not args.plain, keys=keys,
+                                                           pause_s=args.pause_s)),
                                       cpu_seconds(pid) - cpu0)
                     profile_stop(spy)
 
