@@ -133,6 +133,11 @@ class ScriptedEngine(Engine):
     async def _misbehave(self, sent: int) -> None:
         """die_at: exit the process; error_at: raise; stall_at: wait until cancelled."""
         if self.mode == "die_at":
+            # the pieces yielded so far leave first (the agent sends what an
+            # engine yields at once when its loop next turns, and the loop makes
+            # its writes at the end of a turn): two turns of the loop
+            for _ in range(2):
+                await asyncio.sleep(0)
             log.warning(
                 "scripted die_at: exiting with status 137 after %d pieces", sent
             )
