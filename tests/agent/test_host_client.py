@@ -88,6 +88,55 @@ async def test_nul_characters_of_the_engine_are_dropped_and_the_rest_signed(
     assert_receipt(coordinator.hellos[0], "job-1", done, text)
 
 
+@pytest.mark.asyncio
+async def test_pieces_an_engine_yields_at_once_leave_as_one_frame(
+    coordinator, agent_start, offer_frame
+) -> None:
+    """Pieces yielded within one turn of the agent's loop would leave in one
+    write anyway: they go as one token frame (the first with the claim)."""
+    pieces = [f" w{i}" for i in range(20)]
+    await agent_start(coordinator, script={"pieces": pieces})
+    await coordinator.send(offer_frame("j"))
+    await coordinator.expect("claim", job="j")
+    assert (await coordinator.expect("token", job="j"))["text"] == " w0"
+    assert (await coordinator.expect("token", job="j"))["text"] == "".join(pieces[1:])
+    done = await coordinator.expect("done", job="j")
+    assert done["usage"]["completion_tokens"] == 20
+    assert_receipt(coordinator.hellos[0], "j", done, "".join(pieces))
+
+
+@pytest.mark.asyncio
+async def test_pieces_that_come_apart_leave_apart(
+    coordinator, agent_start, offer_frame
+) -> None:
+    await agent_start(coordinator, script={"pieces": ["a", "b", "c"], "delay_s": 0.01})
+    await coordinator.send(offer_frame("j"))
+    await coordinator.expect("claim", job="j")
+    for piece in ("a", "b", "c"):
+        assert (await coordinator.expect("token", job="j"))["text"] == piece
+    done = await coordinator.expect("done", job="j")
+    assert_receipt(coordinator.hellos[0], "j", done, "abc")
+
+
+@pytest.mark.asyncio
+async def test_a_frame_joins_at_most_max_pieces(
+    coordinator, agent_start, offer_frame
+) -> None:
+    from agent.session import _Outbox
+
+    pieces = [f" w{i}" for i in range(2 * _Outbox.MAX_PIECES + 22)]
+    await agent_start(coordinator, script={"pieces": pieces})
+    await coordinator.send(offer_frame("j", params={"max_tokens": len(pieces)}))
+    await coordinator.expect("claim", job="j")
+    frames = []
+    while (frame := await coordinator.frames.get())["type"] == "token":
+        frames.append(frame["text"])
+    assert frame["type"] == "done"
+    assert "".join(frames) == "".join(pieces)
+    assert [text.count(" w") for text in frames] == [1, 64, 64, 21]
+    assert_receipt(coordinator.hellos[0], "j", frame, "".join(pieces))
+
+
 @pytest.fixture
 def sends(monkeypatch) -> list[tuple[tuple[str, ...], bool]]:
     """Each ``Session.send`` of the agent: its frames' types, and whether the
