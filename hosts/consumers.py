@@ -388,8 +388,10 @@ class HostConsumer(DirectDispatchConsumer):
         except Exception:
             log.exception("claim of %s on machine %s", attempt_id, self.machine_name)
             return
-        if not claimed and self.open_attempts.pop(attempt_id, None) is not None:
-            await self.send_json({"type": "cancel", "job": attempt_id})
+        if not claimed and attempt_id in self.open_attempts:
+            # ended meanwhile (its job's cancel may still be on its way): its
+            # frames already sent cross this cancel and are dropped quietly
+            await self._attempt_drop(attempt_id)
 
     async def frame_token(self, frame: dict) -> None:
         """Relay a token to the job's coroutine, in order, without waiting for the layer.

@@ -293,6 +293,38 @@ async def test_frames_crossing_a_cancel_are_dropped_quietly_others_answered(
     await host.close()
 
 
+async def test_frames_crossing_a_cancel_of_the_claims_record_are_dropped_quietly(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """The attempt ended before the host's claim was recorded (the renter went
+    away): the record finds it ended and the connection cancels it on the host
+    before the job's own cancel arrives; the host's frames of it on their way
+    get no error frames either."""
+    from jobs import services as job_services
+
+    recorded = asyncio.Event()
+
+    def claim_too_late(**kwargs) -> bool:
+        recorded.set()
+        return False  # as when the attempt was ended first
+
+    monkeypatch.setattr(job_services, "attempt_claim", claim_too_late)
+    host = await host_online(machine_token, "rig")
+    renter_ws = await renter_ws_open(api_key, "Count")
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "One,")
+    await asyncio.wait_for(recorded.wait(), 5)
+    assert (await host.recv_type("cancel"))["job"] == offer["job"]
+    await host.token(offer["job"], " two,")
+    await host.done(offer["job"], 2)
+    await host.token("never-offered", "x")
+    error = await host.recv_type("error")
+    assert "never-offered" in error["message"], error
+    await renter_ws.disconnect()
+    await host.close()
+
+
 async def test_the_job_still_closes_when_the_hosts_cancel_cannot_be_sent(
     catalog, api_key, machine_token, monkeypatch
 ):
