@@ -345,6 +345,9 @@ class JobRun:
         self.delivered_bytes = 0
         self.token_mark = (0, 0)
         self.finished = False
+        # the end of an answer the host completed (``_succeed``): once begun it
+        # runs to its end whatever happens to the request (``_cancel`` waits for it)
+        self.ending: asyncio.Future | None = None
         self.inbox_chars = 0  # text of the token messages delivered locally, waiting
 
     @property
@@ -738,7 +741,23 @@ class JobRun:
         slots_announce_soon([self.job.model_id])
 
     async def _succeed(self, segment: _Segment) -> Finished:
-        # the end and the look-up of the queued jobs its slot wakes in one call
+        """End the job as the success its host completed (``_success_end``) and
+        return its last event. The end is shielded: a renter who goes away now
+        has the answer already, and it is billed as delivered (``_cancel``
+        waits for the end instead of closing the job as cancelled)."""
+        job = await asyncio.shield(self._success_end(segment))
+        self.finished = True
+        return Finished(finish_reason=job.finish_reason, usage=_usage(job))
+
+    def _success_end(self, segment: _Segment) -> asyncio.Future:
+        """The task that ends the job as a success (made once): the end and
+        the look-up of the queued jobs its slot wakes in one call, then their
+        wake-up; its result is the ended job."""
+        if self.ending is None:
+            self.ending = asyncio.ensure_future(self._success_record(segment))
+        return self.ending
+
+    async def _success_record(self, segment: _Segment) -> Job:
         job, waiting = await db_call_retried(services.job_succeed_waking)(
             model_id=self.job.model_id,
             job_id=self.job_id,
@@ -749,12 +768,11 @@ class JobRun:
             claimed_at=segment.claimed_at,
             first_token_at=segment.first_token_at,
         )
-        self.finished = True
         try:
             await slot_free_send(waiting)
         except Exception:  # the queued requests' fallback poll still runs
             log.exception("job %s: waking the queued requests failed", self.job_id)
-        return Finished(finish_reason=job.finish_reason, usage=_usage(job))
+        return job
 
     async def _fail(
         self,
@@ -786,6 +804,17 @@ class JobRun:
         database error say): stop the host, free the slot, bill what was
         delivered; the job is cancelled, or failed naming the failure."""
         segment = self.segment
+        if segment is not None and segment.outcome == Attempt.Outcome.SUCCEEDED:
+            # the host completed the answer and the renter has it: its end is
+            # the success's (begun already, or begun here), not a cancel that
+            # would leave the delivered text unbilled and its host unpaid
+            try:
+                await self._success_end(segment)
+                self.finished = True
+                return
+            except Exception:  # closed below as the cancel or failure it is
+                log.exception("job %s: ending the completed answer failed", self.job_id)
+                segment.outcome = ""
         try:
             if segment is not None and not segment.outcome:
                 segment.outcome = Attempt.Outcome.CANCELLED

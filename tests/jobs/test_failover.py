@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import pytest
 from channels.exceptions import ChannelFull
@@ -323,6 +324,47 @@ async def test_frames_crossing_a_cancel_of_the_claims_record_are_dropped_quietly
     await asyncio.wait_for(recorded.wait(), 5)
     await _frames_crossing_the_cancel_answered(host, offer)
     await renter_ws.disconnect()
+    await host.close()
+
+
+async def test_a_renter_gone_as_the_answer_completes_is_billed_for_it(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """The renter goes away while the end of an answer its host completed is
+    being recorded: that end still records the success (the text billed, the
+    host paid), not a cancel of an attempt with no text."""
+    from jobs import services as job_services
+
+    entered, release = threading.Event(), threading.Event()
+    real_end = job_services.job_succeed_waking
+
+    def end_held(**kwargs):
+        entered.set()
+        release.wait(10)
+        return real_end(**kwargs)
+
+    monkeypatch.setattr(job_services, "job_succeed_waking", end_held)
+    host = await host_online(machine_token, "rig")
+    renter_ws = await renter_ws_open(api_key, "Count")
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "One, two.")
+    await host.done(offer["job"], 3)
+    assert await asyncio.to_thread(entered.wait, 10), "the answer's end never began"
+    await renter_ws.disconnect()
+    release.set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    jobs = Job.objects.filter(attempts__id=offer["job"])
+    while await jobs.filter(status__in=Job.OPEN_STATUSES).aexists():
+        assert loop.time() < deadline, "the job was left open"
+        await asyncio.sleep(0.01)
+    job = await jobs.aget()
+    attempt = await Attempt.objects.aget(id=offer["job"])
+    assert (job.status, job.tokens_billed) == (Job.Status.SUCCEEDED, 3)
+    assert (attempt.outcome, attempt.output_text) == ("succeeded", "One, two.")
+    assert await LedgerTransaction.objects.filter(job=job).aexists()
+    assert await Earning.objects.filter(attempt=attempt).aexists()
     await host.close()
 
 
