@@ -312,9 +312,11 @@ def machine_heartbeat(
     ``now`` must be when the heartbeat was received (the recorded time never runs
     ahead of the real one). With ``channel_name``, liveness is written only while
     that is still the machine's connection. ``heartbeat["devices"]`` holds the
-    reports to write (all of them, or those ``heartbeat_changes`` picked). Returns
-    the models that gained capacity (newly loaded or more slots), so the caller can
-    wake requests waiting for them.
+    reports to write (all of them, or those ``heartbeat_changes`` picked); a
+    loaded model that is not in the catalog is ignored (no row: a host cannot
+    grow the table with made-up ids). Returns the models that gained capacity
+    (newly loaded or more slots), so the caller can wake requests waiting for
+    them.
     """
     now = now or timezone.now()
     if liveness:
@@ -335,6 +337,10 @@ def machine_heartbeat(
         if device is None:
             continue  # a device not announced in hello: ignored
         loaded_now = set(report["loaded_models"])
+        existing = {dm.model_id: dm for dm in DeviceModel.objects.filter(device=device)}
+        unknown = loaded_now - existing.keys()
+        if unknown:  # rows only for the catalog's models (a host's list is bounded)
+            loaded_now -= unknown - _catalog_ids(unknown)
         if report["slots"] > device.slots_total:
             gained |= loaded_now
             slots_gained += report["slots"] - device.slots_total
@@ -343,7 +349,6 @@ def machine_heartbeat(
             vram_free_mb=report["vram_free_mb"],
             slots_total=report["slots"],
         )
-        existing = {dm.model_id: dm for dm in DeviceModel.objects.filter(device=device)}
         for model_id in loaded_now:
             dm = existing.get(model_id)
             if dm is None:
@@ -364,6 +369,15 @@ def machine_heartbeat(
             DeviceModel.objects.filter(id__in=stale).update(loaded=False)
     return HeartbeatResult(
         models_with_capacity=frozenset(gained), slots_gained=slots_gained
+    )
+
+
+def _catalog_ids(model_ids: set[str]) -> set[str]:
+    """Those of ``model_ids`` that are catalog models (active or not)."""
+    from jobs.models import CatalogModel
+
+    return set(
+        CatalogModel.objects.filter(id__in=model_ids).values_list("id", flat=True)
     )
 
 

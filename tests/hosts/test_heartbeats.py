@@ -124,3 +124,24 @@ async def test_steady_heartbeats_over_the_socket_write_nothing(
     await host.send({"type": "heartbeat", "devices": "nope"})
     assert (await host.recv_type("error"))["message"].startswith("heartbeat:")
     await host.close()
+
+
+@pytest.mark.django_db
+def test_models_outside_the_catalog_get_no_rows(owner, catalog):
+    """A heartbeat's loaded models that are not in the catalog are ignored: a
+    host cannot grow the device's model rows with made-up ids."""
+    from hosts.models import DeviceModel
+    from hosts.services import machine_create, machine_heartbeat
+    from tests.devices import MODEL, device_online
+
+    machine, _ = machine_create(owner_email=owner.email, name="rig")
+    device = device_online(machine)
+    made_up = [f"made-up-{i}" for i in range(50)]
+    result = machine_heartbeat(
+        machine_id=str(machine.id),
+        heartbeat=beat(models=[MODEL, *made_up], slots=2),
+    )
+    assert set(
+        DeviceModel.objects.filter(device=device).values_list("model_id", flat=True)
+    ) == {MODEL}
+    assert result.models_with_capacity == {MODEL}
