@@ -326,6 +326,8 @@ def print_added(concurrency: int, seq: list[float], conc: list[float], d_seq: li
 
 
 def line(label: str, values: list[float]) -> str:
+    if not values:  # a phase not run (--rounds 0, --sequential 0)
+        return f"{label:<34} n=   0  (not run)"
     ms = [v * 1000 for v in values]
     return f"{label:<34} n={len(ms):4d}  p50 {percentile(ms, 50):8.2f} ms  p99 {percentile(ms, 99):8.2f} ms"
 
