@@ -345,9 +345,11 @@ class JobRun:
         self.delivered_bytes = 0
         self.token_mark = (0, 0)
         self.finished = False
-        # the end of an answer the host completed (``_succeed``): once begun it
-        # runs to its end whatever happens to the request (``_cancel`` waits for it)
+        # the end of an answer the host completed (``_succeed``), and the record
+        # of a failed attempt's end (``_end_segment``) in flight: once begun each
+        # runs to its end whatever happens to the request (``_cancel`` waits)
         self.ending: asyncio.Future | None = None
+        self.segment_ending: asyncio.Future | None = None
         self.inbox_chars = 0  # text of the token messages delivered locally, waiting
 
     @property
@@ -724,15 +726,20 @@ class JobRun:
     async def _end_segment(self, segment: _Segment) -> None:
         """End a failed or cancelled attempt: record it, tell the host, free the slot."""
         # sent again after a rollback that a second try gets past (a lost
-        # prepared statement: the score's reads), not a 503 in place of a failover
-        await db_call_retried(services.attempt_end, when=retry_worthy)(
-            attempt_id=str(segment.attempt.id),
-            outcome=segment.outcome,
-            output_text=segment.text,
-            error=segment.error,
-            claimed_at=segment.claimed_at,
-            first_token_at=segment.first_token_at,
+        # prepared statement: the score's reads), not a 503 in place of a failover;
+        # shielded: a renter going away meanwhile must not leave the attempt to
+        # the job's close, which would end it with no text (``_cancel``)
+        self.segment_ending = asyncio.ensure_future(
+            db_call_retried(services.attempt_end, when=retry_worthy)(
+                attempt_id=str(segment.attempt.id),
+                outcome=segment.outcome,
+                output_text=segment.text,
+                error=segment.error,
+                claimed_at=segment.claimed_at,
+                first_token_at=segment.first_token_at,
+            )
         )
+        await asyncio.shield(self.segment_ending)
         await local.channel_send(
             self.layer,
             segment.machine_channel,
@@ -804,6 +811,10 @@ class JobRun:
         database error say): stop the host, free the slot, bill what was
         delivered; the job is cancelled, or failed naming the failure."""
         segment = self.segment
+        if self.segment_ending is not None and not self.segment_ending.done():
+            # a failed attempt's end is being recorded, with its text: let it land
+            with contextlib.suppress(Exception):
+                await self.segment_ending
         if segment is not None and segment.outcome == Attempt.Outcome.SUCCEEDED:
             # the host completed the answer and the renter has it: its end is
             # the success's (begun already, or begun here), not a cancel that

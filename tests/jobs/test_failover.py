@@ -368,6 +368,46 @@ async def test_a_renter_gone_as_the_answer_completes_is_billed_for_it(
     await host.close()
 
 
+async def test_a_renter_gone_while_a_failed_attempt_is_recorded_is_billed_for_it(
+    catalog, api_key, machine_token, monkeypatch
+):
+    """The host fails mid-answer and the renter goes away while that attempt's
+    end is being recorded: the attempt keeps the text the renter had (billed),
+    rather than being ended with none by the job's close."""
+    from jobs import services as job_services
+
+    entered, release = threading.Event(), threading.Event()
+    real_end = job_services.attempt_end
+
+    def end_held(**kwargs):
+        entered.set()
+        release.wait(10)
+        return real_end(**kwargs)
+
+    monkeypatch.setattr(job_services, "attempt_end", end_held)
+    host = await host_online(machine_token, "rig")
+    renter_ws = await renter_ws_open(api_key, "Count")
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "One, two,")
+    await renter_ws.receive_json_from(timeout=5)
+    await host.send({"type": "error", "job": offer["job"], "message": "out of memory"})
+    assert await asyncio.to_thread(entered.wait, 10), "the attempt's end never began"
+    await renter_ws.disconnect()
+    release.set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    jobs = Job.objects.filter(attempts__id=offer["job"])
+    while await jobs.filter(status__in=Job.OPEN_STATUSES).aexists():
+        assert loop.time() < deadline, "the job was left open"
+        await asyncio.sleep(0.01)
+    attempt = await Attempt.objects.aget(id=offer["job"])
+    assert attempt.output_text == "One, two,"
+    assert attempt.tokens_billed > 0
+    assert (await jobs.aget()).tokens_billed == attempt.tokens_billed
+    await host.close()
+
+
 async def test_the_job_still_closes_when_the_hosts_cancel_cannot_be_sent(
     catalog, api_key, machine_token, monkeypatch
 ):
