@@ -327,39 +327,59 @@ async def test_frames_crossing_a_cancel_of_the_claims_record_are_dropped_quietly
     await host.close()
 
 
+def _service_held(monkeypatch, name: str) -> tuple[threading.Event, threading.Event]:
+    """Hold ``jobs.services.<name>`` in its worker thread until released:
+    (entered, release); the real function runs once ``release`` is set."""
+    from jobs import services as job_services
+
+    entered, release = threading.Event(), threading.Event()
+    real = getattr(job_services, name)
+
+    def held(**kwargs):
+        entered.set()
+        release.wait(10)
+        return real(**kwargs)
+
+    monkeypatch.setattr(job_services, name, held)
+    return entered, release
+
+
+async def _answer_begun(machine_token, api_key, text: str):
+    """A host online, a renter's request on its websocket, the host's claim and
+    first token ``text``: (host, renter websocket, offer)."""
+    host = await host_online(machine_token, "rig")
+    renter_ws = await renter_ws_open(api_key, "Count")
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], text)
+    return host, renter_ws, offer
+
+
+async def _renter_gone_during(entered, release, renter_ws, attempt_id: str) -> Job:
+    """Once the held step began, the renter goes away, the step goes on; the
+    job of ``attempt_id`` once it is closed."""
+    assert await asyncio.to_thread(entered.wait, 10), "the held step never began"
+    await renter_ws.disconnect()
+    release.set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    jobs = Job.objects.filter(attempts__id=attempt_id)
+    while await jobs.filter(status__in=Job.OPEN_STATUSES).aexists():
+        assert loop.time() < deadline, "the job was left open"
+        await asyncio.sleep(0.01)
+    return await jobs.aget()
+
+
 async def test_a_renter_gone_as_the_answer_completes_is_billed_for_it(
     catalog, api_key, machine_token, monkeypatch
 ):
     """The renter goes away while the end of an answer its host completed is
     being recorded: that end still records the success (the text billed, the
     host paid), not a cancel of an attempt with no text."""
-    from jobs import services as job_services
-
-    entered, release = threading.Event(), threading.Event()
-    real_end = job_services.job_succeed_waking
-
-    def end_held(**kwargs):
-        entered.set()
-        release.wait(10)
-        return real_end(**kwargs)
-
-    monkeypatch.setattr(job_services, "job_succeed_waking", end_held)
-    host = await host_online(machine_token, "rig")
-    renter_ws = await renter_ws_open(api_key, "Count")
-    offer = await host.recv_type("offer")
-    await host.claim(offer["job"])
-    await host.token(offer["job"], "One, two.")
+    held = _service_held(monkeypatch, "job_succeed_waking")
+    host, renter_ws, offer = await _answer_begun(machine_token, api_key, "One, two.")
     await host.done(offer["job"], 3)
-    assert await asyncio.to_thread(entered.wait, 10), "the answer's end never began"
-    await renter_ws.disconnect()
-    release.set()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    jobs = Job.objects.filter(attempts__id=offer["job"])
-    while await jobs.filter(status__in=Job.OPEN_STATUSES).aexists():
-        assert loop.time() < deadline, "the job was left open"
-        await asyncio.sleep(0.01)
-    job = await jobs.aget()
+    job = await _renter_gone_during(*held, renter_ws, offer["job"])
     attempt = await Attempt.objects.aget(id=offer["job"])
     assert (job.status, job.tokens_billed) == (Job.Status.SUCCEEDED, 3)
     assert (attempt.outcome, attempt.output_text) == ("succeeded", "One, two.")
@@ -374,37 +394,14 @@ async def test_a_renter_gone_while_a_failed_attempt_is_recorded_is_billed_for_it
     """The host fails mid-answer and the renter goes away while that attempt's
     end is being recorded: the attempt keeps the text the renter had (billed),
     rather than being ended with none by the job's close."""
-    from jobs import services as job_services
-
-    entered, release = threading.Event(), threading.Event()
-    real_end = job_services.attempt_end
-
-    def end_held(**kwargs):
-        entered.set()
-        release.wait(10)
-        return real_end(**kwargs)
-
-    monkeypatch.setattr(job_services, "attempt_end", end_held)
-    host = await host_online(machine_token, "rig")
-    renter_ws = await renter_ws_open(api_key, "Count")
-    offer = await host.recv_type("offer")
-    await host.claim(offer["job"])
-    await host.token(offer["job"], "One, two,")
+    held = _service_held(monkeypatch, "attempt_end")
+    host, renter_ws, offer = await _answer_begun(machine_token, api_key, "One, two,")
     await renter_ws.receive_json_from(timeout=5)
     await host.send({"type": "error", "job": offer["job"], "message": "out of memory"})
-    assert await asyncio.to_thread(entered.wait, 10), "the attempt's end never began"
-    await renter_ws.disconnect()
-    release.set()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    jobs = Job.objects.filter(attempts__id=offer["job"])
-    while await jobs.filter(status__in=Job.OPEN_STATUSES).aexists():
-        assert loop.time() < deadline, "the job was left open"
-        await asyncio.sleep(0.01)
+    job = await _renter_gone_during(*held, renter_ws, offer["job"])
     attempt = await Attempt.objects.aget(id=offer["job"])
     assert attempt.output_text == "One, two,"
-    assert attempt.tokens_billed > 0
-    assert (await jobs.aget()).tokens_billed == attempt.tokens_billed
+    assert attempt.tokens_billed > 0 and job.tokens_billed == attempt.tokens_billed
     await host.close()
 
 
