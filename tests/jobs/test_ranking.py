@@ -11,9 +11,10 @@ from django.utils import timezone
 
 from hosts.models import Device, DeviceModel
 from hosts.services import device_outcome_record, device_score_recompute
-from jobs.models import Job
+from jobs.models import CatalogModel, Job
 from jobs.selectors import device_claim
 from jobs.services import job_dispatch
+from tests.conftest import REFERENCE_MODEL
 from tests.jobs.helpers import job_queued
 
 pytestmark = pytest.mark.django_db
@@ -36,6 +37,7 @@ def copies(device: Device) -> set[int]:
 def test_it_keeps_the_score_copy_in_sync_wherever_the_score_is_written(live_device):
     """Every device-model row of a device carries the device's score: at creation,
     after the score services, after a bulk update and after a save (the admin)."""
+    CatalogModel.objects.create(**{**REFERENCE_MODEL, "id": "other-model"})
     device = live_device(models=("smollm2-135m-instruct", "other-model"))
     assert DeviceModel.objects.filter(device=device).count() == 2
     assert copies(device) == {Device.objects.get(id=device.id).score}
