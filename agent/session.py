@@ -310,8 +310,9 @@ class _Outbox:
     The pieces an engine yields within one turn of the event loop leave as one
     frame: they would leave in one write all the same (uvloop makes a
     connection's writes at the end of its loop's turn), so joining them costs no
-    time, and saves this agent and the coordinator a frame each (an engine
-    answering at once: 2 frames, not 15; docs/performance.md, tenth round). A
+    time, and saves this agent and the coordinator a frame each (the
+    benchmark's engine answering at once: 2 token frames, not 13;
+    docs/performance.md, tenth round). A
     token may be any text of at least one character (PROTOCOL.md §2). Pieces
     that come apart leave apart, as they come. ``full()`` bounds what waits
     while a frame is being sent (a slow connection): the job's loop then waits
