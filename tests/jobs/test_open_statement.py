@@ -60,15 +60,26 @@ def _statement(request, model, waiting_channel, renter, guess=None):
     return step, sql, params
 
 
-def _comparable(params: list) -> list:
-    """``params`` with each id and time replaced by the order it first appears
-    in (two statements differ in those, never in where they repeat them), and
-    every other value kept with its type (psycopg's Int8 is not an int)."""
+def _comparable(step, params: list) -> list:
+    """``params`` of ``step``'s statement with its own ids and times named
+    (the job's, the attempt's, the other id a guess would store, now, the job's
+    creation and lease), any other id or time replaced by the order it first
+    appears in (two statements differ in those, never in where they put them),
+    and every other value kept with its type (psycopg's Int8 is not an int)."""
+    named = {
+        step.job.id: "job",
+        step.attempt.id: "attempt",
+        step.claim.guess_other_id: "other attempt",
+        step.now: "now",
+        step.job.created_at: "created",
+        step.job.lease_until: "lease",
+    }
     seen: dict = {}
     out = []
     for value in params:
         if isinstance(value, (uuid.UUID, datetime)):
-            out.append((type(value).__name__, seen.setdefault(value, len(seen))))
+            name = named.get(value) or seen.setdefault(value, len(seen))
+            out.append((type(value).__name__, name))
         else:
             out.append((type(value), getattr(value, "obj", value)))
     return out
@@ -107,7 +118,7 @@ def test_the_kept_text_and_its_parameters_are_the_statement_built_afresh(
     kept, kept_sql, kept_params = _statement(request, model, waiting, renter, guess)
     assert not hasattr(kept.claim, "ctes")  # not built again
     assert kept_sql == built_sql
-    assert _comparable(kept_params) == _comparable(built_params)
+    assert _comparable(kept, kept_params) == _comparable(built, built_params)
     # the ids and times are the kept step's own
     assert kept.job.id in kept_params and kept.attempt.id in kept_params
     assert kept.job.created_at in kept_params and kept.now in kept_params
@@ -172,10 +183,12 @@ def test_each_shape_keeps_its_own_text(catalog):
             kept = services._open_texts
             services._open_texts = {}
             try:
-                _, fresh_sql, fresh_params = _statement(request, model, waiting, renter)
+                fresh, fresh_sql, fresh_params = _statement(
+                    request, model, waiting, renter
+                )
             finally:
                 services._open_texts = kept
-            _, sql, params = _statement(request, model, waiting, renter)
+            step, sql, params = _statement(request, model, waiting, renter)
             assert sql == fresh_sql
-            assert _comparable(params) == _comparable(fresh_params)
+            assert _comparable(step, params) == _comparable(fresh, fresh_params)
     assert len(services._open_texts) == len(shapes)
