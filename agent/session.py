@@ -343,8 +343,8 @@ class _Outbox:
         raised (``ConnectionClosed``)."""
         while self.sender is not None:
             sender = self.sender
-            await sender
-            if sender is self.sender and not self.pieces:
+            await sender  # it sends until nothing is queued
+            if sender is self.sender:  # no other began meanwhile
                 return
 
     def cancel(self) -> None:

@@ -57,15 +57,13 @@ def devices_rented() -> Exists:
 
 
 def _eligible_where(
-    *, job: Job, model: CatalogModel, now: datetime, text: bool = True
+    *, job: Job, model: CatalogModel, now: datetime
 ) -> tuple[str, list]:
     """FROM/WHERE of the eligible devices of ``job``, and its parameters.
 
     One SQL text for PostgreSQL and SQLite, rule by rule (DESIGN.md "Picking a
     device"). Raw SQL because this runs on every dispatch: building the same query
     through the ORM cost ~5 ms of Python per claim (bench/claim_profile.py).
-    ``text`` False: the parameters only ("" for the SQL), for a caller that
-    keeps the text (the request step's, ``jobs.services._OpenStatement``).
     """
     live, live_params = live_sql(now)  # rule 1 (hosts.liveness)
     job_pk = Attempt._meta.get_field("job").get_db_prep_value(job.id, connection)
@@ -116,8 +114,6 @@ def _eligible_where(
     if placement.get("region"):
         where.append("UPPER(m.region) = %s")
         params.append(str(placement["region"]).upper())
-    if not text:
-        return "", params
     sql = (
         " FROM hosts_devicemodel dm"
         " JOIN hosts_device d ON d.id = dm.device_id"
@@ -203,7 +199,7 @@ def device_pick_sql(
 def device_pick_params(*, job: Job, model: CatalogModel, now: datetime) -> list:
     """The params ``device_pick_sql`` returns for the same arguments (a ``gate``
     and an ``offset`` of SQL add none), without building its text."""
-    return _eligible_where(job=job, model=model, now=now, text=False)[1]
+    return _eligible_where(job=job, model=model, now=now)[1]
 
 
 def device_claim(

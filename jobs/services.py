@@ -550,8 +550,12 @@ class _ClaimStatement:
         build_sql: bool = True,
     ) -> None:
         """See the class docstring; ``build_sql`` False: only what reads the
-        row is set (the request step whose text is cached, ``_OpenStatement``;
-        ``ctes``, ``params`` and ``columns`` are then not set)."""
+        row is set, the text is built later (``sql_build``) or kept (the request
+        step's, ``_OpenStatement``: ``params_kept``); ``ctes``, ``params`` and
+        ``columns`` are then not set."""
+        self.job, self.model, self.now = job, model, now
+        self.fcfs, self.gate = fcfs, gate
+        self.offered_when_claimed = offered_when_claimed
         self.guess = guess
         self.guess_other_id = uuid.uuid4() if guess_ids else None
         attempt.offered_at = timezone.now()
@@ -559,19 +563,15 @@ class _ClaimStatement:
         self.guess_id_read = guess_ids
         self.select_count = 0
         if build_sql:
-            self._sql_build(job, model, now, fcfs, gate, offered_when_claimed)
+            self.sql_build()
 
-    def _sql_build(
-        self,
-        job: Job,
-        model: CatalogModel,
-        now: datetime,
-        fcfs: bool,
-        gate: str,
-        offered_when_claimed: bool,
-    ) -> None:
+    def sql_build(self) -> None:
+        """Build the claim's CTEs (``ctes``), their params (``params``) and
+        the columns it returns (``columns``), field by field."""
+        job, model, now, gate = self.job, self.model, self.now, self.gate
         guess, guess_ids, attempt = self.guess, self.guess_id_read, self.attempt
-        if fcfs:  # the query of _jobs_ahead, raw: it runs on every dispatch
+        offered_when_claimed = self.offered_when_claimed
+        if self.fcfs:  # the query of _jobs_ahead, raw: it runs on every dispatch
             ahead_params = [job.model_id]
             queued = sql_value(Job.Status.QUEUED, ahead_params)
             ahead = (
@@ -644,6 +644,36 @@ class _ClaimStatement:
         self.columns = "(SELECT n FROM ahead), slot.*, " + ", ".join(
             f"m.{qn(f.column)}" for f in machine_fields
         )
+
+    def params_kept(self) -> list:
+        """The params ``sql_build`` gives (``params``), in its order, without
+        building the text: for a text built before with the same arguments, a
+        request step's (FCFS, offered when claimed, the attempt's id guessed or
+        not: ``_OpenStatement``, whose test holds the two equal). The job's
+        ``created_at`` must be set (its ``pre_save``)."""
+        if not (self.fcfs and self.offered_when_claimed and self.guess_id_read):
+            raise RuntimeError(
+                "params_kept: only a request step's claim keeps its text"
+            )
+        job, now, attempt, guess = self.job, self.now, self.attempt, self.guess
+        return [
+            # ahead (the FCFS count)
+            job.model_id,
+            job.created_at,
+            now,
+            # pick (``device_pick_sql``)
+            *device_pick_params(job=job, model=self.model, now=now),
+            tiebreak_step(),
+            # the attempt's id (guessed or not), its job, its claim deadline
+            None if guess is None else guess.device_id,
+            None if guess is None else guess.machine_channel,
+            attempt.id,
+            self.guess_other_id,
+            Attempt._meta.get_field("job").get_db_prep_save(
+                attempt.job_id, db_connection()
+            ),
+            float(settings.BALLAST_CLAIM_TIMEOUT_S),
+        ]
 
     def sql(
         self,
@@ -1975,9 +2005,7 @@ class _OpenStatement:
         (``_job_param_fields``, for ``_OpenText``)."""
         job = self.job
         fields, values = row_values(job)  # sets created_at, which the FCFS count reads
-        self.claim._sql_build(
-            job, self.model, self.now, True, "EXISTS (SELECT 1 FROM ok)", True
-        )
+        self.claim.sql_build()
         qn = db_connection().ops.quote_name
         from_renter = {
             "renter_id": "(SELECT user_id FROM renter)",
@@ -2028,32 +2056,13 @@ class _OpenStatement:
         there, without building the text again (docs/performance.md, tenth
         round; ``tests/jobs/test_open_statement.py`` holds the two equal).
         Raises RuntimeError when their number is not the text's."""
-        job, now, attempt, claim = self.job, self.now, self.attempt, self.claim
         db = db_connection()
         # the job's own values first: ``pre_save`` sets created_at, as in row_values
         job_params = [
-            field.get_db_prep_save(field.pre_save(job, True), db)
+            field.get_db_prep_save(field.pre_save(self.job, True), db)
             for field in text.job_fields
         ]
-        guess = claim.guess
-        params = [
-            *head_params,
-            # ahead (``_ClaimStatement``'s FCFS count)
-            job.model_id,
-            job.created_at,
-            now,
-            # pick (``device_pick_sql``)
-            *device_pick_params(job=job, model=self.model, now=now),
-            tiebreak_step(),
-            # the attempt's id (guessed or not), its job, its claim deadline
-            None if guess is None else guess.device_id,
-            None if guess is None else guess.machine_channel,
-            attempt.id,
-            claim.guess_other_id,
-            Attempt._meta.get_field("job").get_db_prep_save(attempt.job_id, db),
-            float(settings.BALLAST_CLAIM_TIMEOUT_S),
-            *job_params,
-        ]
+        params = [*head_params, *self.claim.params_kept(), *job_params]
         if len(params) != text.param_count:
             raise RuntimeError(
                 f"the request statement's cached text takes {text.param_count}"
