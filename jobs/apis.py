@@ -177,7 +177,9 @@ class UsageApi(APIView):
                     "entries__amount_nano",
                     filter=Q(entries__account__kind="renter_credit"),
                 )
-            )[:50]
+            )
+            # newest first: a grouped query leaves out the model's own ordering
+            .order_by("-created_at", "-id")[:50]
         )
         recent = [
             {

@@ -75,3 +75,18 @@ def test_it_shows_the_balance_and_recent_charges(rig, renter, api_key):
     assert body["recent"][0]["job"] == str(job.id)
     assert body["recent"][0]["tokens"] == 7
     assert body["recent"][0]["cost"] == "0.000002331"
+
+
+def test_recent_charges_are_the_newest_first(rig, renter, api_key):
+    jobs = []
+    for _ in range(3):
+        job = rig.job(renter=renter, model="test-13b")
+        rig.segment(job, text="abc", tokens=2)
+        rig.finish(job)
+        jobs.append(job)
+    body = (
+        Client().get("/v1/usage", headers={"authorization": f"Bearer {api_key}"}).json()
+    )
+    assert [charge["job"] for charge in body["recent"]] == [
+        str(job.id) for job in reversed(jobs)
+    ]
