@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         api_key = last_line(
-            manage("renter_create", "demo@example.com", "--credit", "5", env=env)
+            manage("renter_create", "demo@example.com", "--credit-up-to", "5", env=env)
         )
         token = last_line(
             manage(

@@ -92,13 +92,16 @@ class Stack:
     def __exit__(self, *exc) -> None:
         self.stop_all()
 
-    def spawn(self, name: str, args: list[str]) -> subprocess.Popen:
-        """Start a child process ``name`` (its own process group), logging to a file."""
+    def spawn(
+        self, name: str, args: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        """Start a child process ``name`` (its own process group), logging to a
+        file; ``env``: variables added to the stack's environment for it alone."""
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the child
         process = subprocess.Popen(
             args,
             cwd=self.root,
-            env=self.env,
+            env={**self.env, **env} if env else self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -163,7 +166,10 @@ class Stack:
     def start_agent(
         self, name: str, token: str, *extra: str, server: str = ""
     ) -> subprocess.Popen:
-        """Start ``python -m agent run`` for a machine token (real llama.cpp by default)."""
+        """Start ``python -m agent run`` for a machine token (real llama.cpp by
+        default). The token goes in the agent's environment
+        (``BALLAST_MACHINE_TOKEN``), not its command line, which any local user
+        can read (``ps``)."""
         return self.spawn(
             name,
             [
@@ -173,12 +179,11 @@ class Stack:
                 "run",
                 "--server",
                 server or self.url,
-                "--token",
-                token,
                 "--key-file",
                 str(self.log_dir / f"{name}-key.pem"),
                 *extra,
             ],
+            env={"BALLAST_MACHINE_TOKEN": token},
         )
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

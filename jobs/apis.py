@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.db.models import Count, Q, Sum
-from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -14,6 +15,7 @@ from billing.models import LedgerTransaction
 from billing.money import nano_to_usd_str
 from billing.services import renter_balance_nano
 
+from .errors import ApiError
 from .models import Attempt, CatalogModel, Job
 from .selectors import devices_live
 
@@ -141,8 +143,6 @@ class ModelApi(APIView):
     """``GET /v1/models/{id}``: one catalog model (the ``openai`` client's retrieve)."""
 
     def get(self, request: Request, model_id: str) -> Response:
-        from .errors import ApiError
-
         model = CatalogModel.objects.filter(id=model_id, active=True).first()
         if model is None:
             raise ApiError(
@@ -151,14 +151,30 @@ class ModelApi(APIView):
         return Response(_model_object(model, timezone.now()))
 
 
+def renters_own(queryset, request: Request, object_id: str, what: str):
+    """The object of ``queryset`` with id ``object_id`` that belongs to the
+    request's renter. Raises ApiError 404 ("no such job: …") for an id that
+    is not a UUID, unknown, or another renter's: the three look alike."""
+    missing = ApiError(404, f"no such {what}: {object_id}"[:300], "not_found", "id")
+    try:
+        uuid.UUID(object_id)
+    except ValueError:
+        raise missing from None
+    found = queryset.filter(id=object_id, renter=request.user).first()
+    if found is None:
+        raise missing
+    return found
+
+
 class JobApi(APIView):
     """``GET /v1/jobs/{id}``: the renter's own job; another's is 404."""
 
     def get(self, request: Request, job_id) -> Response:
-        job = get_object_or_404(
+        job = renters_own(
             Job.objects.prefetch_related("attempts__device__machine"),
-            id=job_id,
-            renter=request.user,
+            request,
+            job_id,
+            "job",
         )
         return Response(JobSerializer(job).data)
 
@@ -274,7 +290,6 @@ class RentalsApi(APIView):
         return Response({"data": RentalSerializer(rentals, many=True).data})
 
     def post(self, request: Request) -> Response:
-        from .errors import ApiError
         from .rentals import rental_create
 
         device = request.data.get("device") if isinstance(request.data, dict) else None
@@ -297,10 +312,11 @@ class RentalApi(APIView):
     def _rental(self, request: Request, rental_id):
         from .models import Rental
 
-        return get_object_or_404(
+        return renters_own(
             Rental.objects.select_related("device__machine"),
-            id=rental_id,
-            renter=request.user,
+            request,
+            rental_id,
+            "rental",
         )
 
     def get(self, request: Request, rental_id) -> Response:

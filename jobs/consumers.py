@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from contextlib import aclosing
+
+from django.db import DatabaseError
 
 from ballast.consumers import DirectDispatchConsumer
 from ballast.db import db_call
 from hosts.consumers import bearer_token
 
 from .auth import api_key_from_request_header
-from .errors import ApiError, error_body
+from .errors import DATABASE_UNAVAILABLE, INTERNAL_ERROR, ApiError, error_body
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import completion_request_parse
 from .services import job_open
 from .views import ChunkWriter
+
+log = logging.getLogger(__name__)
 
 
 class RenterChatConsumer(DirectDispatchConsumer):
@@ -32,14 +37,8 @@ class RenterChatConsumer(DirectDispatchConsumer):
         self.task: asyncio.Task | None = None
         await self.accept()
         if self.api_key is None:
-            await self._send(
-                {
-                    "type": "error",
-                    "status": 401,
-                    **error_body(
-                        401, "missing, invalid or revoked API key", "invalid_api_key"
-                    ),
-                }
+            await self._error(
+                ApiError(401, "missing, invalid or revoked API key", "invalid_api_key")
             )
             await self.close(code=4401)
 
@@ -53,22 +52,15 @@ class RenterChatConsumer(DirectDispatchConsumer):
         self, text_data: str | None = None, bytes_data: bytes | None = None
     ) -> None:
         if self.task is not None and not self.task.done():
-            await self._send(
-                {
-                    "type": "error",
-                    "status": 429,
-                    **error_body(429, "one request at a time per connection", "busy"),
-                }
+            await self._error(
+                ApiError(429, "one request at a time per connection", "busy")
             )
             return
         try:
             body = json.loads(text_data or "")
         except (ValueError, RecursionError):
-            await self._send(
-                {
-                    "type": "error",
-                    **error_body(400, "message is not valid JSON", "invalid_json"),
-                }
+            await self._error(
+                ApiError(400, "message is not valid JSON", "invalid_json")
             )
             return
         if isinstance(body, dict):
@@ -76,6 +68,18 @@ class RenterChatConsumer(DirectDispatchConsumer):
         self.task = asyncio.create_task(self._run(body))
 
     async def _run(self, body) -> None:
+        """Answer one request; the coordinator's own failure is an error message
+        (503 to retry for the database, 500 otherwise), as the HTTP API answers."""
+        try:
+            await self._answer(body)
+        except DatabaseError:
+            log.exception("renter websocket: the database step failed")
+            await self._error(DATABASE_UNAVAILABLE)
+        except Exception:
+            log.exception("renter websocket: the request failed")
+            await self._error(INTERNAL_ERROR)
+
+    async def _answer(self, body) -> None:
         try:
             parsed = completion_request_parse(body, endpoint="chat")
             channel, (job, model, dispatch) = await job_channel_open(
@@ -84,7 +88,7 @@ class RenterChatConsumer(DirectDispatchConsumer):
                 )
             )
         except ApiError as exc:
-            await self._send({"type": "error", "status": exc.status, **exc.body()})
+            await self._error(exc)
             return
         writer = ChunkWriter(job, parsed)
         run = JobRun(job, model=model, channel=channel, dispatch=dispatch)
@@ -94,13 +98,9 @@ class RenterChatConsumer(DirectDispatchConsumer):
                     await self.send(text_data=writer.token_json(event.text))
                     continue
                 if isinstance(event, Failed) and not event.after_output:
-                    await self._send(
-                        {
-                            "type": "error",
-                            "status": event.status,
-                            "job": str(job.id),
-                            **error_body(event.status, event.message, event.code),
-                        }
+                    await self._error(
+                        ApiError(event.status, event.message, event.code),
+                        job=str(job.id),
                     )
                     return
                 if isinstance(event, Finished):
@@ -125,3 +125,9 @@ class RenterChatConsumer(DirectDispatchConsumer):
 
     async def _send(self, content: dict) -> None:
         await self.send(text_data=json.dumps(content))
+
+    async def _error(self, error: ApiError, **extra) -> None:
+        """Send ``{"type": "error", "status", **extra, "error": {...}}``."""
+        await self._send(
+            {"type": "error", "status": error.status, **extra, **error.body()}
+        )

@@ -82,7 +82,8 @@ class Job(models.Model):
     api_key = models.ForeignKey(
         ApiKey, null=True, blank=True, on_delete=models.SET_NULL
     )
-    model_id = models.CharField(max_length=100, db_index=True)
+    # no index of its own: the (model_id, status, created_at) index leads with it
+    model_id = models.CharField(max_length=100)
     endpoint = models.CharField(max_length=16, choices=Endpoint.choices)
     messages = models.JSONField(null=True, blank=True)
     prompt = models.TextField(null=True, blank=True)
@@ -90,8 +91,10 @@ class Job(models.Model):
     placement = models.JSONField(default=dict, blank=True)
     stream = models.BooleanField(default=False)
     is_spot_check = models.BooleanField(default=False)
+    # no index of its own (nor its LIKE twin): the open jobs are found through
+    # the partial indexes below, and every status change updates each index
     status = models.CharField(
-        max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True
+        max_length=16, choices=Status.choices, default=Status.QUEUED
     )
     failed_over = models.BooleanField(default=False)
     output_text = models.TextField(blank=True, default="")
@@ -151,7 +154,9 @@ class Attempt(models.Model):
 
     Deadlines come from DESIGN.md "When a host fails": ``claim_deadline`` is
     offer + 5 s, ``first_token_deadline`` is claim + 20 s. ``output_text`` is the
-    exact text this attempt delivered to the renter (its segment).
+    exact text of this attempt's segment of the answer, as relayed to the renter;
+    ``tokens_billed`` is 0 when the renter received none of it (a non-streamed
+    answer whose renter left before its response).
     """
 
     class Kind(models.TextChoices):

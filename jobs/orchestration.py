@@ -317,7 +317,11 @@ class JobRun:
     """Run one stored job; iterate ``events()`` for Token / Finished / Failed.
 
     Closing the iterator early (the renter went away) cancels the job: the host is
-    told to stop, the slot frees, and the renter is billed for what was delivered.
+    told to stop, the slot frees, and the renter is billed for what was delivered
+    (DESIGN.md "Money": what the renter received). With ``whole_at_end`` (a
+    non-streamed response) the renter receives the text only with the job's last
+    event, so a renter who goes away before it received nothing and is billed
+    nothing, whatever the hosts generated.
     """
 
     def __init__(
@@ -327,12 +331,16 @@ class JobRun:
         model: CatalogModel | None = None,
         channel: str = "",
         dispatch: services.Dispatch | None = None,
+        whole_at_end: bool = False,
     ) -> None:
         """``model``, ``channel`` (made by the layer's ``new_channel``, so replies to
         it are kept from the start) and the first ``dispatch`` may come from the
         request path's single database step (``services.job_open``); what is not
-        given is fetched or made when ``events()`` starts."""
+        given is fetched or made when ``events()`` starts. ``whole_at_end``: the
+        renter gets the answer in one response with the last event (see the
+        class docstring), not piece by piece as the tokens are yielded."""
         self.job = job
+        self.whole_at_end = whole_at_end
         self.job_id = str(job.id)
         self.layer = get_channel_layer()
         self.channel = channel
@@ -511,6 +519,14 @@ class JobRun:
                         "continuation_failed",
                         "the host stopped mid-answer and no other device can "
                         f"continue it ({dispatch.impossible})",
+                    )
+                elif failures_before_output:  # PROTOCOL.md: 502, not "no device"
+                    yield await self._fail(
+                        502,
+                        "all_attempts_failed",
+                        f"{failures_before_output} attempt(s) failed before any "
+                        f"output and no other device can serve the request "
+                        f"({dispatch.impossible}); nothing was billed",
                     )
                 else:
                     yield await self._fail(503, "no_capacity", dispatch.impossible)
@@ -809,7 +825,9 @@ class JobRun:
     async def _cancel(self, failure: Exception | None = None) -> None:
         """The renter went away (or, with ``failure``, the coordinator failed, a
         database error say): stop the host, free the slot, bill what was
-        delivered; the job is cancelled, or failed naming the failure."""
+        delivered (nothing with ``whole_at_end``: the response that would have
+        carried it is never written); the job is cancelled, or failed naming the
+        failure."""
         segment = self.segment
         if self.segment_ending is not None and not self.segment_ending.done():
             # a failed attempt's end is being recorded, with its text: let it land
@@ -855,6 +873,7 @@ class JobRun:
                 output_text=self.delivered_text,
                 error_code=code,
                 error_message=message,
+                received=not self.whole_at_end,
             )
         except Exception:  # never let cleanup errors escape a cancelled request
             log.exception("job %s: cleanup after cancel failed", self.job_id)

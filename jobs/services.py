@@ -937,13 +937,18 @@ def _job_finish(
     finish_reason: str = "",
     error_code: str = "",
     error_message: str = "",
+    received: bool = True,
     now: datetime | None = None,
 ) -> Job:
     """Close a job once and charge what it delivered (DESIGN.md "Money").
 
     Cost = tokens billed over all its segments × the model's completion price; the
-    charge is posted once per job whatever the caller retries. A job already
-    finished is returned unchanged.
+    charge is posted once per job whatever the caller retries. ``received=False``:
+    the renter got none of ``output_text`` (a non-streamed answer whose renter
+    left before its response): every segment is billed 0 tokens (each attempt
+    keeps the text its host sent, for the record), the job's ``output_text`` is
+    empty and nothing is charged or paid. A job already finished is returned
+    unchanged.
     """
     now = now or timezone.now()
     job = Job.objects.select_for_update().get(id=job_id)
@@ -956,13 +961,21 @@ def _job_finish(
         attempt_end(
             attempt_id=str(attempt.id), outcome=Attempt.Outcome.CANCELLED, now=now
         )
-    if still_open:
+    if not received:
+        job.attempts.filter(tokens_billed__gt=0).update(tokens_billed=0)
+        output_text = ""
+    if still_open or not received:
         attempts = list(job.attempts.all())
     price = job_price_nano(job, model)
     job.tokens_billed = sum(a.tokens_billed for a in attempts)
     job.cost_nano = 0 if job.is_spot_check else job.tokens_billed * price
     fresh = [a for a in attempts if a.prompt_tokens_reported is not None]
-    job.prompt_tokens = fresh[0].prompt_tokens_reported if fresh else 0
+    if fresh:
+        job.prompt_tokens = fresh[0].prompt_tokens_reported
+    elif output_text:  # a failure after output reports usage: count the prompt
+        job.prompt_tokens = (
+            prompt_token_count(job.model_id, job.messages, job.prompt) or 0
+        )
     job.status = status
     job.output_text = output_text
     job.finish_reason = finish_reason
@@ -2277,13 +2290,18 @@ def _request_fits(model: CatalogModel, request) -> None:
     room = model.context_length - request.params["max_tokens"]
     least = prompt_tokens_least(model.id, request.messages, request.prompt)
     if least is not None and least > room:  # refused without rendering it
+        what = (
+            f"{len(request.messages)} messages"
+            if request.messages is not None
+            else f"{len(request.prompt or '')} characters"
+        )
         raise ApiError(
             400,
-            f"the prompt (at least {least} tokens: {len(request.messages or [])} "
-            f"messages) plus max_tokens={request.params['max_tokens']} exceed the "
+            f"the prompt (at least {least} tokens: {what}) plus "
+            f"max_tokens={request.params['max_tokens']} exceed the "
             f"model's context of {model.context_length} tokens",
             "context_length_exceeded",
-            "messages",
+            "messages" if request.messages is not None else "prompt",
         )
     prompt_tokens = prompt_token_count(model.id, request.messages, request.prompt)
     if prompt_tokens is not None and prompt_tokens > room:

@@ -136,17 +136,46 @@ def prompt_tokens_least(
     model_id: str, messages: list[dict] | None, prompt: str | None
 ) -> int | None:
     """A bound ``prompt_token_count`` is never under, without rendering or
-    tokenizing (None without a template or tokenizer): per chat message, the
-    fewest tokens the template's framing of one message takes, whatever its
-    role (``_message_tokens_least``); a raw prompt, 0.
+    tokenizing (None without a template or tokenizer): the larger of, per chat
+    message, the fewest tokens the template's framing of one message takes,
+    whatever its role (``_message_tokens_least``), and the text's UTF-8 bytes
+    over the most bytes one token stands for (``_token_bytes_most``).
 
-    Lets a request with far too many messages be refused at once: rendering and
-    tokenizing tens of thousands of them takes seconds of the process's time.
+    Lets a request with far too many messages, or megabytes of text, be refused
+    at once: rendering and tokenizing them takes seconds of the process's time,
+    under the tokenizer's one lock.
     """
     if messages is None:
-        return 0
-    per_message = _message_tokens_least(model_id)
-    return None if per_message is None else len(messages) * per_message
+        text_bytes = len((prompt or "").encode("utf-8"))
+        framing = 0
+    else:
+        text_bytes = sum(
+            len(str(m.get("content") or "").encode("utf-8")) for m in messages
+        )
+        per_message = _message_tokens_least(model_id)
+        if per_message is None:
+            return None
+        framing = len(messages) * per_message
+    if not text_bytes:
+        return framing
+    most = _token_bytes_most(model_id)
+    if most is None:
+        return None
+    return max(framing, -(-text_bytes // most))
+
+
+@functools.lru_cache(maxsize=4)
+def _token_bytes_most(model_id: str) -> int | None:
+    """The most UTF-8 bytes one token of the model's vocabulary stands for
+    (special tokens' text included), or None without a tokenizer: every
+    tokenization of n bytes has at least n / this many tokens."""
+    from agent.engines.llamacpp import vocab_pieces
+
+    with _lock:
+        vocab = _vocab(model_id)
+        if vocab is None:
+            return None
+        return max(map(len, vocab_pieces(vocab, special=True)))
 
 
 @functools.lru_cache(maxsize=4)

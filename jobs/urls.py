@@ -9,10 +9,10 @@ urlpatterns = [
     path("models/<path:model_id>", apis.ModelApi.as_view(), name="model"),
     path("chat/completions", views.chat_completions, name="chat-completions"),
     path("completions", views.completions, name="completions"),
-    path("jobs/<uuid:job_id>", apis.JobApi.as_view(), name="job"),
+    path("jobs/<str:job_id>", apis.JobApi.as_view(), name="job"),
     path("usage", apis.UsageApi.as_view(), name="usage"),
     path("devices", apis.DevicesApi.as_view(), name="devices"),
     path("rentals", apis.RentalsApi.as_view(), name="rentals"),
-    path("rentals/<uuid:rental_id>", apis.RentalApi.as_view(), name="rental"),
+    path("rentals/<str:rental_id>", apis.RentalApi.as_view(), name="rental"),
     re_path(r"^.*$", views.not_found, name="v1-not-found"),
 ]

@@ -330,7 +330,13 @@ async def _completion_answer(request: HttpRequest, endpoint: str) -> HttpRespons
     except ApiError as exc:
         return error_response(exc)
     writer = ChunkWriter(job, parsed)
-    events = JobRun(job, model=model, channel=channel, dispatch=dispatch).events()
+    events = JobRun(
+        job,
+        model=model,
+        channel=channel,
+        dispatch=dispatch,
+        whole_at_end=not parsed.stream,
+    ).events()
     headers = {"x-ballast-job-id": str(job.id)}
     try:
         first = await anext(events)

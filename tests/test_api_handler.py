@@ -727,3 +727,89 @@ def timezone_now():
     from django.utils import timezone
 
     return timezone.now()
+
+
+async def _collected_sent(api_key: str, model: str) -> ApplicationCommunicator:
+    """A non-streamed chat completion sent through the production ASGI app."""
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "Count"}]}
+    ).encode()
+    headers = [(b"authorization", f"Bearer {api_key}".encode())]
+    communicator = ApplicationCommunicator(
+        application, _scope("/v1/chat/completions", headers)
+    )
+    await communicator.send_input({"type": "http.request", "body": body})
+    return communicator
+
+
+@pytest_asyncio.fixture
+async def relayed(monkeypatch):
+    """``relayed(text)``: waits until the job's coroutine took ``text`` from its
+    host (``JobRun._relayed``), so a test acts after a token reached the job."""
+    from jobs.orchestration import JobRun
+
+    taken: list[str] = []
+    changed = asyncio.Event()
+    real = JobRun._relayed
+
+    def spy(self, text, size):
+        taken.append(text)
+        changed.set()
+        return real(self, text, size)
+
+    monkeypatch.setattr(JobRun, "_relayed", spy)
+
+    async def wait_for(text: str) -> None:
+        async with asyncio.timeout(5):
+            while text not in "".join(taken):
+                changed.clear()
+                await changed.wait()
+
+    return wait_for
+
+
+@pytest.mark.parametrize("continued", [False, True], ids=["one host", "continuation"])
+async def test_a_renter_gone_before_its_non_streamed_response_is_billed_nothing(
+    api_key, catalog, machine_token, fast_deadlines, relayed, continued
+):
+    """DESIGN.md "Money": renters pay for what they received. A non-streamed
+    answer reaches the renter only in its response: a renter who left before it
+    received nothing, whatever the hosts generated (the attempts keep their text
+    for the record, billed nothing; no charge, no host paid)."""
+    from billing.models import LedgerTransaction
+    from hosts.models import Device
+    from jobs.models import Attempt, Job
+    from tests.jobs.helpers import host_online
+
+    first = await host_online(machine_token, "first", score=90)
+    second = await host_online(machine_token, "second", score=60)
+    communicator = await _collected_sent(api_key, catalog.id)
+    offer = await first.recv_type("offer")
+    await first.claim(offer["job"])
+    await first.token(offer["job"], "One, two,")
+    await relayed("One, two,")
+    host, job_offer = first, offer
+    if continued:
+        await first.close()  # gone mid-answer: the continuation takes over
+        job_offer = await second.recv_type("offer")
+        assert job_offer["continue_from"] == "One, two,"
+        host = second
+        await host.claim(job_offer["job"])
+        await host.token(job_offer["job"], " three,")
+        await relayed(" three,")
+    await communicator.send_input({"type": "http.disconnect"})
+    assert (await host.recv_type("cancel"))["job"] == job_offer["job"]
+    await communicator.wait(5)
+    job = await Job.objects.aget(attempts__id=offer["job"])
+    assert job.status == Job.Status.CANCELLED
+    assert (job.tokens_billed, job.cost_nano, job.output_text) == (0, 0, "")
+    attempts = [a async for a in Attempt.objects.filter(job=job).order_by("offered_at")]
+    assert [a.tokens_billed for a in attempts] == [0] * len(attempts)
+    assert "".join(a.output_text for a in attempts) == (
+        "One, two, three," if continued else "One, two,"
+    )
+    assert not await LedgerTransaction.objects.filter(job=job).aexists()
+    assert await Device.objects.filter(slots_used__gt=0).acount() == 0
+    await second.close()
+    if not continued:
+        await first.close()

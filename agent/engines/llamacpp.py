@@ -156,7 +156,7 @@ class LlamaCppEngine(Engine):
             log.warning(
                 "%s has no chat template: chat offers will fail", self.model_path
             )
-        return llama, template, _vocab_pieces(llama)
+        return llama, template, vocab_pieces(llama)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text`` as the model sees it (special tokens parsed)."""
@@ -348,8 +348,13 @@ def _float(value: Any, default: float) -> float:
     return default if value is None else float(value)
 
 
-def _vocab_pieces(llama: Any) -> list[bytes]:
-    """Bytes of every token of the vocabulary (special tokens give ``b""``)."""
+def vocab_pieces(llama: Any, *, special: bool = False) -> list[bytes]:
+    """Bytes of every token of ``llama``'s vocabulary, indexed by token id
+    (special tokens give ``b""``, or their text with ``special``).
+
+    Whole pieces: llama-cpp-python's own ``detokenize`` reads each into 32
+    bytes and drops a longer one (SmolLM2 has a 64-dash token).
+    """
     import ctypes
 
     import llama_cpp
@@ -359,11 +364,13 @@ def _vocab_pieces(llama: Any) -> list[bytes]:
     pieces = []
     for token in range(llama.n_vocab()):
         size = llama_cpp.llama_token_to_piece(
-            vocab, token, buffer, len(buffer), 0, False
+            vocab, token, buffer, len(buffer), 0, special
         )
         if size < 0:  # longer than the buffer: retry with the size asked for
             bigger = ctypes.create_string_buffer(-size)
-            size = llama_cpp.llama_token_to_piece(vocab, token, bigger, -size, 0, False)
+            size = llama_cpp.llama_token_to_piece(
+                vocab, token, bigger, -size, 0, special
+            )
             pieces.append(bigger.raw[:size])
         else:
             pieces.append(buffer.raw[:size])

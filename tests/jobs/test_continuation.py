@@ -183,3 +183,31 @@ async def test_a_host_dying_mid_answer_with_no_other_device_says_so(
     error = events[-2]["error"]
     assert error["code"] == "continuation_failed"
     assert "stopped mid-answer" in error["message"]
+
+
+async def test_a_non_streamed_answer_cut_short_reports_its_prompt_tokens(
+    catalog, api_key, machine_token, fast_deadlines
+):
+    """The only host died after output, before any ``done`` (where a prompt's
+    count comes from): the 200 with the text received and an error still
+    reports the prompt's tokens, counted as the engine counts them."""
+    import json
+
+    from jobs.tokens import prompt_token_count
+
+    only = await host_online(machine_token, "only")
+    request = chat_request(api_key, stream=False)
+    offer = await only.recv_type("offer")
+    await only.claim(offer["job"])
+    await only.token(offer["job"], "One, two")
+    await only.close()
+    response = await request
+    body = json.loads(response.content)
+    assert (
+        response.status_code == 200 and body["error"]["code"] == "continuation_failed"
+    )
+    assert body["choices"][0]["message"]["content"] == "One, two"
+    job = await Job.objects.aget(id=response["x-ballast-job-id"])
+    expected = prompt_token_count(MODEL, job.messages, None)
+    assert expected and body["usage"]["prompt_tokens"] == expected
+    assert body["usage"]["completion_tokens"] == job.tokens_billed > 0

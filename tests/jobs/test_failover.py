@@ -204,6 +204,28 @@ async def test_it_answers_502_and_bills_nothing_when_every_attempt_fails(
         await host.close()
 
 
+async def test_the_only_device_failing_before_output_is_a_502_not_no_capacity(
+    catalog, api_key, machine_token, fast_deadlines
+):
+    """PROTOCOL.md: 502 when every attempt failed before any output; 503 is for
+    a request no live device could take at all (found by a fresh-eyes check:
+    the one agent killed before its first token gave 503 ``no_capacity``)."""
+    host = await host_online(machine_token, "only")
+    request = chat_request(api_key, stream=False)
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.close()  # gone before its first token; no other device
+    response = await request
+    body = json.loads(response.content)
+    assert (response.status_code, body["error"]["code"]) == (
+        502,
+        "all_attempts_failed",
+    ), body
+    assert "1 attempt(s) failed" in body["error"]["message"]
+    job = await Job.objects.aget(id=response["x-ballast-job-id"])
+    assert job.status == Job.Status.FAILED and job.cost_nano == 0
+
+
 async def _balance(user):
     from channels.db import database_sync_to_async
 
@@ -478,3 +500,40 @@ async def test_it_refuses_a_renter_websocket_without_a_valid_key(catalog):
         "type": "websocket.close",
         "code": 4401,
     }
+
+
+async def test_the_renter_websocket_answers_bad_json_and_a_lost_database_with_status(
+    catalog, api_key, monkeypatch
+):
+    """Every error message of the renter websocket names its status; the
+    coordinator's own failure is an error message too, not a silent socket."""
+    from channels.testing import WebsocketCommunicator
+    from django.db import OperationalError
+
+    from ballast.asgi import application
+    from jobs import consumers
+
+    ws = WebsocketCommunicator(
+        application,
+        "/ws/v1/chat/",
+        headers=[(b"authorization", f"Bearer {api_key}".encode())],
+    )
+    assert (await ws.connect())[0]
+    await ws.send_to(text_data="{not json")
+    error = await ws.receive_json_from(timeout=5)
+    assert (error["type"], error["status"], error["error"]["code"]) == (
+        "error",
+        400,
+        "invalid_json",
+    )
+
+    def lost(**kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(consumers, "job_open", lost)
+    await ws.send_json_to(
+        {"model": catalog.id, "messages": [{"role": "user", "content": "Hi"}]}
+    )
+    error = await ws.receive_json_from(timeout=5)
+    assert (error["status"], error["error"]["code"]) == (503, "service_unavailable")
+    await ws.disconnect()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 import pytest
 from channels.db import database_sync_to_async
@@ -205,10 +206,16 @@ async def test_unknown_v1_paths_and_big_bodies_answer_openai_shaped_json(
 ):
     client = AsyncClient()
     auth = {"authorization": f"Bearer {api_key}"}
-    for path in ("/v1/embeddings", "/v1/jobs/xyz"):
+    for path, message in (
+        ("/v1/embeddings", "no such API endpoint: GET /v1/embeddings"),
+        ("/v1/jobs/xyz", "no such job: xyz"),
+        ("/v1/rentals/xyz", "no such rental: xyz"),
+        (f"/v1/jobs/{uuid.uuid4()}", "no such job"),
+    ):
         response = await client.get(path, headers=auth)
         assert response.status_code == 404
-        assert json.loads(response.content)["error"]["code"] == "not_found"
+        error = json.loads(response.content)["error"]
+        assert error["code"] == "not_found" and error["message"].startswith(message)
     response = await client.get(f"/v1/models/{MODEL}", headers=auth)
     assert json.loads(response.content)["id"] == MODEL
     response = await client.post(

@@ -406,6 +406,63 @@ def test_a_request_of_too_many_messages_is_refused_without_tokenizing(
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize("shape", ["one message", "raw prompt"])
+def test_megabytes_of_prompt_are_refused_without_tokenizing(
+    renter, live_device, monkeypatch, shape
+):
+    """A prompt of 4 MB can never fit 2,048 tokens (no token stands for more
+    than ``_token_bytes_most`` bytes): refused 400 at once, not tokenized for
+    seconds under the tokenizer's one lock (found by a fresh-eyes check)."""
+    from jobs import services as step
+
+    live_device()
+    key = key_of(renter)
+    text = "lorem ipsum " * 350_000
+    if shape == "one message":
+        parsed = request(content=text)
+    else:
+        from tests.conftest import REFERENCE_MODEL
+
+        parsed = completion_request_parse(
+            {"model": REFERENCE_MODEL["id"], "prompt": text, "max_tokens": 8},
+            endpoint=Job.Endpoint.COMPLETION,
+        )
+
+    def never(*args, **kwargs):
+        raise AssertionError("tokenized")
+
+    monkeypatch.setattr(step, "prompt_token_count", never)
+    with pytest.raises(ApiError) as refused:
+        job_open(api_key=key, request=parsed, waiting_channel="w.1")
+    assert refused.value.status == 400
+    assert refused.value.code == "context_length_exceeded"
+    assert refused.value.param == ("messages" if shape == "one message" else "prompt")
+    assert not Job.objects.exists()
+
+
+def test_no_token_stands_for_more_bytes_than_the_bound():
+    """The byte bound's premise, on the reference vocabulary: the longest
+    token's text (special tokens included), repeated, counts at least its
+    bytes over the bound in tokens; and special tokens' text in a prompt is
+    counted as the engine counts it."""
+    from agent.engines.llamacpp import vocab_pieces
+    from jobs.tokens import _token_bytes_most, _vocab, prompt_tokens_least
+    from tests.conftest import REFERENCE_MODEL
+
+    model = REFERENCE_MODEL["id"]
+    most = _token_bytes_most(model)
+    pieces = vocab_pieces(_vocab(model), special=True)
+    longest = max(pieces, key=len).decode("utf-8", "replace")
+    assert len(longest.encode("utf-8")) == most > 32  # 64 dashes
+    for text in (longest * 50, "<|im_start|>" * 200, " " * 5000, "-" * 6400):
+        count = prompt_token_count(model, None, text)
+        assert prompt_tokens_least(model, None, text) <= count
+        chat = [{"role": "user", "content": text}]
+        assert prompt_tokens_least(model, chat, None) <= prompt_token_count(
+            model, chat, None
+        )
+
+
 def test_the_context_check_counts_the_templates_default_system_prompt(
     renter, live_device
 ):
