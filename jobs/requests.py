@@ -221,8 +221,12 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
     for item in stop or []:
         _text(item, "stop")
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise _bad("seed", "'seed' must be an integer")
+    if seed is not None and (
+        isinstance(seed, bool)
+        or not isinstance(seed, int)
+        or not -(2**63) <= seed < 2**63
+    ):
+        raise _bad("seed", "'seed' must be an integer from -2^63 to 2^63-1")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad("stream", "'stream' must be true or false")

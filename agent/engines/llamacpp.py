@@ -275,7 +275,8 @@ class LlamaCppEngine(Engine):
         healer = TokenHealer(self._pieces, heal)
         params = request.params
         seed = params.get("seed")
-        llama.set_seed(int(seed) if seed is not None else secrets.randbits(32))
+        # llama.cpp's seeds are 32 bits: a renter's 64-bit seed is reduced, not cut
+        llama.set_seed(int(seed) % 2**32 if seed is not None else secrets.randbits(32))
         stops = request.stop()
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pending = ""  # decoded text held back while it may start a stop sequence

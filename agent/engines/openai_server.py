@@ -188,9 +188,11 @@ class OpenAIServerEngine(Engine):
             "stream_options": {"include_usage": True},
             "max_tokens": request.max_tokens(),
         }
-        for key in ("temperature", "top_p", "seed"):
+        for key in ("temperature", "top_p"):
             if params.get(key) is not None:
                 body[key] = params[key]
+        if params.get("seed") is not None:  # llama.cpp's seeds are 32 bits
+            body["seed"] = params["seed"] % 2**32
         if request.stop():
             body["stop"] = request.stop()
         chunks = 0

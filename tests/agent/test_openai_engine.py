@@ -149,3 +149,22 @@ async def test_load_fails_when_the_model_is_not_served_or_the_server_is_down() -
     with pytest.raises(ModelLoadError, match="cannot list models"):
         await engine.load()
     await engine.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "seed, sent", [(2**40 + 7, 7), (-1, 2**32 - 1), (2**32 - 1, 2**32 - 1)]
+)
+async def test_a_64_bit_seed_reaches_the_server_as_llama_cpps_32_bits(seed, sent):
+    """A renter may send any 64-bit seed (OpenAI's); llama.cpp's are 32 bits,
+    so it is reduced, never sent as a number the server could refuse (which
+    would fail the attempt and count against the host)."""
+    server = FakeServer(models=["smollm2:135m"])
+    engine = engine_for(server)
+    await engine.load()
+    request = GenerationRequest(
+        model=MODEL, prompt="Hi", params={"max_tokens": 4, "seed": seed}
+    )
+    [piece async for piece in engine.stream(request, GenerationResult())]
+    assert server.bodies[0]["seed"] == sent
+    await engine.close()

@@ -501,6 +501,29 @@ def test_only_n_1_is_accepted(n):
     assert refused.value.status == 400 and refused.value.param == "n"
 
 
+@pytest.mark.parametrize("seed", [2**63, -(2**63) - 1, 10**30, True, "1", 1.5])
+def test_a_seed_past_64_bits_or_not_an_integer_is_refused(seed):
+    with pytest.raises(ApiError) as refused:
+        completion_request_parse(
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "seed": seed,
+            },
+            endpoint=Job.Endpoint.CHAT,
+        )
+    assert refused.value.status == 400 and refused.value.param == "seed"
+
+
+@pytest.mark.parametrize("seed", [0, -1, 2**63 - 1, -(2**63)])
+def test_any_64_bit_seed_is_accepted(seed):
+    parsed = completion_request_parse(
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], "seed": seed},
+        endpoint=Job.Endpoint.CHAT,
+    )
+    assert parsed.params["seed"] == seed
+
+
 @postgresql_only
 def test_a_connection_the_server_closed_is_replaced_not_handed_to_a_request(renter):
     """The pool checks a connection as it hands it out (``ballast.dbpool``):
