@@ -14,9 +14,12 @@ NANO_PER_USD = 10**9
 def usd_to_nano(usd: Decimal | str | int) -> int:
     """Convert a USD amount (``Decimal``/str, e.g. ``"0.0000002"``) to nano-USD.
 
-    Raises ValueError when the amount has more precision than 1 nano-USD.
+    Raises ValueError when the amount is not finite (NaN, infinity) or has more
+    precision than 1 nano-USD.
     """
     value = Decimal(str(usd)) * NANO_PER_USD
+    if not value.is_finite():
+        raise ValueError(f"{usd} is not a finite USD amount")
     if value != value.to_integral_value():
         raise ValueError(f"{usd} USD is finer than 1 nano-USD")
     return int(value)

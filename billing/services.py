@@ -26,7 +26,7 @@ from .models import (
     PayoutRequest,
     ReceiptCheck,
 )
-from .money import nano_to_usd_str, share_of
+from .money import NANO_PER_USD, nano_to_usd_str, share_of
 from .receipts import receipt_verify
 from .selectors import account_balance_nano, host_balances_nano, renter_balance_nano
 
@@ -105,16 +105,26 @@ def ledger_post(
     return txn
 
 
+TOP_UP_MAX_NANO = 1_000_000 * NANO_PER_USD  # one million USD
+
+
 @transaction.atomic
 def renter_top_up(
     *, user: AbstractBaseUser, amount_nano: int, key: str
 ) -> LedgerTransaction | None:
-    """Credit a renter with ``amount_nano`` (> 0) from the funding account.
+    """Credit a renter with ``amount_nano`` (> 0, at most ``TOP_UP_MAX_NANO``)
+    from the funding account.
 
-    Idempotent on ``key``. Raises ValueError for an amount that is not positive.
+    Idempotent on ``key``. Raises ValueError for an amount that is not positive
+    or past the bound (which keeps every balance far inside the ledger's 64-bit
+    integers: 9.2 billion USD in nano-USD).
     """
     if amount_nano <= 0:
         raise ValueError("a top-up must be positive")
+    if amount_nano > TOP_UP_MAX_NANO:
+        raise ValueError(
+            f"a top-up must be at most {nano_to_usd_str(TOP_UP_MAX_NANO)} USD"
+        )
     return ledger_post(
         kind=LedgerTransaction.Kind.TOP_UP,
         key=key,

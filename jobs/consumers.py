@@ -56,8 +56,13 @@ class RenterChatConsumer(DirectDispatchConsumer):
                 ApiError(429, "one request at a time per connection", "busy")
             )
             return
+        if text_data is None:
+            await self._error(
+                ApiError(400, "send the request as a text message", "invalid_json")
+            )
+            return
         try:
-            body = json.loads(text_data or "")
+            body = json.loads(text_data)
         except (ValueError, RecursionError):
             await self._error(
                 ApiError(400, "message is not valid JSON", "invalid_json")

@@ -2290,11 +2290,12 @@ def _request_fits(model: CatalogModel, request) -> None:
     room = model.context_length - request.params["max_tokens"]
     least = prompt_tokens_least(model.id, request.messages, request.prompt)
     if least is not None and least > room:  # refused without rendering it
-        what = (
-            f"{len(request.messages)} messages"
+        count, unit = (
+            (len(request.messages), "message")
             if request.messages is not None
-            else f"{len(request.prompt or '')} characters"
+            else (len(request.prompt or ""), "character")
         )
+        what = f"{count} {unit}{'' if count == 1 else 's'}"
         raise ApiError(
             400,
             f"the prompt (at least {least} tokens: {what}) plus "

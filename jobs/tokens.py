@@ -145,23 +145,39 @@ def prompt_tokens_least(
     at once: rendering and tokenizing them takes seconds of the process's time,
     under the tokenizer's one lock.
     """
-    if messages is None:
-        text_bytes = len((prompt or "").encode("utf-8"))
-        framing = 0
-    else:
-        text_bytes = sum(
-            len(str(m.get("content") or "").encode("utf-8")) for m in messages
-        )
+    texts = (
+        [prompt or ""]
+        if messages is None
+        else [str(m.get("content") or "") for m in messages]
+    )
+    framing = 0
+    if messages is not None:
         per_message = _message_tokens_least(model_id)
         if per_message is None:
             return None
         framing = len(messages) * per_message
-    if not text_bytes:
+    if not any(texts):
         return framing
     most = _token_bytes_most(model_id)
-    if most is None:
+    dropped = _characters_dropped(model_id)
+    if most is None or dropped is None:
         return None
+    text_bytes = sum(
+        len(text.encode("utf-8")) - sum(text.count(c) for c in dropped)
+        for text in texts
+    )
     return max(framing, -(-text_bytes // most))
+
+
+@functools.lru_cache(maxsize=4)
+def _characters_dropped(model_id: str) -> tuple[str, ...] | None:
+    """The ASCII characters the tokenizer drops (no token stands for them;
+    SmolLM2: six control characters), or None without a tokenizer: their bytes
+    are in no token, so ``prompt_tokens_least`` does not count them. (Every
+    other character of Unicode was checked to make at least one token.)"""
+    if _vocab(model_id) is None:
+        return None
+    return tuple(chr(c) for c in range(128) if token_count(model_id, chr(c)) == 0)
 
 
 @functools.lru_cache(maxsize=4)

@@ -526,6 +526,9 @@ async def test_the_renter_websocket_answers_bad_json_and_a_lost_database_with_st
         400,
         "invalid_json",
     )
+    await ws.send_to(bytes_data=b'{"model": "m"}')
+    error = await ws.receive_json_from(timeout=5)
+    assert error["status"] == 400 and "text message" in error["error"]["message"]
 
     def lost(**kwargs):
         raise OperationalError("server closed the connection unexpectedly")

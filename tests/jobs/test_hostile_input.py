@@ -360,3 +360,19 @@ async def test_a_lost_database_connection_at_the_end_of_an_answer_is_retried(
     assert failures and job.status == Job.Status.SUCCEEDED and job.cost_nano > 0
     assert await LedgerTransaction.objects.filter(job=job).acount() == 1
     await host.close()
+
+
+async def test_json_nested_past_the_recursion_limit_is_a_400_on_every_api(
+    catalog, api_key
+):
+    """``[[[[…]]]]`` 100,000 deep: the DRF APIs answered a 500 (RecursionError),
+    the completions a 400 (found by a fresh-eyes check)."""
+    client = AsyncClient()
+    auth = {"authorization": f"Bearer {api_key}"}
+    deep = b"[" * 100_000 + b"]" * 100_000
+    for path in ("/v1/rentals", "/v1/chat/completions"):
+        response = await client.post(
+            path, data=deep, content_type="application/json", headers=auth
+        )
+        assert response.status_code == 400, (path, response.content[:200])
+        assert json.loads(response.content)["error"]["type"] == "invalid_request_error"

@@ -50,6 +50,10 @@ def test_credit_up_to_tops_up_only_the_difference():
         (["nobody", "--credit", "1"], "EMAIL must be an email address"),
         (["r@example.com", "--credit", "lots"], "--credit must be a USD amount"),
         (["r@example.com", "--credit-up-to", "-1"], "--credit-up-to must not be"),
+        (["r@example.com", "--credit", "1e30"], "--credit must be at most 1000000 USD"),
+        (["r@example.com", "--credit", "9300000000"], "must be at most"),
+        (["r@example.com", "--credit", "inf"], "not a finite USD amount"),
+        (["r@example.com", "--credit-up-to", "nan"], "not a finite USD amount"),
     ],
 )
 def test_bad_input_is_refused_naming_it_and_changes_nothing(args, message):

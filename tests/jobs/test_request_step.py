@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, connections
 from django.db.utils import DataError
 from django.test.utils import CaptureQueriesContext
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from billing.models import Account
@@ -365,6 +365,8 @@ def test_requests_queued_on_the_credit_lock_see_each_others_jobs(live_device):
     ),
     st.text(max_size=300),
 )
+@example(messages=[("assistant", "")], prompt="\x06")  # no token: dropped
+@example(messages=[("user", "x\x13\x14y")], prompt="\x16\x1d\x04")
 def test_the_context_checks_cheap_bounds_hold_the_count(messages, prompt):
     """``_request_fits`` admits a prompt on ``prompt_tokens_most`` (bytes) and
     refuses one on ``prompt_tokens_least`` (its messages' framing) without
@@ -437,6 +439,9 @@ def test_megabytes_of_prompt_are_refused_without_tokenizing(
     assert refused.value.status == 400
     assert refused.value.code == "context_length_exceeded"
     assert refused.value.param == ("messages" if shape == "one message" else "prompt")
+    assert ("1 message)" if shape == "one message" else "characters)") in (
+        refused.value.message
+    )
     assert not Job.objects.exists()
 
 
@@ -454,7 +459,14 @@ def test_no_token_stands_for_more_bytes_than_the_bound():
     pieces = vocab_pieces(_vocab(model), special=True)
     longest = max(pieces, key=len).decode("utf-8", "replace")
     assert len(longest.encode("utf-8")) == most > 32  # 64 dashes
-    for text in (longest * 50, "<|im_start|>" * 200, " " * 5000, "-" * 6400):
+    for text in (
+        longest * 50,
+        "<|im_start|>" * 200,
+        " " * 5000,
+        "-" * 6400,
+        "\x06" * 3000,  # a character no token stands for: dropped
+        "a\x04b\x1d" * 500,
+    ):
         count = prompt_token_count(model, None, text)
         assert prompt_tokens_least(model, None, text) <= count
         chat = [{"role": "user", "content": text}]

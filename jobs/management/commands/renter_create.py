@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils.crypto import get_random_string
 
 from billing.money import nano_to_usd_str, usd_to_nano
-from billing.services import renter_balance_nano, renter_top_up
+from billing.services import TOP_UP_MAX_NANO, renter_balance_nano, renter_top_up
 from hosts.services import user_get_or_create
 from jobs.services import api_key_create
 
@@ -44,6 +44,10 @@ class Command(BaseCommand):
             ) from None
         if amount < 0:
             raise CommandError(f"{option} must not be negative")
+        if amount > TOP_UP_MAX_NANO:
+            raise CommandError(
+                f"{option} must be at most {nano_to_usd_str(TOP_UP_MAX_NANO)} USD"
+            )
         with transaction.atomic():
             user = user_get_or_create(email=email)
             if credit_up_to is not None:
