@@ -42,6 +42,15 @@ def parser_build() -> argparse.ArgumentParser:
         action="store_true",
         help="measure the engine at start and report it after the first welcome",
     )
+    run.add_argument(
+        "--drain-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="on Ctrl-C or SIGTERM, take no new work and let running jobs finish "
+        "for up to S seconds before exiting; a second signal stops at once "
+        "(default 60)",
+    )
     bench = commands.add_parser(
         "benchmark", help="measure the engine; report it with --server"
     )
@@ -222,6 +231,7 @@ async def _main_async(args: argparse.Namespace, script: dict[str, Any] | None) -
             except (OSError, InvalidHandshake) as exc:
                 log.error("cannot report to %s: %s", args.server, exc)
                 return 1
+        _stop_after_drain(agent, max(0.0, args.drain_s))
         await agent.run()
         return 0
     finally:
@@ -260,6 +270,38 @@ def _script_load(value: str | None) -> dict[str, Any] | None:
     if not isinstance(script, dict):
         raise ValueError("the script must be a JSON object")
     return script
+
+
+def _stop_after_drain(agent: Any, drain_s: float) -> None:
+    """Make SIGINT/SIGTERM stop the running agent gracefully: the first lets
+    the running jobs finish for up to ``drain_s`` s (``HostAgent.drain``), then
+    stops; a second stops at once (the current task, cancelled)."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    assert task is not None
+
+    async def drain_then_stop() -> None:
+        left = await agent.drain(drain_s)
+        if left:
+            log.warning("stopping with %d job(s) still running", left)
+        task.cancel()
+
+    def on_signal() -> None:
+        if agent.draining:
+            log.info("stopping now")
+            task.cancel()
+            return
+        log.info(
+            "stopping: no new jobs; running ones may finish (up to %.0f s); "
+            "Ctrl-C again to stop at once",
+            drain_s,
+        )
+        # kept on the agent: a task only the loop refers to may be collected
+        agent.drain_task = asyncio.ensure_future(drain_then_stop())
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows
+            loop.add_signal_handler(sig, on_signal)
 
 
 def _run_until_signal(coro: Any) -> int:

@@ -109,6 +109,37 @@ class HostAgent:
         self.load_errors: list[ModelLoadError] = []
         self.machine_id: str | None = None
         self.connected = asyncio.Event()
+        self.session: Session | None = None  # the connection being served
+        self.draining = False  # stopping: heartbeats say paused (``drain``)
+        self.drain_task: asyncio.Task[None] | None = None  # set by the CLI
+
+    async def drain(self, timeout_s: float) -> int:
+        """Stop taking work and let the running jobs finish, for up to
+        ``timeout_s`` s; return how many were still running then (0: all done).
+
+        The next heartbeat, sent at once, says ``paused``, so the coordinator
+        offers this machine nothing new (an offer already crossing it is still
+        served). A host stopping its agent mid-answer otherwise has the job
+        fail over: the segment unpaid, a death mid-stream on its score.
+        """
+        self.draining = True
+        session = self.session
+        if session is None:
+            return 0
+        with contextlib.suppress(ConnectionClosed):
+            await session.send(session.heartbeat_frame())
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while session.jobs:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            log.info(
+                "stopping: %d job(s) still running; waiting up to %.0f s",
+                len(session.jobs),
+                left,
+            )
+            await asyncio.wait(set(session.jobs.values()), timeout=left)
+        return len(session.jobs)
 
     async def load(self) -> None:
         """Load the engine's model(s); a failure is kept and reported to the
@@ -190,12 +221,14 @@ class HostAgent:
             if not await session.open():
                 return False
             log.info("connected to %s as machine %s", url, self.machine_id)
+            self.session = session
             self.connected.set()
             with contextlib.suppress(ConnectionClosed):
                 await session.serve()
             return True
         finally:
             self.connected.clear()
+            self.session = None
             await session.shutdown()
 
     def _log_close(self, ws: ClientConnection, welcomed: bool) -> None:

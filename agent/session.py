@@ -98,7 +98,7 @@ class Session:
         if not isinstance(interval, (int, float)) or interval <= 0:
             log.warning("welcome without a valid heartbeat_interval_s; using 10 s")
             interval = 10.0
-        await self.send(self._heartbeat_frame())
+        await self.send(self.heartbeat_frame())
         self._heartbeat = asyncio.create_task(self._heartbeat_loop(max(0.05, interval)))
         return True
 
@@ -280,13 +280,16 @@ class Session:
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await self.send(self._heartbeat_frame())
+                await self.send(self.heartbeat_frame())
             except ConnectionClosed:
                 return
             except Exception:  # a telemetry failure must not end the session
                 log.exception("heartbeat failed")
 
-    def _heartbeat_frame(self) -> dict[str, Any]:
+    def heartbeat_frame(self) -> dict[str, Any]:
+        """The ``heartbeat`` frame now: each device's telemetry, this engine's
+        device with its loaded models and slots; ``paused`` while the agent
+        drains before stopping (``HostAgent.drain``)."""
         agent = self.agent
         loaded = agent.engine.loaded_models()
         devices = []
@@ -301,7 +304,7 @@ class Session:
                     "slots": agent.config.slots if mine else 0,
                 }
             )
-        return {"type": "heartbeat", "devices": devices, "paused": False}
+        return {"type": "heartbeat", "devices": devices, "paused": agent.draining}
 
 
 class _Outbox:

@@ -142,3 +142,89 @@ def test_the_agent_runs_on_uvloop_where_it_is_installed() -> None:
         return isinstance(asyncio.get_running_loop(), uvloop.Loop)
 
     assert _run_until_signal(loop_kind()) is True
+
+
+async def _agent_streaming(
+    fake, tmp_path: Path, pieces: int = 20
+) -> asyncio.subprocess.Process:
+    """An agent process mid-answer on job ``j`` (``pieces`` pieces, 50 ms
+    apart), its claim and first token read."""
+    process = await agent_process(
+        "run",
+        "--server",
+        fake.url,
+        "--token",
+        fake.token,
+        "--engine",
+        "scripted",
+        "--script",
+        json.dumps({"pieces": [f" w{i}" for i in range(pieces)], "delay_s": 0.05}),
+        "--key-file",
+        str(tmp_path / "key.pem"),
+    )
+    await asyncio.wait_for(fake.connected.wait(), 60)
+    await fake.send(
+        {
+            "type": "offer",
+            "job": "j",
+            "device": 0,
+            "model": "smollm2-135m-instruct",
+            "prompt": "count",
+            "params": {"max_tokens": 1000},
+            "continue_from": "",
+        }
+    )
+    await fake.expect("claim", job="j")
+    assert (await fake.expect("token", job="j"))["text"] == " w0"
+    return process
+
+
+async def _paused_heartbeat(fake) -> None:
+    while not (await fake.heartbeat())["paused"]:
+        pass
+
+
+@pytest.mark.asyncio
+async def test_ctrl_c_takes_no_new_work_and_lets_the_running_job_finish(
+    tmp_path: Path, coordinator_class
+) -> None:
+    """A host stopping its agent mid-answer: the heartbeat says paused at once
+    (no new offers), the answer completes with its receipt (the host is paid,
+    no death mid-stream on its score), then the process exits 0."""
+    import signal
+
+    async with coordinator_class() as fake:
+        process = await _agent_streaming(fake, tmp_path)
+        try:
+            process.send_signal(signal.SIGINT)
+            await _paused_heartbeat(fake)
+            text, done = await fake.stream_collect("j")
+            assert " w0" + text == "".join(f" w{i}" for i in range(20))
+            assert done["finish_reason"] == "stop" and done["receipt"]
+            assert await asyncio.wait_for(process.wait(), 30) == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+@pytest.mark.asyncio
+async def test_a_second_ctrl_c_stops_at_once(tmp_path: Path, coordinator_class) -> None:
+    import signal
+
+    async with coordinator_class() as fake:
+        process = await _agent_streaming(fake, tmp_path, pieces=400)  # 20 s
+        try:
+            process.send_signal(signal.SIGINT)
+            await _paused_heartbeat(fake)
+            process.send_signal(signal.SIGINT)
+            assert await asyncio.wait_for(process.wait(), 30) == 0
+            await asyncio.wait_for(fake.disconnected.wait(), 10)
+            frames = []
+            while not fake.frames.empty():
+                frames.append(fake.frames.get_nowait())
+            assert all(f["type"] == "token" for f in frames), "stopped: no done"
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
