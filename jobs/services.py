@@ -14,6 +14,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -969,13 +970,12 @@ def _job_finish(
     price = job_price_nano(job, model)
     job.tokens_billed = sum(a.tokens_billed for a in attempts)
     job.cost_nano = 0 if job.is_spot_check else job.tokens_billed * price
-    fresh = [a for a in attempts if a.prompt_tokens_reported is not None]
-    if fresh:
-        job.prompt_tokens = fresh[0].prompt_tokens_reported
-    elif output_text:  # a failure after output reports usage: count the prompt
-        job.prompt_tokens = (
-            prompt_token_count(job.model_id, job.messages, job.prompt) or 0
-        )
+    in_order = sorted(attempts, key=lambda a: (a.offered_at, str(a.id)))
+    job.prompt_tokens = _renter_prompt_tokens(
+        [(a.kind, a.prompt_tokens_reported) for a in in_order],
+        lambda: prompt_token_count(job.model_id, job.messages, job.prompt),
+        counted_without_report=bool(output_text),  # a failure after output
+    )
     job.status = status
     job.output_text = output_text
     job.finish_reason = finish_reason
@@ -985,6 +985,33 @@ def _job_finish(
     job.save()
     job_charge(job=job, now=now, price_nano=price)
     return job
+
+
+def _renter_prompt_tokens(
+    reports: list[tuple[str, int | None]],
+    count: Callable[[], int | None],
+    *,
+    counted_without_report: bool = False,
+) -> int:
+    """The renter's prompt in tokens, for a job's ``usage.prompt_tokens`` (not
+    billed). ``reports``: (attempt kind, its host's reported prompt tokens or
+    None) in offer order; ``count``: the model's tokenizer's count, or None.
+
+    A fresh attempt's report; a continuation's prompt also holds the text it
+    continues, so with only continuations reporting the prompt is counted
+    (their report when no tokenizer is known); with no report, counted only
+    with ``counted_without_report`` (a job whose renter got output), else 0.
+    """
+    reported = [tokens for _, tokens in reports if tokens is not None]
+    for kind, tokens in reports:
+        if kind == Attempt.Kind.FRESH and tokens is not None:
+            return tokens
+    if not reported and not counted_without_report:
+        return 0
+    counted = count()
+    if counted is not None:
+        return counted
+    return reported[0] if reported else 0
 
 
 def job_price_nano(job: Job, model: CatalogModel) -> int:
@@ -1135,7 +1162,8 @@ _SUCCEED_READ_SQL = (
     " COALESCE(j.price_completion_nano, c.price_completion_nano),"
     " (SELECT r.id FROM billing_account r WHERE r.kind = %s AND r.user_id = j.renter_id),"
     " (SELECT p.id FROM billing_account p WHERE p.kind = %s AND p.user_id IS NULL),"
-    " (SELECT COUNT(*) FROM billing_receiptcheck s WHERE s.signature = %s)"
+    " (SELECT COUNT(*) FROM billing_receiptcheck s WHERE s.signature = %s),"
+    " a.kind"
     " FROM jobs_attempt a JOIN jobs_job j ON j.id = a.job_id"
     " JOIN hosts_device d ON d.id = a.device_id"
     " JOIN hosts_machine m ON m.id = d.machine_id"
@@ -1185,7 +1213,7 @@ def _job_succeed_fixed(
         return None
     attempt_uuid = value_uuid(attempt_id)
     (_, _, _, _, _, _, _, _, _, _, _, _, _, _, status, spot_check, renter_id,
-     model_id, params, price, renter_account, platform_account, replays) = rows[0]  # fmt: skip
+     model_id, params, price, renter_account, platform_account, replays, _) = rows[0]  # fmt: skip
     mine = next((row for row in rows if value_uuid(row[0]) == attempt_uuid), None)
     if (
         mine is None
@@ -1278,7 +1306,7 @@ def _job_succeed_fixed(
     )
 
     # the job and its charge (DESIGN.md "Money"): every segment, this one as ended
-    segments, prompt_tokens = [], None
+    segments, prompt_reports = [], []
     for row in rows:
         is_mine = row is mine
         segments.append(
@@ -1298,9 +1326,13 @@ def _job_succeed_fixed(
                 held_account_id=held_account if is_mine else row[13],
             )
         )
-        reported_prompt = done["prompt_tokens"] if is_mine else row[9]
-        if prompt_tokens is None and reported_prompt is not None:
-            prompt_tokens = reported_prompt
+        prompt_reports.append((row[23], done["prompt_tokens"] if is_mine else row[9]))
+    prompt_tokens = _renter_prompt_tokens(
+        prompt_reports,
+        lambda: prompt_token_count(
+            model_id, *Job.objects.values_list("messages", "prompt").get(id=job_id)
+        ),
+    )
     params = value_json(params)
     plan = charge_plan(
         segments=segments, max_tokens=params.get("max_tokens"), price=price

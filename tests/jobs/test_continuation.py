@@ -118,6 +118,12 @@ async def test_it_continues_from_exactly_what_the_renter_received(
     assert await Earning.objects.filter(attempt=resumed).aexists()
     usage = [e for e in events if e != "[DONE]" and e.get("usage")][-1]["usage"]
     assert usage["completion_tokens"] == job.tokens_billed
+    # the continuation's reported prompt (10 here) holds the text it continued:
+    # the renter's own prompt is counted (found by a fresh-eyes check)
+    from jobs.tokens import prompt_token_count
+
+    assert usage["prompt_tokens"] == job.prompt_tokens
+    assert job.prompt_tokens == prompt_token_count(MODEL, job.messages, None) != 10
     await first.close()
     await second.close()
 
