@@ -111,13 +111,14 @@ async def test_the_key_is_checked_before_the_body_and_the_model(api_key, catalog
 
 
 async def _completion_sent(
-    api_key: str, model: str, content: str
+    api_key: str, model: str, content: str, *, stream: bool = True
 ) -> ApplicationCommunicator:
-    """A streamed chat completion sent through the production ASGI app."""
+    """A chat completion (streamed unless ``stream=False``) sent through the
+    production ASGI app."""
     body = json.dumps(
         {
             "model": model,
-            "stream": True,
+            "stream": stream,
             "messages": [{"role": "user", "content": content}],
         }
     ).encode()
@@ -729,19 +730,6 @@ def timezone_now():
     return timezone.now()
 
 
-async def _collected_sent(api_key: str, model: str) -> ApplicationCommunicator:
-    """A non-streamed chat completion sent through the production ASGI app."""
-    body = json.dumps(
-        {"model": model, "messages": [{"role": "user", "content": "Count"}]}
-    ).encode()
-    headers = [(b"authorization", f"Bearer {api_key}".encode())]
-    communicator = ApplicationCommunicator(
-        application, _scope("/v1/chat/completions", headers)
-    )
-    await communicator.send_input({"type": "http.request", "body": body})
-    return communicator
-
-
 @pytest_asyncio.fixture
 async def relayed(monkeypatch):
     """``relayed(text)``: waits until the job's coroutine took ``text`` from its
@@ -783,7 +771,7 @@ async def test_a_renter_gone_before_its_non_streamed_response_is_billed_nothing(
 
     first = await host_online(machine_token, "first", score=90)
     second = await host_online(machine_token, "second", score=60)
-    communicator = await _collected_sent(api_key, catalog.id)
+    communicator = await _completion_sent(api_key, catalog.id, "Count", stream=False)
     offer = await first.recv_type("offer")
     await first.claim(offer["job"])
     await first.token(offer["job"], "One, two,")

@@ -32,6 +32,52 @@ async def agent_process(*args: str) -> asyncio.subprocess.Process:
     )
 
 
+async def _scripted_against(
+    command: str, fake, tmp_path: Path, *extra: str
+) -> asyncio.subprocess.Process:
+    """``python -m agent COMMAND`` with the scripted engine against ``fake``."""
+    return await agent_process(
+        command,
+        "--server",
+        fake.url,
+        "--token",
+        fake.token,
+        "--engine",
+        "scripted",
+        "--key-file",
+        str(tmp_path / "key.pem"),
+        *extra,
+    )
+
+
+async def _scripted_agent_offered(
+    fake, tmp_path: Path, script: dict, params: dict
+) -> asyncio.subprocess.Process:
+    """``python -m agent run`` with the scripted engine against ``fake``, once
+    connected sent the offer of job ``j`` (a raw prompt, ``params``)."""
+    process = await _scripted_against(
+        "run", fake, tmp_path, "--script", json.dumps(script)
+    )
+    try:
+        await asyncio.wait_for(fake.connected.wait(), 60)
+        await fake.send(
+            {
+                "type": "offer",
+                "job": "j",
+                "device": 0,
+                "model": "smollm2-135m-instruct",
+                "prompt": "count",
+                "params": params,
+                "continue_from": "",
+            }
+        )
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    return process
+
+
 @pytest.mark.parametrize(
     ("server", "expected"),
     [
@@ -64,32 +110,13 @@ async def test_die_at_kills_the_process_mid_stream(
 ) -> None:
     """The scripted host sends 2 tokens, then exits with status 137."""
     async with coordinator_class() as fake:
-        process = await agent_process(
-            "run",
-            "--server",
-            fake.url,
-            "--token",
-            fake.token,
-            "--engine",
-            "scripted",
-            "--script",
-            json.dumps({"mode": "die_at", "n": 2, "text": "one two three four"}),
-            "--key-file",
-            str(tmp_path / "key.pem"),
+        process = await _scripted_agent_offered(
+            fake,
+            tmp_path,
+            {"mode": "die_at", "n": 2, "text": "one two three four"},
+            params={},
         )
         try:
-            await asyncio.wait_for(fake.connected.wait(), 60)
-            await fake.send(
-                {
-                    "type": "offer",
-                    "job": "j",
-                    "device": 0,
-                    "model": "smollm2-135m-instruct",
-                    "prompt": "count",
-                    "params": {},
-                    "continue_from": "",
-                }
-            )
             await fake.expect("claim", job="j")
             assert (await fake.expect("token", job="j"))["text"] == "one"
             assert (await fake.expect("token", job="j"))["text"] == " two"
@@ -107,16 +134,10 @@ async def test_benchmark_prints_and_reports_the_figures(
     tmp_path: Path, coordinator_class
 ) -> None:
     async with coordinator_class() as fake:
-        process = await agent_process(
+        process = await _scripted_against(
             "benchmark",
-            "--server",
-            fake.url,
-            "--token",
-            fake.token,
-            "--engine",
-            "scripted",
-            "--key-file",
-            str(tmp_path / "key.pem"),
+            fake,
+            tmp_path,
             "--name",
             "RTX 4090",
         )
@@ -149,30 +170,11 @@ async def _agent_streaming(
 ) -> asyncio.subprocess.Process:
     """An agent process mid-answer on job ``j`` (``pieces`` pieces, 50 ms
     apart), its claim and first token read."""
-    process = await agent_process(
-        "run",
-        "--server",
-        fake.url,
-        "--token",
-        fake.token,
-        "--engine",
-        "scripted",
-        "--script",
-        json.dumps({"pieces": [f" w{i}" for i in range(pieces)], "delay_s": 0.05}),
-        "--key-file",
-        str(tmp_path / "key.pem"),
-    )
-    await asyncio.wait_for(fake.connected.wait(), 60)
-    await fake.send(
-        {
-            "type": "offer",
-            "job": "j",
-            "device": 0,
-            "model": "smollm2-135m-instruct",
-            "prompt": "count",
-            "params": {"max_tokens": 1000},
-            "continue_from": "",
-        }
+    process = await _scripted_agent_offered(
+        fake,
+        tmp_path,
+        {"pieces": [f" w{i}" for i in range(pieces)], "delay_s": 0.05},
+        params={"max_tokens": 1000},
     )
     await fake.expect("claim", job="j")
     assert (await fake.expect("token", job="j"))["text"] == " w0"

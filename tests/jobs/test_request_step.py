@@ -384,17 +384,10 @@ def test_the_context_checks_cheap_bounds_hold_the_count(messages, prompt):
         assert count <= prompt_tokens_most(model, chat_or_none, raw)
 
 
-def test_a_request_of_too_many_messages_is_refused_without_tokenizing(
-    renter, live_device, monkeypatch
-):
-    """20,000 one-character messages can never fit 2,048 tokens: refused 400 at
-    once (rendering and tokenizing them took ~45 s of the process's time)."""
+def _refused_untokenized(monkeypatch, key, parsed) -> ApiError:
+    """The 400 ``context_length_exceeded`` of ``job_open`` for ``parsed``,
+    asserting that the prompt was never tokenized."""
     from jobs import services as step
-
-    live_device()
-    key = key_of(renter)
-    parsed = request()
-    parsed.messages = [{"role": "user", "content": "x"}] * 20_000
 
     def never(*args, **kwargs):
         raise AssertionError("tokenized")
@@ -404,7 +397,20 @@ def test_a_request_of_too_many_messages_is_refused_without_tokenizing(
         job_open(api_key=key, request=parsed, waiting_channel="w.1")
     assert refused.value.status == 400
     assert refused.value.code == "context_length_exceeded"
-    assert "20000 messages" in refused.value.message
+    return refused.value
+
+
+def test_a_request_of_too_many_messages_is_refused_without_tokenizing(
+    renter, live_device, monkeypatch
+):
+    """20,000 one-character messages can never fit 2,048 tokens: refused 400 at
+    once (rendering and tokenizing them took ~45 s of the process's time)."""
+    live_device()
+    key = key_of(renter)
+    parsed = request()
+    parsed.messages = [{"role": "user", "content": "x"}] * 20_000
+    refused = _refused_untokenized(monkeypatch, key, parsed)
+    assert "20000 messages" in refused.message
     assert not Job.objects.exists()
 
 
@@ -415,8 +421,6 @@ def test_megabytes_of_prompt_are_refused_without_tokenizing(
     """A prompt of 4 MB can never fit 2,048 tokens (no token stands for more
     than ``_token_bytes_most`` bytes): refused 400 at once, not tokenized for
     seconds under the tokenizer's one lock (found by a fresh-eyes check)."""
-    from jobs import services as step
-
     live_device()
     key = key_of(renter)
     text = "lorem ipsum " * 350_000
@@ -429,18 +433,10 @@ def test_megabytes_of_prompt_are_refused_without_tokenizing(
             {"model": REFERENCE_MODEL["id"], "prompt": text, "max_tokens": 8},
             endpoint=Job.Endpoint.COMPLETION,
         )
-
-    def never(*args, **kwargs):
-        raise AssertionError("tokenized")
-
-    monkeypatch.setattr(step, "prompt_token_count", never)
-    with pytest.raises(ApiError) as refused:
-        job_open(api_key=key, request=parsed, waiting_channel="w.1")
-    assert refused.value.status == 400
-    assert refused.value.code == "context_length_exceeded"
-    assert refused.value.param == ("messages" if shape == "one message" else "prompt")
+    refused = _refused_untokenized(monkeypatch, key, parsed)
+    assert refused.param == ("messages" if shape == "one message" else "prompt")
     assert ("1 message)" if shape == "one message" else "characters)") in (
-        refused.value.message
+        refused.message
     )
     assert not Job.objects.exists()
 
