@@ -6,6 +6,7 @@ import uuid
 
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,6 +16,7 @@ from billing.models import LedgerTransaction
 from billing.money import nano_to_usd_str
 from billing.services import renter_balance_nano
 
+from . import schema
 from .errors import ApiError
 from .models import Attempt, CatalogModel, Job
 from .selectors import devices_live
@@ -126,6 +128,7 @@ def _model_object(model: CatalogModel, now) -> dict:
 class ModelsApi(APIView):
     """``GET /v1/models``: catalog models with pricing and live capacity."""
 
+    @extend_schema(responses=schema.MODEL_LIST)
     def get(self, request: Request) -> Response:
         now = timezone.now()
         return Response(
@@ -142,6 +145,7 @@ class ModelsApi(APIView):
 class ModelApi(APIView):
     """``GET /v1/models/{id}``: one catalog model (the ``openai`` client's retrieve)."""
 
+    @extend_schema(responses=schema.MODEL, operation_id="v1_model_retrieve")
     def get(self, request: Request, model_id: str) -> Response:
         model = CatalogModel.objects.filter(id=model_id, active=True).first()
         if model is None:
@@ -169,6 +173,7 @@ def renters_own(queryset, request: Request, object_id: str, what: str):
 class JobApi(APIView):
     """``GET /v1/jobs/{id}``: the renter's own job; another's is 404."""
 
+    @extend_schema(responses=JobSerializer)
     def get(self, request: Request, job_id) -> Response:
         job = renters_own(
             Job.objects.prefetch_related("attempts__device__machine"),
@@ -182,6 +187,7 @@ class JobApi(APIView):
 class UsageApi(APIView):
     """``GET /v1/usage``: balance and recent charges (USD decimal strings)."""
 
+    @extend_schema(responses=schema.USAGE)
     def get(self, request: Request) -> Response:
         charges = (
             LedgerTransaction.objects.filter(
@@ -254,6 +260,7 @@ class RentalSerializer(serializers.ModelSerializer):
 class DevicesApi(APIView):
     """``GET /v1/devices``: live devices a renter may rent (not rented, not quarantined)."""
 
+    @extend_schema(responses=schema.DEVICE_LIST)
     def get(self, request: Request) -> Response:
         from .selectors import devices_rentable
 
@@ -281,6 +288,7 @@ class DevicesApi(APIView):
 class RentalsApi(APIView):
     """``GET /v1/rentals`` (the renter's) and ``POST /v1/rentals`` {device, hours}."""
 
+    @extend_schema(responses=schema.rental_list(RentalSerializer))
     def get(self, request: Request) -> Response:
         from .models import Rental
 
@@ -289,6 +297,7 @@ class RentalsApi(APIView):
         )[:100]
         return Response({"data": RentalSerializer(rentals, many=True).data})
 
+    @extend_schema(request=schema.RENTAL_REQUEST, responses={201: RentalSerializer})
     def post(self, request: Request) -> Response:
         from .rentals import rental_create
 
@@ -319,9 +328,11 @@ class RentalApi(APIView):
             "rental",
         )
 
+    @extend_schema(responses=RentalSerializer, operation_id="v1_rental_retrieve")
     def get(self, request: Request, rental_id) -> Response:
         return Response(RentalSerializer(self._rental(request, rental_id)).data)
 
+    @extend_schema(responses=RentalSerializer)
     def delete(self, request: Request, rental_id) -> Response:
         from .rentals import rental_end
 
