@@ -9,23 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from contextlib import aclosing
-
-from django.db import DatabaseError
 
 from ballast.consumers import DirectDispatchConsumer
 from ballast.db import db_call
 from hosts.consumers import bearer_token
 
 from .auth import api_key_from_request_header
-from .errors import DATABASE_UNAVAILABLE, INTERNAL_ERROR, ApiError, error_body
+from .errors import ApiError, error_body, failure_error
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import completion_request_parse
 from .services import job_open
 from .views import ChunkWriter
-
-log = logging.getLogger(__name__)
 
 
 class RenterChatConsumer(DirectDispatchConsumer):
@@ -77,12 +72,8 @@ class RenterChatConsumer(DirectDispatchConsumer):
         (503 to retry for the database, 500 otherwise), as the HTTP API answers."""
         try:
             await self._answer(body)
-        except DatabaseError:
-            log.exception("renter websocket: the database step failed")
-            await self._error(DATABASE_UNAVAILABLE)
-        except Exception:
-            log.exception("renter websocket: the request failed")
-            await self._error(INTERNAL_ERROR)
+        except Exception as exc:
+            await self._error(failure_error(exc, "renter websocket"))
 
     async def _answer(self, body) -> None:
         try:

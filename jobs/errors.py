@@ -72,6 +72,17 @@ DATABASE_UNAVAILABLE = ApiError(
 INTERNAL_ERROR = ApiError(500, "internal error", "internal_error")
 
 
+def failure_error(exc: Exception, where: str) -> ApiError:
+    """The error a request is answered with when the coordinator itself failed
+    (``exc``, logged with its traceback under ``where``): a database that
+    cannot be reached is a 503 to retry, anything else a 500."""
+    if isinstance(exc, DatabaseError):
+        log.exception("%s: the database step failed", where, exc_info=exc)
+        return DATABASE_UNAVAILABLE
+    log.exception("%s failed", where, exc_info=exc)
+    return INTERNAL_ERROR
+
+
 def error_response(exc: ApiError) -> JsonResponse:
     """A JsonResponse for an ApiError."""
     return JsonResponse(exc.body(), status=exc.status)

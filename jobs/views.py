@@ -9,13 +9,11 @@ stream with a ``finish_reason: "error"`` chunk carrying an ``error`` object.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -26,13 +24,7 @@ from .auth import (
     api_key_from_request_header,
     bearer_from_header,
 )
-from .errors import (
-    DATABASE_UNAVAILABLE,
-    INTERNAL_ERROR,
-    ApiError,
-    error_body,
-    error_response,
-)
+from .errors import ApiError, error_body, error_response, failure_error
 from .models import CatalogModel, Job
 from .orchestration import (
     EarlyOffer,
@@ -44,8 +36,6 @@ from .orchestration import (
 )
 from .requests import CompletionRequest, completion_request_parse
 from .services import Dispatch, job_open, job_open_by_key, job_open_by_key_async
-
-log = logging.getLogger("ballast.jobs")
 
 
 class ChunkWriter:
@@ -290,12 +280,8 @@ async def _completion(request: HttpRequest, endpoint: str) -> HttpResponse:
     (logged), never Django's HTML error page."""
     try:
         return await _completion_answer(request, endpoint)
-    except DatabaseError:
-        log.exception("completion: the database step failed")
-        return error_response(DATABASE_UNAVAILABLE)
-    except Exception:
-        log.exception("completion failed")
-        return error_response(INTERNAL_ERROR)
+    except Exception as exc:
+        return error_response(failure_error(exc, "completion"))
 
 
 def body_too_large_response() -> JsonResponse:

@@ -52,6 +52,12 @@ class GenerationRequest:
         value = self.params.get("max_tokens")
         return DEFAULT_MAX_TOKENS if value is None else int(value)
 
+    def seed(self) -> int | None:
+        """The sampling seed as llama.cpp takes it (32 bits: a renter's 64-bit
+        seed reduced modulo 2**32, never cut), or None when absent."""
+        value = self.params.get("seed")
+        return None if value is None else int(value) % 2**32
+
     def stop(self) -> list[str]:
         """Stop sequences as a list (an empty list when none)."""
         value = self.params.get("stop")

@@ -274,9 +274,8 @@ class LlamaCppEngine(Engine):
         tokens, heal = heal_split(tokens, self._pieces, request.continue_from)
         healer = TokenHealer(self._pieces, heal)
         params = request.params
-        seed = params.get("seed")
-        # llama.cpp's seeds are 32 bits: a renter's 64-bit seed is reduced, not cut
-        llama.set_seed(int(seed) % 2**32 if seed is not None else secrets.randbits(32))
+        seed = request.seed()
+        llama.set_seed(secrets.randbits(32) if seed is None else seed)
         stops = request.stop()
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pending = ""  # decoded text held back while it may start a stop sequence

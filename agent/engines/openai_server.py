@@ -191,8 +191,8 @@ class OpenAIServerEngine(Engine):
         for key in ("temperature", "top_p"):
             if params.get(key) is not None:
                 body[key] = params[key]
-        if params.get("seed") is not None:  # llama.cpp's seeds are 32 bits
-            body["seed"] = params["seed"] % 2**32
+        if request.seed() is not None:
+            body["seed"] = request.seed()
         if request.stop():
             body["stop"] = request.stop()
         chunks = 0
