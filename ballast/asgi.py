@@ -21,11 +21,10 @@ from django.conf import settings  # noqa: E402
 from django.core.exceptions import RequestAborted, RequestDataTooBig  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
-from django.urls import path, set_script_prefix  # noqa: E402
+from django.urls import path, resolve, reverse, set_script_prefix  # noqa: E402  # noqa: E402
 
-from hosts.consumers import HostConsumer  # noqa: E402
 from jobs import views as job_views  # noqa: E402
-from jobs.consumers import RenterChatConsumer  # noqa: E402
+from jobs.consumers import HostRelayConsumer, RenterChatConsumer  # noqa: E402
 
 
 class ApiHandler(ASGIHandler):
@@ -144,9 +143,9 @@ class ApiHandler(ASGIHandler):
         return body_file
 
     def load_middleware(self, is_async: bool = False) -> None:
-        """No middleware, and no URL resolution: the request's path names its view
-        (``API_VIEWS``); Django's conversion of an exception to a 500 response is
-        kept (the views answer their own errors in OpenAI's shape first)."""
+        """No middleware; the view is the one ``jobs/urls.py`` routes the path to;
+        Django's conversion of an exception to a 500 response is kept (the views
+        answer their own errors in OpenAI's shape first)."""
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []
@@ -165,7 +164,7 @@ def _declared_length(scope) -> int | None:
 
 
 async def _api_view_call(request):
-    return await API_VIEWS[request.path](request)
+    return await resolve(request.path_info).func(request)
 
 
 class HeadersWithFirstBody:
@@ -217,13 +216,9 @@ class HeadersWithFirstBody:
         self.held = on
 
 
-# the completions' paths and their views (``ApiHandler`` calls them by path;
-# jobs/urls.py routes the same paths for Django's own handler and reverse())
-API_VIEWS = {
-    "/v1/chat/completions": job_views.chat_completions,
-    "/v1/completions": job_views.completions,
-}
-API_PATHS = frozenset(API_VIEWS)
+# the completions' URL names (jobs/urls.py): served by ``ApiHandler``
+API_URL_NAMES = ("chat-completions", "completions")
+API_PATHS = frozenset(reverse(name) for name in API_URL_NAMES)
 api_asgi_app = ApiHandler()
 
 
@@ -238,7 +233,7 @@ application = ProtocolTypeRouter(
         "http": http_app,
         "websocket": URLRouter(
             [
-                path("ws/host/", HostConsumer.as_asgi()),
+                path("ws/host/", HostRelayConsumer.as_asgi()),
                 path("ws/v1/chat/", RenterChatConsumer.as_asgi()),
             ]
         ),

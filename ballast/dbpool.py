@@ -4,8 +4,7 @@ Each process's psycopg pool (settings: ``DATABASES["default"]["OPTIONS"]["pool"]
 built by the backend ``ballast.postgresql``) is a ``CheckedPool``. psycopg_pool's
 own check (``ConnectionPool.check_connection``, what Django's
 ``CONN_HEALTH_CHECKS`` turns on) sends an empty query every time a connection is
-handed out: a round trip before every database call of the request path (0.3–0.5
-ms, docs/performance.md); and after a failed check the pool sleeps with backoff
+handed out: a round trip before every database call of the request path; and after a failed check the pool sleeps with backoff
 (1 s, 2 s, 4 s …) before it tries the next connection, so after a database
 restart every request waited seconds, up to the pool's timeout.
 
@@ -18,11 +17,10 @@ once, without sleeping.
 
 from __future__ import annotations
 
-import collections
 import select
 
-from psycopg import AsyncConnection, Error, pq
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg import Error, pq
+from psycopg_pool import ConnectionPool
 
 
 def _quiet(conn) -> bool | None:
@@ -53,18 +51,6 @@ def connection_usable(conn) -> bool:
     return True
 
 
-async def async_connection_usable(conn: AsyncConnection) -> bool:
-    """``connection_usable`` for an ``AsyncConnection`` (the ask awaited)."""
-    quiet = _quiet(conn)
-    if quiet is not None:
-        return quiet
-    try:
-        await AsyncConnectionPool.check_connection(conn)
-    except Error:
-        return False
-    return True
-
-
 class CheckedPool(ConnectionPool):
     """psycopg's pool whose ``getconn`` hands out only usable connections.
 
@@ -82,77 +68,3 @@ class CheckedPool(ConnectionPool):
             conn.close()
             self.putconn(conn)
         return super().getconn(timeout)
-
-
-class AsyncConnections:
-    """This process's ``AsyncConnection``s, for database work awaited in the event
-    loop itself (``ballast.db.transaction_one_message_async``: the request path's
-    one message), not in a worker thread.
-
-    ``take()`` gives an idle connection that ``async_connection_usable`` accepts
-    (one it refuses is closed and the next taken at once, as ``CheckedPool``
-    does), else connects a new one with ``connect_kwargs()`` (called then, so a
-    test database's name is seen) while fewer than ``max_open`` are open, else
-    None: the caller goes the threaded way (Django's pool, which waits for a
-    connection), so a burst never opens more than ``max_open`` here.
-    ``give_back(conn)`` keeps it idle for the next caller, unless it is closed
-    or not idle (a statement cancelled in flight, a transaction left open):
-    then it is closed. At most one caller uses a connection at a time.
-
-    Why not psycopg_pool's ``AsyncConnectionPool``: it belongs to the event loop
-    that opened it (its worker tasks, its locks), while a connection here is
-    used by whichever loop takes it: the coordinator has one loop, the test
-    suite one per test, and a loop's pool would outlive it with its
-    connections open (the test database could not be dropped). ``close_all()``
-    closes the idle ones without a loop.
-    """
-
-    def __init__(self, connect_kwargs, max_open: int) -> None:
-        self.connect_kwargs = connect_kwargs
-        self.max_open = max_open
-        self.opened = 0  # connections open: idle or taken
-        self._idle: collections.deque[AsyncConnection] = collections.deque()
-
-    async def take(self) -> AsyncConnection | None:
-        """An idle usable connection, else a new one, else None (``max_open`` are
-        taken). Raises psycopg's ``OperationalError`` when a new connection
-        cannot be made."""
-        while self._idle:
-            conn = self._idle.pop()  # the most recent: its server process is warm
-            if await async_connection_usable(conn):
-                return conn
-            self._close(conn)
-        if self.opened >= self.max_open:
-            return None
-        self.opened += 1
-        try:
-            return await AsyncConnection.connect(**self.connect_kwargs())
-        except BaseException:
-            self.opened -= 1
-            raise
-
-    def give_back(self, conn: AsyncConnection) -> None:
-        """Keep ``conn`` for the next ``take`` (or close it; see the class doc)."""
-        if (
-            not conn.closed
-            and conn.info.transaction_status == pq.TransactionStatus.IDLE
-        ):
-            self._idle.append(conn)
-        else:
-            self._close(conn)
-
-    def close_all(self) -> None:
-        """Close every idle connection (no event loop needed)."""
-        while self._idle:
-            self._close(self._idle.pop())
-
-    def _close(self, conn: AsyncConnection) -> None:
-        self.opened -= 1
-        _close_now(conn)
-
-
-def _close_now(conn) -> None:
-    """Close a psycopg connection at once, sync or async, with no loop: its
-    libpq connection ends (a statement in flight is abandoned)."""
-    if not conn.closed:
-        conn.pgconn.finish()

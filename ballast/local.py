@@ -20,68 +20,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from channels.exceptions import ChannelFull
 from django.conf import settings
 
 # channel -> (the reader's event loop, its deliver function)
 _readers: dict[str, tuple[asyncio.AbstractEventLoop, Callable[[dict], None]]] = {}
 
 
-def reader_add(channel: str, deliver: Callable[[dict], None]) -> list[dict]:
+def reader_add(channel: str, deliver: Callable[[dict], None]) -> None:
     """Deliver messages for ``channel`` sent from this event loop to ``deliver``.
 
     ``deliver(message)`` runs in the sender's task and must not block; it may
     raise ``channels.exceptions.ChannelFull`` as a layer's ``send`` would.
-    Returns the messages ``reader_hold`` kept for the channel until now, in the
-    order sent: the caller delivers them before any later one ([] when none).
     """
-    entry = _readers.get(channel)
-    held = getattr(entry[1], "__self__", None) if entry is not None else None
     _readers[channel] = (asyncio.get_running_loop(), deliver)
-    return list(held) if isinstance(held, _Held) else []
-
-
-class _Held(list):
-    """The messages of a channel whose reader is not running yet."""
-
-    def keep(self, message: dict) -> None:
-        if len(self) >= HELD_MESSAGES:
-            raise ChannelFull(f"{len(self)} messages held for a reader not yet running")
-        self.append(message)
-
-
-# at most this many messages wait for a reader not yet running (a job's first
-# reply comes in two: the claim and the first token)
-HELD_MESSAGES = 1000
-
-
-def reader_hold(channel: str) -> None:
-    """Keep the messages sent to ``channel`` from this event loop for the reader
-    ``reader_add`` registers later (a job whose offer leaves before its
-    coroutine's reader runs: ``jobs.orchestration.EarlyOffer``), so none takes
-    the layer's path and overtakes another. Past ``HELD_MESSAGES`` a send
-    raises ``ChannelFull``. A no-op when the channel has a reader already."""
-    if channel not in _readers:
-        _readers[channel] = (asyncio.get_running_loop(), _Held().keep)
-
-
-def reads_here(channel: str, *, idle: bool = False) -> bool:
-    """Whether ``channel``'s messages sent from this event loop go straight to a
-    running reader here (not held, not through the layer); with ``idle``, also
-    whether the reader's owner says it is idle (its ``idle()``; False when it
-    has none)."""
-    deliver = _reader_here(channel)
-    if deliver is None:
-        return False
-    owner = getattr(deliver, "__self__", None)
-    if isinstance(owner, _Held):
-        return False
-    return not idle or bool(getattr(owner, "idle", lambda: False)())
 
 
 def reader_drop(channel: str) -> None:
-    """Forget ``channel``'s reader or hold, whatever it is (the channel is given
-    back before any reader ran)."""
+    """Forget ``channel``'s reader, whatever it is (the channel is given back)."""
     _readers.pop(channel, None)
 
 
@@ -97,7 +52,7 @@ async def channel_send(layer, channel: str, message: dict) -> None:
     one, else through ``layer``. The sender gives the message up (it is not copied).
 
     Raises what the layer's ``send`` raises (``ChannelFull``), or what the local
-    reader raises (``ChannelFull`` when it holds too much already).
+    reader raises (``ChannelFull`` when its inbox is full).
     """
     deliver = _reader_here(channel)
     if deliver is not None:
@@ -107,7 +62,7 @@ async def channel_send(layer, channel: str, message: dict) -> None:
 
 
 def _reader_here(channel: str) -> Callable[[dict], None] | None:
-    """``channel``'s deliver function (reader or hold) for a sender in this
+    """``channel``'s deliver function for a sender in this
     event loop, or None (none here, or local delivery off)."""
     entry = _readers.get(channel) if settings.BALLAST_LOCAL_DELIVERY else None
     if entry is None or entry[0] is not asyncio.get_running_loop():

@@ -103,6 +103,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_htmx",
     "channels",
+    "catalog",
     "hosts",
     "jobs",
     "billing",
@@ -151,9 +152,7 @@ if DATABASE_URL:
     if _db["ENGINE"] == "django.db.backends.postgresql":
         # A bounded psycopg pool per process: every request's thread borrows a
         # connection instead of opening one (and many processes stay under
-        # max_connections). BALLAST_DB_POOL_MAX connections at most per process,
-        # and as many again for the request step awaited in the event loop
-        # (ballast.db.async_connections).
+        # max_connections). BALLAST_DB_POOL_MAX connections at most per process.
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
             "max_size": env_int("BALLAST_DB_POOL_MAX", 8, minimum=1),
@@ -289,9 +288,6 @@ BALLAST_SPOT_CHECKS = env_bool("BALLAST_SPOT_CHECKS", True)
 # a job's coroutine and its machine's connection in one process skip the channel
 # layer (ballast.local); 0: every message through the layer
 BALLAST_LOCAL_DELIVERY = env_bool("BALLAST_LOCAL_DELIVERY", True)
-# a request's offer may leave before its database step answers, to the device the
-# claim is expected to take (jobs.services.job_open_by_key_async); 0: never
-BALLAST_GUESSED_OFFERS = env_bool("BALLAST_GUESSED_OFFERS", True)
 BALLAST_CANARY_RATE = env_float("BALLAST_CANARY_RATE", 0.02)
 BALLAST_SPOT_CHECK_MAX_DELAY_S = env_float("BALLAST_SPOT_CHECK_MAX_DELAY_S", 60.0)
 BALLAST_QUARANTINE_CHECK_EVERY_S = env_float("BALLAST_QUARANTINE_CHECK_EVERY_S", 180.0)

@@ -93,7 +93,8 @@ def fleet_fill(url: str, devices: int) -> None:
 
 def jobs_make(count: int):
     """Create ``count`` queued jobs through the ORM; return their ids."""
-    from jobs.models import CatalogModel, Job
+    from catalog.models import CatalogModel
+    from jobs.models import Job
 
     model = CatalogModel.objects.get(id=MODEL)
     jobs = [
@@ -122,8 +123,9 @@ def run_ballast(
     """
     from django.db import connection
 
+    from catalog.models import CatalogModel
     from hosts.models import Device
-    from jobs.models import CatalogModel, Job
+    from jobs.models import Job
     from jobs.services import job_dispatch
 
     durations: list[float] = []

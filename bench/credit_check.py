@@ -97,9 +97,10 @@ def main() -> int:
         from billing.models import Account
         from billing.money import usd_to_nano
         from billing.services import account_for, renter_top_up
+        from catalog.models import CatalogModel
         from hosts.services import user_get_or_create
         from jobs import services
-        from jobs.models import CatalogModel, Job
+        from jobs.models import Job
         from jobs.services import credit_available_nano, credit_lock
 
         renter = user_get_or_create(email="renter@bench.example")

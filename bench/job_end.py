@@ -119,7 +119,7 @@ def attempts_make(renter, keys, count: int) -> list[dict]:
     from django.utils import timezone
 
     from billing.receipts import receipt_message
-    from jobs.models import CatalogModel
+    from catalog.models import CatalogModel
     from jobs.services import attempt_claim, job_dispatch
     from jobs.tokens import token_count
 

@@ -82,20 +82,23 @@ def renter_statement(*, user: AbstractBaseUser, limit: int = 200) -> QuerySet[En
 
 
 def renter_usage_by_model(*, user: AbstractBaseUser) -> list[dict]:
-    """Charged usage per model: dicts of ``model``, ``jobs``, ``tokens``, ``cost_nano``."""
-    from jobs.models import Job
-
+    """Charged usage per model: dicts of ``model``, ``jobs``, ``tokens``, ``cost_nano``
+    (sums over the renter's jobs that have a charge in the ledger)."""
     rows = (
-        Job.objects.filter(renter=user, is_spot_check=False, cost_nano__gt=0)
-        .values("model_id")
-        .annotate(
-            jobs=Count("id"), tokens=Sum("tokens_billed"), cost_nano=Sum("cost_nano")
+        LedgerTransaction.objects.filter(
+            kind=LedgerTransaction.Kind.CHARGE, job__renter=user
         )
-        .order_by("model_id")
+        .values("job__model_id")
+        .annotate(
+            jobs=Count("id"),
+            tokens=Sum("job__tokens_billed"),
+            cost_nano=Sum("job__cost_nano"),
+        )
+        .order_by("job__model_id")
     )
     return [
         {
-            "model": r["model_id"],
+            "model": r["job__model_id"],
             "jobs": r["jobs"],
             "tokens": r["tokens"],
             "cost_nano": r["cost_nano"],
@@ -127,24 +130,23 @@ class DeviceFlags:
 
 
 def device_flags(*, device_id: int) -> DeviceFlags:
-    """Count the device's flagged attempts (unbelievable token counts, bad receipts).
+    """Count the device's flagged attempts: receipts by verdict, and receipted
+    attempts (those that sent a ``done``) whose token count was not believed.
 
-    A query over attempts and receipt checks; nothing is stored on the device.
+    One query over its receipt checks and their attempts; nothing is stored on
+    the device.
     """
-    from jobs.models import Attempt
-
-    receipts = ReceiptCheck.objects.filter(device_id=device_id).aggregate(
+    counts = ReceiptCheck.objects.filter(device_id=device_id).aggregate(
+        token_count=Count("id", filter=Q(attempt__token_count_flagged=True)),
         missing=Count("id", filter=Q(verdict=ReceiptCheck.Verdict.MISSING)),
         invalid=Count("id", filter=Q(verdict=ReceiptCheck.Verdict.INVALID)),
         replayed=Count("id", filter=Q(verdict=ReceiptCheck.Verdict.REPLAYED)),
     )
     return DeviceFlags(
-        token_count=Attempt.objects.filter(
-            device_id=device_id, token_count_flagged=True
-        ).count(),
-        receipt_missing=receipts["missing"],
-        receipt_invalid=receipts["invalid"],
-        receipt_replayed=receipts["replayed"],
+        token_count=counts["token_count"],
+        receipt_missing=counts["missing"],
+        receipt_invalid=counts["invalid"],
+        receipt_replayed=counts["replayed"],
     )
 
 

@@ -1,7 +1,7 @@
 """The reliability score formula (DESIGN.md "Reliability score"), as pure functions.
 
-Reproduces ``shared/vectors/score.json``; ``hosts.services.device_score_recompute``
-feeds it from the database.
+Reproduces ``shared/vectors/score.json``; ``hosts.services.device_score_inputs``
+reads its inputs from the database.
 """
 
 from __future__ import annotations
@@ -12,6 +12,35 @@ WINDOW = 50
 PRIOR = Decimal(60)
 
 
+def score_parts(
+    *,
+    outcomes: int,
+    successes: int,
+    online_fraction: Decimal | float,
+    model_median_ttft_ms: float | None,
+    device_ttft_ms: float | None,
+) -> tuple[Decimal, Decimal, Decimal]:
+    """Return the score's three parts: (success of 70, uptime of 20, latency of 10).
+
+    ``outcomes``/``successes`` count the device's last 50 outcomes (success is 0
+    with none); ``online_fraction`` is 0..1 of the last 24 h (or since first
+    seen); TTFTs are medians in ms over the last hour: latency is 10 × min(1,
+    model's ÷ device's), 10 when either is unknown. Raises ValueError when
+    ``successes`` is not within 0..``outcomes``.
+    """
+    if outcomes < 0 or successes < 0 or successes > outcomes:
+        raise ValueError("successes must be within 0..outcomes")
+    rate = Decimal(successes) / Decimal(outcomes) if outcomes else Decimal(0)
+    success = 70 * rate
+    uptime = 20 * Decimal(str(online_fraction))
+    if device_ttft_ms is None or not model_median_ttft_ms or device_ttft_ms <= 0:
+        latency = Decimal(10)
+    else:
+        ratio = Decimal(str(model_median_ttft_ms)) / Decimal(str(device_ttft_ms))
+        latency = 10 * min(Decimal(1), ratio)
+    return success, uptime, latency
+
+
 def score_unrounded(
     *,
     outcomes: int,
@@ -20,27 +49,22 @@ def score_unrounded(
     model_median_ttft_ms: float | None,
     device_ttft_ms: float | None,
 ) -> Decimal:
-    """Return the exact score before rounding, 0..100.
+    """Return the exact score before rounding, 0..100 (arguments of ``score_parts``).
 
-    ``outcomes``/``successes`` count the device's last 50 outcomes; ``online_fraction``
-    is 0..1 of the last 24 h (or since first seen); TTFTs are medians in ms over
-    the last hour (``device_ttft_ms`` None → the latency part counts as 1).
+    The sum of the parts; with n < 50 outcomes, (n/50) × that + (1 − n/50) × 60,
+    and 60 with none. Raises ValueError as ``score_parts`` does.
     """
-    if outcomes < 0 or successes < 0 or successes > outcomes:
-        raise ValueError("successes must be within 0..outcomes")
+    parts = score_parts(
+        outcomes=outcomes,
+        successes=successes,
+        online_fraction=online_fraction,
+        model_median_ttft_ms=model_median_ttft_ms,
+        device_ttft_ms=device_ttft_ms,
+    )
     n = min(outcomes, WINDOW)
     if n == 0:
         return PRIOR
-    success_rate = Decimal(successes) / Decimal(outcomes)
-    online = Decimal(str(online_fraction))
-    if device_ttft_ms is None or not model_median_ttft_ms or device_ttft_ms <= 0:
-        latency = Decimal(1)
-    else:
-        latency = min(
-            Decimal(1),
-            Decimal(str(model_median_ttft_ms)) / Decimal(str(device_ttft_ms)),
-        )
-    computed = 70 * success_rate + 20 * online + 10 * latency
+    computed = sum(parts, Decimal(0))
     if n >= WINDOW:
         return computed
     weight = Decimal(n) / WINDOW

@@ -10,16 +10,16 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import QuerySet, Sum
+from django.db.models import Sum
 from django.db.models.functions import TruncDate
 from django.http import Http404
 
 from billing.models import Earning
-from jobs.models import Attempt, CatalogModel
+from catalog.models import CatalogModel
 
 from .models import Benchmark, Device, DeviceOutcome, Machine, ScoreSample
-from .scoring import PRIOR, WINDOW, score_round, score_unrounded
-from .services import device_online_fraction, device_ttft_medians
+from .scoring import PRIOR, WINDOW, score_parts
+from .services import device_score_inputs
 
 
 @dataclass
@@ -151,46 +151,27 @@ class ScoreParts:
 
 
 def device_score_parts(*, device: Device, now: datetime) -> ScoreParts:
-    """Compute the score's parts for the device now, from its last 50 outcomes."""
-    last = list(
-        DeviceOutcome.objects.filter(device=device).values_list("success", "model_id")[
-            :WINDOW
-        ]
-    )
-    n = len(last)
-    successes = sum(1 for ok, _ in last if ok)
-    model_id = next((mid for _, mid in last if mid), "")
-    model_median = device_median = None
-    if model_id:
-        model_median, device_median = device_ttft_medians(
-            device=device, model_id=model_id, now=now
-        )
-    online = Decimal(str(device_online_fraction(device=device, now=now)))
-    if device_median is None or not model_median or device_median <= 0:
-        latency = Decimal(1)
-    else:
-        latency = min(
-            Decimal(1), Decimal(str(model_median)) / Decimal(str(device_median))
-        )
-    success = 70 * Decimal(successes) / Decimal(n) if n else None
-    computed = (success or Decimal(0)) + 20 * online + 10 * latency
-    exact = score_unrounded(
+    """The score's parts for the device now, from the inputs its stored score is
+    computed from (``hosts.services.device_score_inputs``)."""
+    inputs = device_score_inputs(device_id=device.id, now=now)
+    n = inputs.outcomes
+    success, uptime, latency = score_parts(
         outcomes=n,
-        successes=successes,
-        online_fraction=online,
-        model_median_ttft_ms=model_median,
-        device_ttft_ms=device_median,
+        successes=inputs.successes,
+        online_fraction=inputs.online,
+        model_median_ttft_ms=inputs.model_median,
+        device_ttft_ms=inputs.device_median,
     )
     return ScoreParts(
         outcomes=n,
-        successes=successes,
-        success=success,
-        uptime=20 * online,
-        latency=10 * latency,
-        latency_model=model_id,
-        computed=computed if n else PRIOR,
+        successes=inputs.successes,
+        success=success if n else None,
+        uptime=uptime,
+        latency=latency,
+        latency_model=inputs.model_id,
+        computed=success + uptime + latency if n else PRIOR,
         weight=Decimal(min(n, WINDOW)) / WINDOW,
-        expected=score_round(exact),
+        expected=inputs.score,
     )
 
 
@@ -230,13 +211,18 @@ def device_views(
     return views
 
 
-def machine_attempts(*, machine: Machine, limit: int = 25) -> QuerySet[Attempt]:
-    """The machine's most recent attempts (newest first) with their job and earning."""
-    return (
-        Attempt.objects.filter(device__machine=machine)
-        .select_related("job", "device", "earning")
-        .order_by("-offered_at")[:limit]
-    )
+def machine_attempts(*, machine: Machine, limit: int = 25) -> list:
+    """The machine's most recent attempts (``jobs``' rows, read through each
+    device's ``attempts``), newest first, with their job, device and earning."""
+    attempts = [
+        attempt
+        for device in machine.devices.all()
+        for attempt in device.attempts.select_related(
+            "job", "device", "earning"
+        ).order_by("-offered_at")[:limit]
+    ]
+    attempts.sort(key=lambda attempt: attempt.offered_at, reverse=True)
+    return attempts[:limit]
 
 
 @dataclass

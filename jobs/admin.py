@@ -1,24 +1,9 @@
-"""Staff views of the catalog, keys, jobs and attempts (attempts and receipts read-only)."""
+"""Staff views of keys, jobs and attempts (attempts and receipts read-only)."""
 
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from .models import ApiKey, Attempt, CanaryPrompt, CatalogModel, Job, Rental, SpotCheck
-
-
-@admin.register(CatalogModel)
-class CatalogModelAdmin(admin.ModelAdmin):
-    list_display = [
-        "id",
-        "family",
-        "context_length",
-        "vram_per_request_mb",
-        "price_prompt_nano",
-        "price_completion_nano",
-        "active",
-    ]
-    list_filter = ["family", "active"]
-    search_fields = ["id", "family"]
+from .models import ApiKey, Attempt, CanaryPrompt, Job, Rental, SpotCheck
 
 
 @admin.register(ApiKey)

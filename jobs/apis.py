@@ -15,10 +15,11 @@ from rest_framework.views import APIView
 from billing.models import LedgerTransaction
 from billing.money import nano_to_usd_str
 from billing.services import renter_balance_nano
+from catalog.models import CatalogModel
 
 from . import schema
 from .errors import ApiError
-from .models import Attempt, CatalogModel, Job
+from .models import Attempt, Job
 from .selectors import devices_live
 
 

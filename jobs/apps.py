@@ -3,4 +3,4 @@ from django.apps import AppConfig
 
 class JobsConfig(AppConfig):
     name = "jobs"
-    verbose_name = "Jobs: catalog, API keys, jobs and attempts"
+    verbose_name = "Jobs: API keys, jobs and attempts"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from .models import ApiKey, CatalogModel
-from .services import api_key_and_model
+from .models import ApiKey
+from .services import api_key_authenticate, api_key_mark_used
 
 
 def bearer_from_header(value: str) -> str:
@@ -16,26 +15,12 @@ def bearer_from_header(value: str) -> str:
 
 
 def api_key_from_request_header(header: str) -> ApiKey | None:
-    """The live API key named by an Authorization header value, or None; marks it used."""
-    return api_key_and_model_from_request_header(header)[0]
-
-
-def api_key_and_model_from_request_header(
-    header: str, model_id: str | None = None
-) -> tuple[ApiKey | None, CatalogModel | None]:
-    """``api_key_from_request_header`` and the active catalog model ``model_id``,
-    read in the same statement (``services.api_key_and_model``)."""
-    key, model = api_key_and_model(plain=bearer_from_header(header), model_id=model_id)
+    """The live API key named by an Authorization header value, or None; marks
+    it used (``services.api_key_mark_used``)."""
+    key = api_key_authenticate(plain=bearer_from_header(header))
     if key is not None:
-        api_key_mark_used(key)
-    return key, model
-
-
-def api_key_mark_used(key: ApiKey) -> None:
-    """Write the key's ``last_used_at`` when it is stale (at most once a minute,
-    ``services.API_KEY_LAST_USED_EVERY``)."""
-    if key.last_used_stale:
-        ApiKey.objects.filter(id=key.id).update(last_used_at=timezone.now())
+        api_key_mark_used(key=key)
+    return key
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

@@ -6,9 +6,6 @@ import logging
 
 from django.db import DatabaseError
 from django.http import Http404, JsonResponse
-from rest_framework import exceptions
-from rest_framework.response import Response
-from rest_framework.views import exception_handler
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -88,10 +85,16 @@ def error_response(exc: ApiError) -> JsonResponse:
     return JsonResponse(exc.body(), status=exc.status)
 
 
-def openai_exception_handler(exc: Exception, context: dict) -> Response | None:
+def openai_exception_handler(exc: Exception, context: dict):
     """DRF exception handler that answers every API error in OpenAI's shape:
     a database that cannot be reached is a 503 to retry, anything unexpected a
-    500 (logged), never Django's HTML error page."""
+    500 (logged), never Django's HTML error page. Returns a DRF Response."""
+    # imported here: DRF's views import the authentication classes, which
+    # import the services, which raise ApiError (this module)
+    from rest_framework import exceptions
+    from rest_framework.response import Response
+    from rest_framework.views import exception_handler
+
     if isinstance(exc, ApiError):
         return Response(exc.body(), status=exc.status)
     response = exception_handler(exc, context)

@@ -1,4 +1,4 @@
-"""Catalog models, renters' API keys, jobs and their attempts.
+"""Renters' API keys, jobs and their attempts (the catalog is ``catalog.models``).
 
 Money is integer nano-USD (``billing.money``); times are timezone-aware UTC.
 """
@@ -10,27 +10,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-
-class CatalogModel(models.Model):
-    """A model of the catalog: id, family, context length, VRAM estimate, price.
-
-    Prices are integer nano-USD per token (1 USD = 10**9). ``vram_per_request_mb``
-    is a catalog *estimate* (MiB), used by eligibility rule 4.
-    """
-
-    id = models.CharField(primary_key=True, max_length=100)
-    family = models.CharField(max_length=64)
-    context_length = models.PositiveIntegerField()
-    vram_per_request_mb = models.PositiveIntegerField()
-    price_prompt_nano = models.BigIntegerField(default=0)
-    price_completion_nano = models.BigIntegerField()
-    active = models.BooleanField(default=True)
-
-    class Meta:
-        ordering = ["id"]
-
-    def __str__(self) -> str:
-        return self.id
+from catalog.models import CatalogModel  # noqa: F401 (jobs code imports it from here)
 
 
 class ApiKey(models.Model):

@@ -16,14 +16,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.money import usd_to_nano
-from billing.services import renter_balance_nano
 from hosts.models import Device
 from hosts.services import spot_check_mark_due
 
 from .errors import ApiError
 from .models import Rental
 from .selectors import devices_live
-from .services import credit_lock, credit_reserved_nano
+from .services import credit_available_nano, credit_lock
 
 log = logging.getLogger("ballast.rentals")
 
@@ -65,11 +64,9 @@ def rental_create(
         )
     device = (
         devices_live(now=now)
-        .select_for_update(of=("self",))
+        .select_for_update(of=("self",))  # SQLite: its one writer
         .filter(id=device_id)
         .first()
-        if transaction.get_connection().vendor == "postgresql"
-        else devices_live(now=now).filter(id=device_id).first()
     )
     if device is None:
         raise ApiError(404, f"no live device {device_id}", "device_not_found", "device")
@@ -85,8 +82,8 @@ def rental_create(
             409, f"device {device_id} is already rented", "device_rented", "device"
         )
     price = rental_price_per_hour_nano()
-    credit_lock(renter=renter)
-    available = renter_balance_nano(user=renter) - credit_reserved_nano(renter=renter)
+    account = credit_lock(renter=renter)
+    available = credit_available_nano(renter=renter, account=account)
     if available < price * hours:
         raise ApiError(
             402, "balance cannot cover the rental's whole period", "insufficient_credit"

@@ -12,10 +12,12 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from ballast.db import skip_locked
+from catalog.models import CatalogModel
 from hosts.liveness import live_q, live_sql
 from hosts.models import Device, DeviceModel
 
-from .models import Attempt, CatalogModel, Job
+from .models import Attempt, Job
 
 
 def devices_live(*, now: datetime) -> QuerySet[Device]:
@@ -162,76 +164,18 @@ def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> list[De
 
 
 def device_pick_sql(
-    *,
-    job: Job,
-    model: CatalogModel,
-    now: datetime,
-    columns: str = "d.id AS device_id, dm.id AS dm_id",
-    offset: str = "%s",
-    gate: str = "",
-    limit: int = 1,
-    lock: bool = True,
+    *, job: Job, model: CatalogModel, now: datetime
 ) -> tuple[str, list]:
-    """The SELECT of the best eligible device after the first ``offset``, and its params.
+    """The SELECT of the id of the best eligible device for ``job`` after the
+    first ``%s`` (the caller appends how many to leave to older queued jobs),
+    locked for the claim: ``(sql, params)``.
 
-    Returns ``(sql, params)``; the SQL selects ``columns`` (``d`` is the device,
-    ``dm`` its row for the model, ``m`` its machine), ranks by ``RANKING`` and
-    ends with ``LIMIT <limit> OFFSET <offset>`` (``%s`` by default: the caller
-    appends the number of devices to leave to older queued jobs) and, on
-    PostgreSQL with ``lock``, ``FOR NO KEY UPDATE OF d SKIP LOCKED``:
-    concurrent claims pass over each other's device rows, while inserts that
-    only reference the device (outcomes, attempts) do not hide it. ``gate``: a
-    condition (SQL, no parameters) that must also hold, or nothing is picked.
-    Without ``lock`` it only reads (the request step's look at the next pick).
+    Rules 1–6 and the ranking (``RANKING``) of DESIGN.md "Picking a device";
+    the row is locked with ``ballast.db.skip_locked`` (PostgreSQL: concurrent
+    claims pass over each other's device rows).
     """
     where, params = _eligible_where(job=job, model=model, now=now)
-    if gate:
-        where += " AND " + gate
-    locking = (
-        " FOR NO KEY UPDATE OF d SKIP LOCKED"
-        if lock and connection.vendor == "postgresql"
-        else ""
-    )
-    sql = f"SELECT {columns}{where}{RANKING} LIMIT {limit:d} OFFSET {offset}{locking}"
-    return sql, params
-
-
-def device_pick_params(*, job: Job, model: CatalogModel, now: datetime) -> list:
-    """The params ``device_pick_sql`` returns for the same arguments (a ``gate``
-    and an ``offset`` of SQL add none), without building its text."""
-    return _eligible_where(job=job, model=model, now=now)[1]
-
-
-def device_claim(
-    *, job: Job, model: CatalogModel, now: datetime, skip: int = 0
-) -> Device | None:
-    """Pick the best eligible device (after the first ``skip``) and take one of its
-    slots: the pick and the claim are one database step.
-
-    PostgreSQL locks the picked row with ``SKIP LOCKED`` (concurrent claims pass
-    over each other's rows); SQLite's write transactions are serial. The slot is
-    taken only while ``slots_used < slots_total``, and the claimed row's tie-break
-    key moves on by ``tiebreak_step()``. Returns the device (with its machine) or
-    None when no eligible device was free to lock.
-    (``job_dispatch`` does the same and more in one statement on PostgreSQL.)
-    """
-    pick, params = device_pick_sql(job=job, model=model, now=now, columns="d.id")
-    sql = (
-        "UPDATE hosts_device SET slots_used = slots_used + 1"
-        " WHERE slots_used < slots_total AND id = (" + pick + ") RETURNING id"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, skip])
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        device_id = row[0]
-        cursor.execute(
-            "UPDATE hosts_devicemodel SET tiebreak = tiebreak + %s"
-            " WHERE device_id = %s AND model_id = %s",
-            [tiebreak_step(), device_id, model.id],
-        )
-    return Device.objects.select_related("machine").get(id=device_id)
+    return f"SELECT d.id{where}{RANKING} LIMIT 1 OFFSET %s{skip_locked('d')}", params
 
 
 def devices_eligible_count(*, job: Job, model: CatalogModel, now: datetime) -> int:

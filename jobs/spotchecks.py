@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.services import earnings_reverse_held
+from catalog.models import CatalogModel
 from hosts.models import Device, DeviceModel, DeviceOutcome
 from hosts.services import (
     device_outcome_record,
@@ -25,7 +26,7 @@ from hosts.services import (
 )
 
 from .canaries import answer_appears
-from .models import CanaryPrompt, CatalogModel, Job, Rental, SpotCheck
+from .models import CanaryPrompt, Job, Rental, SpotCheck
 from .services import job_create
 from .tokens import token_count, token_count_believable
 
@@ -78,9 +79,8 @@ def spot_check_create(*, device: Device, reason: str) -> Job | None:
             placement={},
             stream=True,
             is_spot_check=True,
+            target_device_id=device.id,
         )
-        Job.objects.filter(id=job.id).update(target_device=device)
-        job.target_device = device
         SpotCheck.objects.create(
             device=device, canary=canary, job=job, reason=reason or "staff"
         )

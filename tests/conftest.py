@@ -7,8 +7,8 @@ from django.utils.crypto import get_random_string
 
 from billing.money import usd_to_nano
 from billing.services import renter_top_up
+from catalog.models import CatalogModel
 from hosts.services import machine_create, user_get_or_create
-from jobs.models import CatalogModel
 from jobs.services import api_key_create
 
 REFERENCE_MODEL = {
@@ -33,9 +33,6 @@ def _close_database_pools(django_db_setup, django_db_blocker):
     yield
     from django.db import connections
 
-    from ballast.db import async_connections_close
-
-    async_connections_close()
     with django_db_blocker.unblock():
         for connection in connections.all():
             close_pool = getattr(connection, "close_pool", None)
@@ -57,8 +54,7 @@ def _close_database_pools(django_db_setup, django_db_blocker):
 
 @pytest.fixture(autouse=True)
 def _fresh_database_pool(request):
-    """Give each test a new PostgreSQL pool (a bounded one, BALLAST_DB_POOL_MAX),
-    and new async connections (``ballast.db.async_connections``).
+    """Give each test a new PostgreSQL pool (a bounded one, BALLAST_DB_POOL_MAX).
 
     Every async test runs on its own event loop, whose worker threads end with it;
     a connection still checked out by such a thread is never returned, and over a
@@ -70,34 +66,10 @@ def _fresh_database_pool(request):
         return
     from django.db import connections
 
-    from ballast.db import async_connections_close
-
-    async_connections_close()  # the request path's, awaited in the test's loop
-
     for connection in connections.all(initialized_only=True):
         if connection.vendor == "postgresql" and getattr(connection, "pool", None):
             connection.close()
             connection.close_pool()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_process_caches():
-    """Per-process caches (the model's median first-token time; the keys and
-    next picks of guessed offers; the request statements' texts) start empty."""
-    from hosts import services
-    from jobs import services as job_services
-
-    caches = (
-        services._model_medians,
-        job_services._keys_trusted,
-        job_services._next_picks,
-        job_services._open_texts,
-    )
-    for cache in caches:
-        cache.clear()
-    yield
-    for cache in caches:
-        cache.clear()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
@@ -201,13 +200,6 @@ def _offer_frame(
 def offer_frame() -> Callable[..., dict[str, Any]]:
     """Builds ``offer`` frames: ``offer_frame("job-1", params={...})``."""
     return _offer_frame
-
-
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """The project's ``shared/`` folder (``BALLAST_SHARED_DIR`` overrides)."""
-    env = os.environ.get("BALLAST_SHARED_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared"
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,8 @@
-"""Receipts: PROTOCOL.md section 2, checked against shared/vectors/receipt.json."""
+"""Receipts: PROTOCOL.md section 2, checked against tests/vectors/receipt.json."""
 
 from __future__ import annotations
 
 import base64
-import json
 import stat
 from pathlib import Path
 
@@ -18,15 +17,14 @@ from agent.receipts import (
     receipt_sign,
     receipt_verify,
 )
+from tests.vectors import vectors as vectors_load
 
 pytestmark = []
 
 
 @pytest.fixture(scope="module")
-def vectors(shared_dir: Path) -> dict:
-    return json.loads(
-        (shared_dir / "vectors" / "receipt.json").read_text(encoding="utf-8")
-    )
+def vectors() -> dict:
+    return vectors_load("receipt")
 
 
 def test_it_reproduces_every_receipt_vector(vectors: dict) -> None:

@@ -17,11 +17,13 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.db.models import Sum
 from django.utils import timezone
 
-from billing.models import Account, Entry
+from billing.models import Account, Entry, ReceiptCheck
 from billing.receipts import receipt_message
+from billing.services import Segment, charge_plan
+from catalog.models import CatalogModel
 from hosts.models import Device, Machine
 from hosts.services import machine_create, machine_heartbeat, machine_hello
-from jobs.models import Attempt, CatalogModel, Job
+from jobs.models import Attempt, Job
 from jobs.services import (
     attempt_claim,
     attempt_end,
@@ -149,9 +151,7 @@ class Rig:
         if device is not None:
             Device.objects.exclude(id=device.id).update(paused=True)
         try:
-            dispatch = job_dispatch(
-                job_id=str(job.id), continue_from=continue_from, now=self.now
-            )
+            dispatch = job_dispatch(job=job, continue_from=continue_from, now=self.now)
         finally:
             if device is not None:
                 Device.objects.exclude(id=device.id).update(paused=False)
@@ -222,6 +222,41 @@ class Rig:
         return job_finish(
             job_id=str(job.id), status=status, output_text=text, now=self.now
         )
+
+
+def charge_of(job: Job, *, now=None) -> dict:
+    """``charge_post``'s arguments for the ended ``job``: its segments (offer
+    order) planned at its price, as the job's end builds them."""
+    segments = [
+        Segment(
+            attempt_id=attempt.id,
+            device_id=attempt.device_id,
+            host_id=attempt.device.machine.owner_id,
+            tokens_billed=attempt.tokens_billed,
+            output_chars=attempt.output_chars,
+            token_count_flagged=attempt.token_count_flagged,
+            receipt_valid=attempt.receipt_valid,
+            verdict=ReceiptCheck.objects.filter(attempt=attempt)
+            .values_list("verdict", flat=True)
+            .first(),
+        )
+        for attempt in job.attempts.select_related("device__machine").order_by(
+            "offered_at", "id"
+        )
+    ]
+    price = job.price_completion_nano
+    if price is None:
+        price = CatalogModel.objects.get(id=job.model_id).price_completion_nano
+    plan = charge_plan(
+        segments=segments, max_tokens=job.params.get("max_tokens"), price=price
+    )
+    return dict(
+        job_id=job.id,
+        renter=job.renter,
+        model_id=job.model_id,
+        plan=plan,
+        now=now or timezone.now(),
+    )
 
 
 def balance(kind: str, user=None) -> int:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+from datetime import timedelta
+from decimal import Decimal
 
-from billing.models import Account, Earning, LedgerTransaction
-from billing.selectors import device_flags, renter_balance_nano
-from billing.services import job_charge
+import pytest
+from django.utils import timezone
+
+from billing.models import Account, Earning, Entry, LedgerTransaction, ReceiptCheck
+from billing.selectors import device_flags, renter_balance_nano, transactions_unbalanced
+from billing.services import Segment, charge_plan, charge_post
 from jobs.models import Attempt, Job
 from jobs.tokens import token_count
-from tests.billing.helpers import PLATFORM, balance
+from tests.billing.helpers import PLATFORM, balance, charge_of
 from tests.hostsim import MODEL
 
 pytestmark = pytest.mark.django_db
@@ -139,7 +143,7 @@ def test_it_rechecks_token_sanity_before_charging(rig, renter):
 
 
 def test_it_charges_a_job_once_whatever_is_retried(rig, renter):
-    """A second job_finish, job_charge or late done changes nothing."""
+    """A second job_finish, charge_post or late done changes nothing."""
     from jobs.services import attempt_end, job_finish
 
     job = rig.job(renter=renter, model="test-13b")
@@ -150,7 +154,7 @@ def test_it_charges_a_job_once_whatever_is_retried(rig, renter):
         job_id=str(job.id), status=Job.Status.FAILED, output_text="x", now=rig.now
     )
     assert again.status == Job.Status.SUCCEEDED
-    assert job_charge(job=job) is None
+    assert charge_post(**charge_of(job)) is None
     late = attempt_end(
         attempt_id=str(attempt.id),
         outcome=Attempt.Outcome.SUCCEEDED,
@@ -173,7 +177,116 @@ def test_it_charges_a_job_once_whatever_is_retried(rig, renter):
     assert Earning.objects.filter(attempt__job=job).count() == 1
 
 
-def test_it_refuses_to_charge_an_open_job(rig, renter):
+def segments_of(rig, renter, owners=("a", "b")) -> tuple[Job, list[Segment]]:
+    """An open job with one receipted 5-token segment (20 characters) per owner."""
     job = rig.job(renter=renter, model="test-13b")
-    with pytest.raises(ValueError, match="still open"):
-        job_charge(job=job)
+    segments = []
+    for name in owners:
+        host = next(h for h in rig.hosts.values() if h.machine.name == name)
+        attempt, _ = rig.attempt(job, device=host.device)
+        segments.append(
+            Segment(
+                attempt_id=attempt.id,
+                device_id=host.device.id,
+                host_id=host.machine.owner_id,
+                tokens_billed=5,
+                output_chars=20,
+                token_count_flagged=False,
+                receipt_valid=True,
+                verdict=ReceiptCheck.Verdict.VALID,
+            )
+        )
+    return job, segments
+
+
+def test_it_posts_the_renter_each_paid_host_and_the_platform_once(rig, renter):
+    """10 tokens × 333 = 3330: each host 80 % of 1665 = 1332 held, platform 666."""
+    job, segments = segments_of(rig, renter)
+    plan = charge_plan(segments=segments, max_tokens=None, price=333)
+    now = timezone.now()
+    kwargs = dict(job_id=job.id, renter=renter, model_id="test-13b", plan=plan, now=now)
+    before = renter_balance_nano(user=renter)
+    txn = charge_post(**kwargs)
+    assert (txn.kind, txn.key, txn.job_id, txn.memo, txn.leg_count) == (
+        LedgerTransaction.Kind.CHARGE,
+        f"charge:{job.id}",
+        job.id,
+        "10 tokens of test-13b",
+        4,
+    )
+    legs = list(
+        Entry.objects.filter(transaction=txn)
+        .order_by("id")
+        .values_list("account__kind", "account__user_id", "amount_nano")
+    )
+    owners = [s.host_id for s in segments]
+    assert legs == [
+        (Account.Kind.RENTER_CREDIT, renter.id, -3330),
+        (Account.Kind.HOST_HELD, owners[0], 1332),
+        (Account.Kind.HOST_HELD, owners[1], 1332),
+        (Account.Kind.PLATFORM, None, 666),
+    ]
+    earnings = list(Earning.objects.order_by("id"))
+    assert [
+        (e.attempt_id, e.device_id, e.host_id, e.amount_nano, e.status)
+        for e in earnings
+    ] == [
+        (s.attempt_id, s.device_id, s.host_id, 1332, Earning.Status.HELD)
+        for s in segments
+    ]
+    assert {e.release_at for e in earnings} == {now + timedelta(hours=24)}
+    assert renter_balance_nano(user=renter) == before - 3330
+    assert transactions_unbalanced() == []
+
+    assert charge_post(**kwargs) is None, "one job is never charged twice"
+    assert Entry.objects.filter(transaction__job_id=job.id).count() == 4
+    assert Earning.objects.count() == 2
+    assert renter_balance_nano(user=renter) == before - 3330
+
+
+def test_it_drops_a_zero_leg(rig, renter, settings):
+    """The host's share is the whole cost: the platform's leg (0) is not written."""
+    settings.BALLAST_HOST_SHARE = Decimal("1")
+    job, segments = segments_of(rig, renter, owners=("a",))
+    plan = charge_plan(segments=segments, max_tokens=None, price=333)
+    assert plan.platform == 0
+    txn = charge_post(
+        job_id=job.id, renter=renter, model_id="test-13b", plan=plan, now=rig.now
+    )
+    assert txn.leg_count == 2
+    assert sorted(txn.entries.values_list("amount_nano", flat=True)) == [-1665, 1665]
+
+
+def test_it_posts_nothing_for_a_zero_cost(rig, renter):
+    job, segments = segments_of(rig, renter, owners=("a",))
+    plan = charge_plan(segments=segments, max_tokens=None, price=0)
+    assert plan.cost == 0
+    assert (
+        charge_post(
+            job_id=job.id, renter=renter, model_id="test-13b", plan=plan, now=rig.now
+        )
+        is None
+    )
+    assert not LedgerTransaction.objects.filter(job=job).exists()
+    assert not Earning.objects.exists()
+
+
+def test_it_pays_only_believed_receipted_segments(rig, renter):
+    """Segments with a replayed receipt, with a flagged count, and believed: the renter
+    pays all 15 tokens, only the last one's host is paid (80 % of its 5)."""
+    job, segments = segments_of(rig, renter, owners=("a", "b", "c"))
+    segments[0].verdict = ReceiptCheck.Verdict.REPLAYED
+    segments[0].receipt_valid = False
+    segments[1].token_count_flagged = True
+    plan = charge_plan(segments=segments, max_tokens=None, price=333)
+    txn = charge_post(
+        job_id=job.id, renter=renter, model_id="test-13b", plan=plan, now=rig.now
+    )
+    assert sorted(txn.entries.values_list("amount_nano", flat=True)) == [
+        -4995,
+        1332,
+        3663,
+    ]
+    assert list(Earning.objects.values_list("attempt_id", flat=True)) == [
+        segments[2].attempt_id
+    ]

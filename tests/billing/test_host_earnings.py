@@ -111,7 +111,8 @@ def test_it_keeps_the_first_verdict_for_a_second_done(rig, renter):
 
     attempt = _paid(rig, renter)
     verdict = receipt_check(
-        attempt=attempt,
+        attempt_id=attempt.id,
+        device_id=attempt.device_id,
         public_key_b64=attempt.device.machine.public_key,
         signature_b64="",
         completion_tokens=7,

@@ -173,70 +173,100 @@ def test_it_refuses_to_commit_an_unbalanced_transaction_on_postgresql():
     assert LedgerTransaction.objects.filter(key="fine").exists()
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_it_charges_once_when_two_processes_finish_the_same_job(catalog, settings):
-    """Two threads (two connections) finish the same job at the same moment, and two
-    more post its charge directly, bypassing the job's row lock: one charge."""
-    if connection.vendor != "postgresql":
-        pytest.skip("concurrent writers need PostgreSQL; SQLite has a single writer")
-    from billing.services import job_charge
+def _race(settings, email: str) -> Job:
+    """A renter's job with one receipted 7-token segment, ready to be finished."""
     from hosts.services import user_get_or_create
-    from jobs.services import job_finish
     from tests.billing.helpers import Rig, untokenized_model
 
     untokenized_model()
     settings.BALLAST_SPOT_CHECKS = False
-    renter = user_get_or_create(email="racer@example.com")
-    renter_top_up(user=renter, amount_nano=10**9, key="race-top-up")
+    renter = user_get_or_create(email=email)
+    renter_top_up(user=renter, amount_nano=10**9, key=f"top-up:{email}")
     rig = Rig(models=["test-13b"])
-    rig.host_add("racer-host")
+    rig.host_add(email.split("@")[0])
     job = rig.job(renter=renter, model="test-13b")
     rig.segment(job, text="abcdefghij", tokens=7)
+    return job
 
-    barrier = threading.Barrier(4)
+
+def _at_once(target, count: int) -> tuple[list, list[BaseException]]:
+    """Run ``target()`` in ``count`` threads (each its own connection) released
+    together; return their results and the exceptions they raised."""
+    barrier = threading.Barrier(count)
+    results: list = []
     errors: list[BaseException] = []
 
-    def finish():
+    def run():
         try:
             barrier.wait()
-            job_finish(
-                job_id=str(job.id),
-                status=Job.Status.SUCCEEDED,
-                output_text="abcdefghij",
-            )
-        except BaseException as exc:  # noqa: BLE001 - reported below
+            results.append(target())
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
             errors.append(exc)
         finally:
             close_old_connections()
             connection.close()
 
-    def charge():
-        try:
-            barrier.wait()
-            with transaction.atomic():
-                closed = Job.objects.get(id=job.id)
-                closed.status = Job.Status.SUCCEEDED  # as if finished, without its lock
-                job_charge(job=closed)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=finish) for _ in range(2)] + [
-        threading.Thread(target=charge) for _ in range(2)
-    ]
+    threads = [threading.Thread(target=run) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors == []
+    return results, errors
+
+
+def _charged_once(job: Job) -> None:
+    from billing.models import Earning
+
     charges = LedgerTransaction.objects.filter(
         job=job, kind=LedgerTransaction.Kind.CHARGE
     )
     assert charges.count() == 1
-    from billing.models import Earning
-
     assert Earning.objects.filter(attempt__job=job).count() == 1
-    assert Job.objects.get(id=job.id).cost_nano == 7 * 333
+    assert sorted(charges.get().entries.values_list("amount_nano", flat=True)) == [
+        -7 * 333,
+        467,
+        1864,
+    ]
     assert transactions_unbalanced() == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_it_charges_once_when_two_processes_finish_the_same_job(catalog, settings):
+    """Two threads (two connections) finish the same job at the same moment."""
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrent writers need PostgreSQL; SQLite has a single writer")
+    from jobs.services import job_finish
+
+    job = _race(settings, "racer@example.com")
+    _, errors = _at_once(
+        lambda: job_finish(
+            job_id=str(job.id), status=Job.Status.SUCCEEDED, output_text="abcdefghij"
+        ),
+        2,
+    )
+    assert errors == []
+    _charged_once(job)
+    assert Job.objects.get(id=job.id).cost_nano == 7 * 333
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_it_posts_a_charge_once_when_four_processes_post_it_at_once(catalog, settings):
+    """Four connections post the same job's charge at once, without the job's
+    row lock: the ledger key lets one through, the others post nothing."""
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrent writers need PostgreSQL; SQLite has a single writer")
+    from billing.services import charge_post
+    from tests.billing.helpers import charge_of
+
+    job = _race(settings, "poster@example.com")
+
+    def post():
+        with transaction.atomic():
+            return charge_post(**charge_of(Job.objects.get(id=job.id)))
+
+    posted, errors = _at_once(post, 4)
+    assert errors == []
+    assert sorted(txn is None for txn in posted) == [False, True, True, True]
+    _charged_once(job)

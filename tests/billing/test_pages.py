@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from billing.models import Account, LedgerTransaction, PayoutRequest
 from billing.services import holds_release
-from jobs.models import CatalogModel
+from catalog.models import CatalogModel
 from tests.billing.helpers import balance
 
 pytestmark = pytest.mark.django_db

@@ -44,7 +44,7 @@ def live_now(machine_id) -> tuple[bool, bool, bool]:
     machine = Machine.objects.select_related("lease").get(id=machine_id)
     orm = devices_live(now=now).filter(machine_id=machine_id).exists()
     job = Job(model_id="smollm2-135m-instruct", placement={})
-    from jobs.models import CatalogModel
+    from catalog.models import CatalogModel
 
     model = CatalogModel.objects.get(id=job.model_id)
     sql = any(

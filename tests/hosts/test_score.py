@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import statistics
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
-from hosts.models import Device, DeviceOutcome, Machine, OnlineSpan
-from hosts.scoring import score_round, score_unrounded
+from hosts.models import Device, DeviceModel, DeviceOutcome, Machine, OnlineSpan
+from hosts.scoring import score_parts, score_round, score_unrounded
 from hosts.services import (
     device_online_fraction,
     device_outcome_record,
+    device_score_inputs,
     device_score_recompute,
     online_span_extend,
 )
 from tests.vectors import vectors
 
 CASES = vectors("score")["cases"]
+MODEL = "smollm2-135m-instruct"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["note"] for c in CASES])
@@ -33,6 +36,23 @@ def test_it_reproduces_every_worked_score(case):
     if case["unrounded"] is not None:
         assert value == Decimal(case["unrounded"])
     assert score_round(value) == case["expected_score"]
+
+
+def test_its_parts_are_70_20_and_10():
+    assert score_parts(
+        outcomes=4,
+        successes=3,
+        online_fraction=Decimal("0.5"),
+        model_median_ttft_ms=100,
+        device_ttft_ms=400,
+    ) == (Decimal("52.5"), Decimal("10.0"), Decimal("2.50"))
+    assert score_parts(
+        outcomes=0,
+        successes=0,
+        online_fraction=1,
+        model_median_ttft_ms=100,
+        device_ttft_ms=None,
+    ) == (0, 20, 10), "no first-token time for the device: the part counts as 1"
 
 
 def test_it_rounds_half_up():
@@ -138,3 +158,81 @@ def test_a_machine_offline_lowers_the_uptime_part(live_device):
     assert (
         device_score_recompute(device_id=device.id, now=now) == 90
     )  # 70 + 20 × 0.5 + 10
+
+
+def outcome_at(device, when, **fields) -> DeviceOutcome:
+    outcome = DeviceOutcome.objects.create(device=device, source="attempt", **fields)
+    DeviceOutcome.objects.filter(id=outcome.id).update(created_at=when)
+    return outcome
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("ttfts", [[140], [100, 151], [300, 100, 151], [7, 9, 8, 1]])
+def test_the_medians_are_statistics_median_of_the_hour(live_device, ttfts):
+    """The device's and the model's first-token medians are ``statistics.median``
+    of the hour's values (the middle one, or the mean of the two middle ones);
+    older and failed outcomes and other models are left out; other devices count
+    in the model's median only, at once (no cache)."""
+    device = live_device()
+    now = timezone.now()
+    for ttft in ttfts:
+        outcome_at(device, now, success=True, model_id=MODEL, ttft_ms=ttft)
+    outcome_at(device, now, success=False, model_id=MODEL, ttft_ms=5000)
+    outcome_at(device, now, success=True, model_id="other", ttft_ms=4000)
+    outcome_at(
+        device, now - timedelta(minutes=61), success=True, model_id=MODEL, ttft_ms=1
+    )
+    inputs = device_score_inputs(device_id=device.id, model_id=MODEL, now=now)
+    assert inputs.device_median == inputs.model_median == statistics.median(ttfts)
+    other = live_device("other")
+    outcome_at(other, now, success=True, model_id=MODEL, ttft_ms=10_000)
+    inputs = device_score_inputs(device_id=device.id, model_id=MODEL, now=now)
+    assert inputs.device_median == statistics.median(ttfts)
+    assert inputs.model_median == statistics.median([*ttfts, 10_000])
+
+
+@pytest.mark.django_db
+def test_without_a_model_the_latency_part_is_the_last_named_ones(live_device):
+    """The model whose latency counts is that of the device's latest outcome that
+    names one (an outcome without a model, like a missed claim, does not)."""
+    device = live_device()
+    now = timezone.now()
+    outcome_at(
+        device, now - timedelta(minutes=3), success=True, model_id="other", ttft_ms=90
+    )
+    outcome_at(
+        device, now - timedelta(minutes=2), success=True, model_id=MODEL, ttft_ms=200
+    )
+    outcome_at(
+        device, now - timedelta(minutes=1), success=False, reason="claim_timeout"
+    )
+    inputs = device_score_inputs(device_id=device.id, now=now)
+    assert (inputs.model_id, inputs.outcomes, inputs.successes) == (MODEL, 3, 2)
+    assert inputs.device_median == inputs.model_median == 200
+    assert device_score_recompute(device_id=device.id, now=now) == inputs.score
+    assert Device.objects.get(id=device.id).score == inputs.score
+
+
+@pytest.mark.django_db
+def test_an_outcome_frees_the_slot_with_the_score_write(live_device):
+    """``slot_free`` gives back one slot (never below zero); the device's median
+    first-token time for the model lands on its device-model row."""
+    device = live_device(slots=2)
+    Device.objects.filter(id=device.id).update(slots_used=1)
+    device_outcome_record(
+        device_id=device.id, success=True, model_id=MODEL, ttft_ms=120, slot_free=True
+    )
+    device_outcome_record(
+        device_id=device.id, success=True, model_id=MODEL, ttft_ms=140, slot_free=True
+    )
+    device.refresh_from_db()
+    assert device.slots_used == 0, "never below zero"
+    assert DeviceModel.objects.get(device=device, model_id=MODEL).ttft_ms_recent == 130
+
+
+@pytest.mark.django_db
+def test_an_unknown_device_raises(db):
+    with pytest.raises(Device.DoesNotExist):
+        device_score_recompute(device_id=987654)
+    with pytest.raises(Device.DoesNotExist):
+        device_outcome_record(device_id=987654, success=True)

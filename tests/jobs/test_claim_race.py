@@ -27,7 +27,7 @@ def _offered_attempt(catalog, renter, live_device) -> Attempt:
         placement={},
         stream=True,
     )
-    attempt = job_dispatch(job_id=str(job.id)).attempt
+    attempt = job_dispatch(job=job).attempt
     assert attempt is not None and attempt.device_id == device.id
     return attempt
 

@@ -1,15 +1,14 @@
-"""The request path's one-read credit check agrees with the ledger and the reservations."""
+"""The credit check of a request agrees with the ledger and the reservations."""
 
 from __future__ import annotations
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from billing.services import renter_balance_nano
-from jobs.models import CatalogModel, Job, Rental
+from catalog.models import CatalogModel
+from jobs.models import Job, Rental
 from jobs.services import (
-    _credit_params,
-    _credit_sql,
     credit_available_nano,
     credit_lock,
     credit_reserved_nano,
@@ -39,8 +38,8 @@ def _job(renter, model, *, max_tokens=None, status=Job.Status.QUEUED) -> Job:
 
 def _available(renter) -> int:
     with transaction.atomic():  # the lock is a row lock: inside a transaction
-        account_id = credit_lock(renter=renter)
-        return credit_available_nano(renter=renter, account_id=account_id)
+        account = credit_lock(renter=renter)
+        return credit_available_nano(renter=renter, account=account)
 
 
 def _expected(renter) -> int:
@@ -112,56 +111,3 @@ def test_the_open_jobs_index_covers_exactly_the_open_statuses():
     ((lookup, statuses),) = index.condition.children
     assert lookup == "status__in"
     assert sorted(statuses) == sorted(Job.OPEN_STATUSES)
-
-
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="prepared statements' generic plans"
-)
-def test_the_credit_check_reads_the_open_jobs_only_whatever_the_history(
-    catalog, renter
-):
-    """The request step runs the credit check as a prepared statement (its
-    generic plan: the values are parameters); that plan reads the renter's open
-    jobs through the partial index, not every job the renter ever had (it was
-    an index scan of all of them, filtered: 2 ms a request at 5,000)."""
-    from ballast.db import _dollar_placeholders
-    from billing.models import Account
-
-    Job.objects.bulk_create(
-        Job(
-            renter=renter,
-            model_id=catalog.id,
-            endpoint=Job.Endpoint.CHAT,
-            params={"max_tokens": 10},
-            status=Job.Status.SUCCEEDED,
-        )
-        for _ in range(400)
-    )
-    _job(renter, catalog, max_tokens=64)
-    account = Account.objects.get(kind=Account.Kind.RENTER_CREDIT, user=renter)
-    sql = _dollar_placeholders(_credit_sql("a.id = %s"))
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobs_job")
-        cursor.execute("SET plan_cache_mode = force_generic_plan")
-        try:
-            cursor.execute(f"PREPARE credit_probe AS {sql}")
-            cursor.execute(
-                "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE credit_probe(%s, %s, %s)",
-                [*_credit_params(renter.pk), account.id],
-            )
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-            cursor.execute(
-                "EXECUTE credit_probe(%s, %s, %s)",
-                [*_credit_params(renter.pk), account.id],
-            )
-            balance, reserved, rentals = cursor.fetchone()
-        finally:
-            cursor.execute("DEALLOCATE ALL")
-            cursor.execute("RESET plan_cache_mode")
-    assert "job_open_by_renter" in plan, plan
-    assert (
-        "Rows Removed by Filter"
-        not in plan.split("job_open_by_renter")[1].split("->")[0]
-    ), plan
-    assert reserved == 64 * catalog.price_completion_nano
-    assert not rentals

@@ -132,10 +132,10 @@ def test_it_honours_placement(live_device, job, catalog, placement, fits):
 def test_it_never_offers_a_job_twice_to_one_device(live_device, job, catalog):
     device = live_device(slots=4)
     the_job = job()
-    dispatch = job_dispatch(job_id=str(the_job.id))
+    dispatch = job_dispatch(job=the_job)
     assert dispatch.attempt.device_id == device.id
     assert eligible(the_job, catalog) == []
-    again = job_dispatch(job_id=str(the_job.id))
+    again = job_dispatch(job=the_job)
     assert again.attempt is None and again.exhausted, "no other device: 502, not a wait"
 
 
@@ -162,7 +162,7 @@ def test_it_claims_a_slot_and_writes_the_attempt_with_its_deadline(
     device = live_device()
     the_job = job()
     before = timezone.now()
-    dispatch = job_dispatch(job_id=str(the_job.id))
+    dispatch = job_dispatch(job=the_job)
     attempt = dispatch.attempt
     device.refresh_from_db()
     assert device.slots_used == 1
@@ -173,19 +173,19 @@ def test_it_claims_a_slot_and_writes_the_attempt_with_its_deadline(
     assert dispatch.offer["job"] == str(attempt.id)
     assert dispatch.machine_channel == device.machine.channel_name
     other = job()
-    assert job_dispatch(job_id=str(other.id)).wait
+    assert job_dispatch(job=other).wait
 
 
 def test_it_serves_queued_jobs_first_come_first_served(live_device, job, catalog):
     device = live_device()
     Device.objects.filter(id=device.id).update(slots_used=1)
     older, younger = job(), job()
-    assert job_dispatch(job_id=str(older.id)).wait
+    assert job_dispatch(job=older).wait
     Device.objects.filter(id=device.id).update(slots_used=0)
-    assert job_dispatch(job_id=str(younger.id)).wait, (
+    assert job_dispatch(job=younger).wait, (
         "the younger job must not jump the queue"
     )
-    assert job_dispatch(job_id=str(older.id)).attempt is not None
+    assert job_dispatch(job=older).attempt is not None
 
 
 def test_a_spot_check_never_waits_behind_queued_renter_jobs(live_device, job, catalog):
@@ -193,8 +193,9 @@ def test_a_spot_check_never_waits_behind_queued_renter_jobs(live_device, job, ca
     the spot check that targets it (found as a flaky CI run)."""
     device = live_device()
     Device.objects.filter(id=device.id).update(quarantined=True)
-    assert job_dispatch(job_id=str(job().id)).wait  # a renter job, queued
+    assert job_dispatch(job=job()).wait  # a renter job, queued
     check = job()
     Job.objects.filter(id=check.id).update(is_spot_check=True, target_device=device)
-    dispatch = job_dispatch(job_id=str(check.id))
+    check.refresh_from_db()
+    dispatch = job_dispatch(job=check)
     assert dispatch.attempt is not None and dispatch.attempt.device_id == device.id

@@ -128,9 +128,9 @@ async def test_a_failed_attempts_end_is_sent_again_after_a_lost_statement(
     from django.db import ProgrammingError
     from psycopg import errors
 
-    from hosts import services as host_services
+    from hosts.services import scores as host_scores
 
-    real, calls = host_services._score_inputs, []
+    real, calls = host_scores.device_score_inputs, []
 
     def lost_once(**kwargs):
         calls.append(kwargs["device_id"])
@@ -139,7 +139,7 @@ async def test_a_failed_attempts_end_is_sent_again_after_a_lost_statement(
             raise ProgrammingError(str(lost)) from lost
         return real(**kwargs)
 
-    monkeypatch.setattr(host_services, "_score_inputs", lost_once)
+    monkeypatch.setattr(host_scores, "device_score_inputs", lost_once)
     job_id, text = await _fails_then_good_host(machine_token, api_key, _sends_error)
     assert text == "Hello there"
     attempts = await _attempts(job_id)

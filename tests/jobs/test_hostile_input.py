@@ -297,8 +297,8 @@ async def test_a_price_change_mid_answer_charges_the_price_the_job_was_admitted_
     while the answer streams: the renter is charged the admitted price, never
     overdrawn (before: the catalog's price at the end, a balance of −800,000)."""
     from billing.models import Account
+    from catalog.models import CatalogModel
     from hosts.services import user_get_or_create
-    from jobs.models import CatalogModel
     from jobs.services import api_key_create
 
     user = await database_sync_to_async(user_get_or_create)(email="exact@example.com")

@@ -18,7 +18,6 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from billing.models import Account, Earning, Entry, LedgerTransaction, ReceiptCheck
-from hosts import services as host_services
 from hosts.models import Device, DeviceModel, DeviceOutcome
 from jobs import services
 from jobs.models import Attempt, Job
@@ -107,7 +106,6 @@ def play(rig, hosts, renter, scenario: dict, *, fixed: bool, replay_of: str = ""
         claimed_at=attempt.offered_at + timedelta(milliseconds=40),
         first_token_at=attempt.offered_at + timedelta(milliseconds=150),
     )
-    host_services._model_medians.clear()
     if fixed:
         ended = services.job_succeed(**kwargs)
     else:

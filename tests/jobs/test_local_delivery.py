@@ -130,33 +130,3 @@ async def test_an_answer_is_relayed_exactly_either_way(
     else:
         assert "attempt.offer" in relayed and relayed.count("host.token") >= 1
         assert "host.done" in relayed
-
-
-@pytest.mark.asyncio
-async def test_messages_held_for_a_reader_not_yet_running_come_first_in_order(
-    monkeypatch,
-):
-    """An early offer's replies may come before the job's coroutine reads its
-    channel: they are held (not sent through the layer, where a later local
-    message would overtake them) and handed to the reader when it registers."""
-    layer = get_channel_layer()
-    channel = await layer.new_channel("job.")
-    local.reader_hold(channel)
-    for n in range(3):
-        await local.channel_send(layer, channel, {"type": "host.token", "n": n})
-    got: list[dict] = []
-    held = local.reader_add(channel, got.append)
-    await local.channel_send(layer, channel, {"type": "host.token", "n": 3})
-    assert [m["n"] for m in held] == [0, 1, 2] and [m["n"] for m in got] == [3]
-    assert local.reader_add(channel, got.append) == []  # held once, not again
-    local.reader_drop(channel)
-    assert channel not in local._readers
-    monkeypatch.setattr(local, "HELD_MESSAGES", 2)
-    local.reader_hold(channel)
-    local.reader_hold(channel)  # a second hold keeps the first
-    await local.channel_send(layer, channel, {"n": 0})
-    await local.channel_send(layer, channel, {"n": 1})
-    with pytest.raises(ChannelFull):
-        await local.channel_send(layer, channel, {"n": 2})
-    assert [m["n"] for m in local.reader_add(channel, got.append)] == [0, 1]
-    local.reader_drop(channel)

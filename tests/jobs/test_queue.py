@@ -7,7 +7,9 @@ import json
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 
+import jobs.orchestration.run  # noqa: F401
 from jobs import orchestration
 from jobs.models import Attempt, Job
 from jobs.services import attempts_reap, job_create, job_dispatch
@@ -173,7 +175,7 @@ async def test_a_failed_re_dispatch_is_tried_once_more(
     host = await host_online(machine_token, "rig")
     first = chat_request(api_key, stream=False)
     offer = await host.recv_type("offer")
-    real = orchestration.services.job_dispatch
+    real = orchestration.run.services.job_dispatch
     failures = []
 
     def flaky(**kwargs):  # the job coroutine's look-ups (not the request step's)
@@ -182,7 +184,7 @@ async def test_a_failed_re_dispatch_is_tried_once_more(
             raise OperationalError("server closed the connection unexpectedly")
         return real(**kwargs)
 
-    monkeypatch.setattr(orchestration.services, "job_dispatch", flaky)
+    monkeypatch.setattr(orchestration.run.services, "job_dispatch", flaky)
     second = chat_request(api_key, stream=False, content="second")
     await jobs_stored(2)
     await host.answer(offer, ["one"])
@@ -206,14 +208,14 @@ async def test_a_request_failing_on_the_database_fails_its_job_not_cancels_it(
     first = chat_request(api_key, stream=False)
     offer = await host.recv_type("offer")
 
-    real = orchestration.services.job_dispatch
+    real = orchestration.run.services.job_dispatch
 
     def down(**kwargs):  # the job coroutine's look-ups (not the request step's)
         if "continue_from" in kwargs:
             raise OperationalError("the database is gone")
         return real(**kwargs)
 
-    monkeypatch.setattr(orchestration.services, "job_dispatch", down)
+    monkeypatch.setattr(orchestration.run.services, "job_dispatch", down)
     second = await chat_request(api_key, stream=False, content="second")
     assert second.status_code == 503
     failed = await Job.objects.aget(status=Job.Status.FAILED)
@@ -247,7 +249,8 @@ async def test_a_queued_job_that_gets_a_slot_wakes_the_next_one(
     oldest = await database_sync_to_async(jobs_waiting_channels)(
         model_id=catalog.id, limit=1
     )
-    await orchestration.slot_free_send(oldest)
+    for channel in oldest:
+        await get_channel_layer().send(channel, {"type": "slot.free"})
     offers = [await host.recv_type("offer", timeout=5) for _ in range(3)]
     assert sorted(o["messages"][0]["content"] for o in offers) == [
         "queued 0",

@@ -9,10 +9,11 @@ from collections import Counter
 import pytest
 from django.utils import timezone
 
+from catalog.models import CatalogModel
 from hosts.models import Device, DeviceModel
 from hosts.services import device_outcome_record, device_score_recompute
-from jobs.models import CatalogModel, Job
-from jobs.selectors import device_claim
+from jobs.models import Job
+from jobs.services import device_claim
 from jobs.services import job_dispatch
 from tests.conftest import REFERENCE_MODEL
 from tests.jobs.helpers import job_queued
@@ -80,10 +81,10 @@ def test_it_claims_in_ranking_order_with_unknown_first_token_time_last(
     DeviceModel.objects.filter(device=worst).update(ttft_ms_recent=5)
     claimed = []
     for _ in range(5):  # one slot each: every claim takes the next in the ranking
-        dispatch = job_dispatch(job_id=str(job().id))
+        dispatch = job_dispatch(job=job())
         claimed.append(dispatch.attempt.device_id)
     assert claimed == [best.id, fast.id, slow.id, unknown.id, worst.id]
-    assert job_dispatch(job_id=str(job().id)).wait
+    assert job_dispatch(job=job()).wait
 
 
 def claims_among(devices, *, job, catalog, times: int) -> list[int]:

@@ -13,8 +13,9 @@ import asyncio
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from catalog.models import CatalogModel
 from jobs.canaries import CANDIDATES, answer_appears
-from jobs.models import CanaryPrompt, CatalogModel
+from jobs.models import CanaryPrompt
 from jobs.spotchecks import SPOT_CHECK_MAX_TOKENS
 
 

@@ -3,6 +3,9 @@
 Send one chat request as JSON; receive the same chunks as JSON messages, then
 ``{"type": "done", ...}``. Errors come as ``{"type": "error", "error": {...}}``.
 Closing the socket cancels the running job (billed for what was delivered).
+The key is checked when the socket opens and again with every request (in the
+request's transaction, ``services.job_open``): a key revoked meanwhile, or a
+renter deactivated, gets a 401 error message and the socket is closed.
 """
 
 from __future__ import annotations
@@ -15,27 +18,23 @@ from ballast.consumers import DirectDispatchConsumer
 from ballast.db import db_call
 from hosts.consumers import bearer_token
 
-from .auth import api_key_from_request_header
-from .errors import ApiError, error_body, failure_error
-from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
-from .requests import completion_request_parse
-from .services import job_open
-from .views import ChunkWriter
+from ..chunks import ChunkWriter
+from ..errors import ApiError, error_body, failure_error
+from ..orchestration import Failed, Finished, JobRun, Token, job_channel_open
+from ..requests import completion_request_parse
+from ..services import api_key_authenticate, job_open, unauthorized
 
 
 class RenterChatConsumer(DirectDispatchConsumer):
     """One renter connection; runs one request at a time."""
 
     async def connect(self) -> None:
-        token = bearer_token(self.scope)
-        self.api_key = await db_call(api_key_from_request_header)(f"Bearer {token}")
+        self.plain_key = bearer_token(self.scope)
+        key = await db_call(api_key_authenticate)(plain=self.plain_key)
         self.task: asyncio.Task | None = None
         await self.accept()
-        if self.api_key is None:
-            await self._error(
-                ApiError(401, "missing, invalid or revoked API key", "invalid_api_key")
-            )
-            await self.close(code=4401)
+        if key is None:
+            await self._refused()
 
     async def disconnect(self, code: int) -> None:
         task = getattr(self, "task", None)
@@ -80,11 +79,14 @@ class RenterChatConsumer(DirectDispatchConsumer):
             parsed = completion_request_parse(body, endpoint="chat")
             channel, (job, model, dispatch) = await job_channel_open(
                 lambda channel: db_call(job_open)(
-                    api_key=self.api_key, request=parsed, waiting_channel=channel
+                    api_key=self.plain_key, request=parsed, waiting_channel=channel
                 )
             )
         except ApiError as exc:
-            await self._error(exc)
+            if exc.status == 401:
+                await self._refused()
+            else:
+                await self._error(exc)
             return
         writer = ChunkWriter(job, parsed)
         run = JobRun(job, model=model, channel=channel, dispatch=dispatch)
@@ -118,6 +120,11 @@ class RenterChatConsumer(DirectDispatchConsumer):
                     }
                 )
                 return
+
+    async def _refused(self) -> None:
+        """The key is not (or no longer) live: say so and close (4401)."""
+        await self._error(unauthorized())
+        await self.close(code=4401)
 
     async def _send(self, content: dict) -> None:
         await self.send(text_data=json.dumps(content))

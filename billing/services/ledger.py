@@ -1,0 +1,112 @@
+"""The ledger's writes: accounts, one balanced transaction per key, top-ups.
+
+Every function that moves money writes one balanced transaction (entries sum to
+zero) under a unique idempotency key, so a retry or a concurrent duplicate writes
+nothing twice (DESIGN.md "Money"; the rules with worked numbers are in
+docs/money.md). All amounts are integer nano-USD (``billing.money``).
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import IntegrityError, transaction
+
+from ..models import Account, Entry, LedgerTransaction
+from ..money import NANO_PER_USD, nano_to_usd_str
+
+TOP_UP_MAX_NANO = 1_000_000 * NANO_PER_USD  # one million USD
+
+
+class UnbalancedTransaction(ValueError):
+    """The legs of a ledger transaction do not sum to zero."""
+
+
+def account_for(
+    *,
+    kind: str,
+    user: AbstractBaseUser | None = None,
+    user_id: int | None = None,
+) -> Account:
+    """Return the ledger account of this kind: the user's (given as ``user`` or
+    by ``user_id``), or the system one when neither is given.
+
+    Created on first use; a concurrent first use is settled by the unique
+    constraints on (kind, user).
+    """
+    owner = user.pk if user is not None else user_id
+    account = Account.objects.filter(kind=kind, user_id=owner).first()
+    if account is not None:  # the usual case: one read, no savepoint
+        return account
+    try:
+        with transaction.atomic():
+            account, _ = Account.objects.get_or_create(kind=kind, user_id=owner)
+    except IntegrityError:
+        account = Account.objects.get(kind=kind, user_id=owner)
+    return account
+
+
+def ledger_post(
+    *,
+    kind: str,
+    key: str,
+    legs: list[tuple[Account, int]],
+    job_id=None,
+    memo: str = "",
+) -> LedgerTransaction | None:
+    """Write one balanced transaction; return it, or None if ``key`` was already posted.
+
+    ``legs`` are (account, nano-USD) pairs, > 0 credits and < 0 debits; zero legs
+    are dropped. ``job_id``: the job it belongs to (UUID or str), if any.
+    ``memo`` is cut to 300 characters. Raises UnbalancedTransaction when the legs
+    do not sum to zero or none is left (the database refuses an unbalanced
+    transaction too: docs/money.md). Works inside a caller's transaction: the
+    insert runs in a savepoint, so a key posted before rolls back only that.
+    """
+    legs = [(account, amount) for account, amount in legs if amount]
+    total = sum(amount for _, amount in legs)
+    if total != 0 or not legs:
+        raise UnbalancedTransaction(f"{kind} {key}: {len(legs)} legs sum to {total}")
+    try:
+        with transaction.atomic():
+            txn = LedgerTransaction.objects.create(
+                kind=kind, key=key, job_id=job_id, memo=memo[:300], leg_count=len(legs)
+            )
+            Entry.objects.bulk_create(
+                [
+                    Entry(transaction=txn, account=account, amount_nano=amount)
+                    for account, amount in legs
+                ]
+            )
+    except IntegrityError:
+        if LedgerTransaction.objects.filter(key=key).exists():
+            return None
+        raise
+    return txn
+
+
+@transaction.atomic
+def renter_top_up(
+    *, user: AbstractBaseUser, amount_nano: int, key: str
+) -> LedgerTransaction | None:
+    """Credit a renter with ``amount_nano`` (> 0, at most ``TOP_UP_MAX_NANO``)
+    from the funding account.
+
+    Idempotent on ``key``. Raises ValueError for an amount that is not positive
+    or past the bound (which keeps every balance far inside the ledger's 64-bit
+    integers: 9.2 billion USD in nano-USD).
+    """
+    if amount_nano <= 0:
+        raise ValueError("a top-up must be positive")
+    if amount_nano > TOP_UP_MAX_NANO:
+        raise ValueError(
+            f"a top-up must be at most {nano_to_usd_str(TOP_UP_MAX_NANO)} USD"
+        )
+    return ledger_post(
+        kind=LedgerTransaction.Kind.TOP_UP,
+        key=key,
+        legs=[
+            (account_for(kind=Account.Kind.FUNDING), -amount_nano),
+            (account_for(kind=Account.Kind.RENTER_CREDIT, user=user), amount_nano),
+        ],
+        memo="credit top-up",
+    )

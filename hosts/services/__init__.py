@@ -1,0 +1,100 @@
+"""Writes for machines and devices (DESIGN.md's hosts side), by sub-domain.
+
+``machines``: registration, the agent's hello and disconnect, failed loads and
+benchmarks; ``heartbeats``: what of a heartbeat is written, the process lease;
+``uptime``: online spans and the online fraction; ``scores``: outcomes, the
+reliability score and quarantine; ``spot_checks``: when a check is due. Every
+write is a transaction; consumers call them through ``db_call``. Callers import
+from ``hosts.services``; the catalog's reads are ``catalog.selectors``'s.
+"""
+
+from catalog.selectors import catalog_model_ids, catalog_vram_needs_mb
+
+from .heartbeats import (
+    LEASES_KEPT,
+    TELEMETRY_REFRESH,
+    TELEMETRY_REFRESH_BEATS,
+    TEMP_STEP_C,
+    VRAM_STEP_MB,
+    HeartbeatMemo,
+    HeartbeatResult,
+    heartbeat_changes,
+    heartbeat_interval_s,
+    heartbeat_memo_update,
+    lease_renew,
+    machine_heartbeat,
+    machines_stale_mark,
+    telemetry_refresh,
+)
+from .machines import (
+    BENCHMARKS_KEPT,
+    RETURN_AFTER,
+    KeyMismatch,
+    benchmark_record,
+    capability_failed_record,
+    machine_authenticate,
+    machine_create,
+    machine_disconnect,
+    machine_hello,
+    machine_register,
+    user_get_or_create,
+)
+from .scores import (
+    ScoreInputs,
+    device_outcome_record,
+    device_quarantine_judge,
+    device_quarantine_release_judge,
+    device_score_inputs,
+    device_score_recompute,
+    spot_checks_recent,
+)
+from .spot_checks import machines_spot_check_due, spot_check_mark_due
+from .uptime import (
+    device_online_fraction,
+    online_fraction,
+    online_span_close,
+    online_span_extend,
+)
+
+__all__ = [
+    "BENCHMARKS_KEPT",
+    "LEASES_KEPT",
+    "RETURN_AFTER",
+    "TELEMETRY_REFRESH",
+    "TELEMETRY_REFRESH_BEATS",
+    "TEMP_STEP_C",
+    "VRAM_STEP_MB",
+    "HeartbeatMemo",
+    "HeartbeatResult",
+    "KeyMismatch",
+    "ScoreInputs",
+    "benchmark_record",
+    "capability_failed_record",
+    "catalog_model_ids",
+    "catalog_vram_needs_mb",
+    "device_online_fraction",
+    "device_outcome_record",
+    "device_quarantine_judge",
+    "device_quarantine_release_judge",
+    "device_score_inputs",
+    "device_score_recompute",
+    "heartbeat_changes",
+    "heartbeat_interval_s",
+    "heartbeat_memo_update",
+    "lease_renew",
+    "machine_authenticate",
+    "machine_create",
+    "machine_disconnect",
+    "machine_heartbeat",
+    "machine_hello",
+    "machine_register",
+    "machines_spot_check_due",
+    "machines_stale_mark",
+    "online_fraction",
+    "online_span_close",
+    "online_span_extend",
+    "spot_check_mark_due",
+    "spot_checks_recent",
+    "telemetry_refresh",
+    "user_get_or_create",
+]

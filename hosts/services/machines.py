@@ -1,0 +1,214 @@
+"""A machine's registration, its agent's connection (hello, disconnect) and the
+reports it sends besides heartbeats (failed loads, benchmarks).
+
+Every write is a transaction; consumers call them through ``db_call``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..models import (
+    Benchmark,
+    Device,
+    DeviceModel,
+    FailedCapability,
+    Machine,
+    token_hash,
+    token_new,
+)
+from .spot_checks import spot_check_mark_due
+from .uptime import online_span_close
+
+RETURN_AFTER = timedelta(minutes=10)
+BENCHMARKS_KEPT = 20  # per device and model: a host cannot grow its page without end
+
+
+class KeyMismatch(Exception):
+    """The ``hello`` announced a public key other than the one pinned for the machine."""
+
+
+def user_get_or_create(*, email: str) -> AbstractBaseUser:
+    """Return the user with this email (username = email), creating it if needed."""
+    User = get_user_model()
+    user, _ = User.objects.get_or_create(username=email, defaults={"email": email})
+    return user
+
+
+@transaction.atomic
+def machine_register(
+    *, owner: AbstractBaseUser, name: str, region: str = ""
+) -> tuple[Machine, str]:
+    """Register a machine for ``owner``; return it and its plain token (shown once).
+
+    The token is stored hashed (sha256). Raises ValueError on an empty name.
+    """
+    if not name.strip():
+        raise ValueError("machine name must not be empty")
+    token = token_new("bm")
+    machine = Machine.objects.create(
+        owner=owner,
+        name=name.strip(),
+        region=region.strip().lower(),
+        token_hash=token_hash(token),
+        token_prefix=token[:10],
+    )
+    return machine, token
+
+
+@transaction.atomic
+def machine_create(
+    *, owner_email: str, name: str, region: str = ""
+) -> tuple[Machine, str]:
+    """Register a machine for the owner with this email (created if new).
+
+    Returns the machine and its plain token. Raises ValueError on an empty name.
+    """
+    return machine_register(
+        owner=user_get_or_create(email=owner_email), name=name, region=region
+    )
+
+
+def machine_authenticate(*, token: str) -> Machine | None:
+    """Return the machine whose token this is, or None."""
+    if not token:
+        return None
+    return Machine.objects.filter(token_hash=token_hash(token)).first()
+
+
+@transaction.atomic
+def machine_hello(
+    *,
+    machine_id: str,
+    channel_name: str,
+    hello: dict,
+    now: datetime | None = None,
+    lease_id=None,
+) -> str:
+    """Record a ``hello``: pin or check the key, store the build, upsert devices.
+
+    Marks the machine connected on ``channel_name``, vouched for by the process
+    lease ``lease_id`` (None: by its recorded heartbeats only) and ``stale`` until
+    its first heartbeat (``hosts.liveness``). Closes the online span of a previous
+    connection still counted online (a process that died: at its lease's end).
+    A device back after more than 10 min gone gets a spot check due (DESIGN.md
+    "Spot checks"). Returns the channel of the connection it replaces ('' if
+    none), which the caller closes. Raises KeyMismatch when a key is already
+    pinned and differs (DESIGN.md: refused until the owner resets it).
+    """
+    now = now or timezone.now()
+    machine = Machine.objects.select_for_update().get(id=machine_id)
+    if machine.public_key and machine.public_key != hello["public_key"]:
+        raise KeyMismatch(
+            "this machine's key differs from the pinned one; the owner must reset it"
+        )
+    seen = machine.seen_until()
+    came_back = seen is not None and now - seen > RETURN_AFTER
+    if machine.connected and not machine.stale and seen is not None:
+        online_span_close(machine_id=machine_id, at=min(seen, now))
+    previous_channel = machine.channel_name if machine.connected else ""
+    machine.public_key = hello["public_key"]
+    machine.agent_version = hello["agent_version"]
+    machine.engine_name = hello["engine_name"]
+    machine.engine_version = hello["engine_version"]
+    machine.agent_accepts_serverless = hello["accepts_serverless"]
+    machine.connected = True
+    machine.channel_name = channel_name
+    machine.connected_at = now
+    machine.lease_id = lease_id
+    machine.stale = True
+    machine.save()
+    for dev in hello["devices"]:
+        device, _ = Device.objects.update_or_create(
+            machine=machine,
+            index=dev["index"],
+            defaults={"name": dev["name"], "vram_total_mb": dev["vram_total_mb"]},
+        )
+        if came_back:
+            spot_check_mark_due(device_id=device.id, reason="return", now=now)
+    return previous_channel
+
+
+@transaction.atomic
+def machine_disconnect(
+    *, machine_id: str, channel_name: str, last_heartbeat_at: datetime | None = None
+) -> bool:
+    """Mark the machine offline if ``channel_name`` is still its connection.
+
+    A compare-and-set, so an old connection closing never hides a newer one.
+    ``last_heartbeat_at`` (the connection's last heartbeat, kept in memory) is
+    recorded and ends the online span. Returns True when this call took the
+    machine offline.
+    """
+    was_stale = (
+        Machine.objects.select_for_update()
+        .filter(id=machine_id, channel_name=channel_name)
+        .values_list("stale", flat=True)
+        .first()
+    )
+    if was_stale is None:
+        return False
+    fields = {"connected": False, "channel_name": "", "stale": True}
+    if last_heartbeat_at is not None:
+        fields["last_heartbeat_at"] = last_heartbeat_at
+    Machine.objects.filter(id=machine_id, channel_name=channel_name).update(**fields)
+    if not was_stale and last_heartbeat_at is not None:
+        online_span_close(machine_id=machine_id, at=last_heartbeat_at)
+    return True
+
+
+@transaction.atomic
+def capability_failed_record(*, machine_id: str, report: dict) -> FailedCapability:
+    """Record a ``model_load_failed`` for the machine's current build.
+
+    Keeps the engine's error text, counts repeats; the model is marked not loaded on
+    that device so it is not offered there.
+    """
+    machine = Machine.objects.get(id=machine_id)
+    capability, created = FailedCapability.objects.get_or_create(
+        machine=machine,
+        device_index=report["device"],
+        model_id=report["model"],
+        build=machine.build,
+        defaults={"error": report["error"]},
+    )
+    if not created:
+        FailedCapability.objects.filter(id=capability.id).update(
+            count=F("count") + 1, error=report["error"], last_at=timezone.now()
+        )
+    DeviceModel.objects.filter(
+        device__machine=machine,
+        device__index=report["device"],
+        model_id=report["model"],
+    ).update(loaded=False)
+    return capability
+
+
+def benchmark_record(*, machine_id: str, report: dict) -> Benchmark | None:
+    """Store a benchmark measured on the machine's own hardware (the last 20 per
+    device and model are kept); None for an unknown device."""
+    device = Device.objects.filter(
+        machine_id=machine_id, index=report["device"]
+    ).first()
+    if device is None:
+        return None
+    benchmark = Benchmark.objects.create(
+        device=device,
+        model_id=report["model"],
+        tokens_per_s=report["tokens_per_s"],
+        ttft_ms=report["ttft_ms"],
+        vram_used_mb=report["vram_used_mb"],
+    )
+    keep = Benchmark.objects.filter(device=device, model_id=report["model"]).values(
+        "id"
+    )[:BENCHMARKS_KEPT]
+    Benchmark.objects.filter(device=device, model_id=report["model"]).exclude(
+        id__in=list(keep.values_list("id", flat=True))
+    ).delete()
+    return benchmark

@@ -1,0 +1,225 @@
+"""A device's outcomes, its reliability score and quarantine.
+
+DESIGN.md "Reliability score": recomputed on every outcome, in the caller's
+transaction, and periodically for the uptime part; "Spot checks": quarantine is
+judged whenever a failure is recorded. The formula is ``hosts.scoring`` (pure);
+``device_score_inputs`` is the one read of what it is computed from, used by the
+outcome, the periodic recompute and the machine page alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Case, F, When
+from django.utils import timezone
+
+from ..models import Device, DeviceModel, DeviceOutcome
+from ..scoring import (
+    WINDOW,
+    quarantine_after_failure,
+    quarantine_release,
+    score_round,
+    score_unrounded,
+)
+from .spot_checks import spot_check_mark_due
+from .uptime import device_online_fraction
+
+TTFT_WINDOW = timedelta(hours=1)
+SPOT_CHECKS_JUDGED = 20
+
+
+@dataclass
+class ScoreInputs:
+    """What a device's score is computed from (DESIGN.md "Reliability score").
+
+    ``outcomes``/``successes``: counts in its last 50 outcomes; ``online``: the
+    online fraction 0..1; ``model_id``: the model whose latency counts ('' when
+    none); ``model_median``/``device_median``: first-token medians (ms, last hour,
+    of the model over all devices / of this device; None when unknown).
+    """
+
+    outcomes: int
+    successes: int
+    online: Decimal
+    model_id: str
+    model_median: float | None
+    device_median: float | None
+
+    @property
+    def score(self) -> int:
+        """The score these inputs give, 0..100 (``hosts.scoring``)."""
+        return score_round(
+            score_unrounded(
+                outcomes=self.outcomes,
+                successes=self.successes,
+                online_fraction=self.online,
+                model_median_ttft_ms=self.model_median,
+                device_ttft_ms=self.device_median,
+            )
+        )
+
+
+def device_score_inputs(
+    *, device_id: int, now: datetime, model_id: str = ""
+) -> ScoreInputs:
+    """Read the device's score inputs at ``now`` (``ScoreInputs``).
+
+    The last 50 outcomes (newest first); the online fraction
+    (``device_online_fraction``); for ``model_id`` — '' means the model of the
+    device's latest outcome that names one — ``statistics.median`` of the
+    first-token times of the successful outcomes of the hour before ``now``, over
+    all devices and over this one (one query over the hour's outcomes of the
+    model). Seven queries at most. Raises Device.DoesNotExist.
+    """
+    device = Device.objects.select_related("machine", "machine__lease").get(
+        id=device_id
+    )
+    last = list(device.outcomes.values_list("success", flat=True)[:WINDOW])
+    if not model_id:
+        model_id = (
+            device.outcomes.exclude(model_id="")
+            .values_list("model_id", flat=True)
+            .first()
+        ) or ""
+    model_median = device_median = None
+    if model_id:
+        hour = list(
+            DeviceOutcome.objects.filter(
+                model_id=model_id,
+                success=True,
+                ttft_ms__isnull=False,
+                created_at__gte=now - TTFT_WINDOW,
+            ).values_list("device_id", "ttft_ms")
+        )
+        mine = [ttft for of, ttft in hour if of == device.id]
+        model_median = statistics.median(t for _, t in hour) if hour else None
+        device_median = statistics.median(mine) if mine else None
+    return ScoreInputs(
+        outcomes=len(last),
+        successes=sum(last),
+        online=device_online_fraction(device=device, now=now),
+        model_id=model_id,
+        model_median=model_median,
+        device_median=device_median,
+    )
+
+
+def _score_write(*, device_id: int, score: int, slot_free: bool = False) -> None:
+    """Store the device's score; with ``slot_free`` give back one of its slots in
+    the same write (never below zero)."""
+    fields = {"score": score}
+    if slot_free:
+        fields["slots_used"] = Case(
+            When(slots_used__gt=0, then=F("slots_used") - 1), default=0
+        )
+    Device.objects.filter(id=device_id).update(**fields)
+
+
+@transaction.atomic(savepoint=False)  # usually inside an attempt's end
+def device_outcome_record(
+    *,
+    device_id: int,
+    success: bool,
+    source: str = DeviceOutcome.Source.ATTEMPT,
+    reason: str = "",
+    model_id: str = "",
+    ttft_ms: int | None = None,
+    now: datetime | None = None,
+    slot_free: bool = False,
+) -> int:
+    """Record one outcome for the device and recompute its score; return the score.
+
+    DESIGN.md "Reliability score": the score is recomputed on every outcome, in
+    the caller's transaction (the end of a job records it with the charge). With
+    ``model_id`` and a ``ttft_ms`` (ms, a success's first token), the device's
+    median first-token time for the model (last hour) is stored on its
+    device-model row when it moved. ``slot_free``: also give back one of the
+    device's slots (the ended attempt's) in the same write as the score. A
+    failure is judged for quarantine at once (``device_quarantine_judge``). A
+    renter's cancel is never passed here. Raises Device.DoesNotExist for an
+    unknown device.
+    """
+    now = now or timezone.now()
+    DeviceOutcome.objects.create(
+        device_id=device_id,
+        source=source,
+        success=success,
+        reason=reason,
+        model_id=model_id,
+        ttft_ms=ttft_ms,
+    )
+    inputs = device_score_inputs(device_id=device_id, model_id=model_id, now=now)
+    score = inputs.score
+    # the device row before its device-model rows, the order of the claim (which
+    # locks the device, then moves the row's tie-break key): no lock cycle
+    _score_write(device_id=device_id, score=score, slot_free=slot_free)
+    if model_id and ttft_ms is not None:
+        median = inputs.device_median
+        recent = round(median) if median is not None else None
+        DeviceModel.objects.filter(device_id=device_id, model_id=model_id).exclude(
+            ttft_ms_recent=recent  # unchanged: no row written
+        ).update(ttft_ms_recent=recent)
+    if not success:
+        device_quarantine_judge(device_id=device_id, score=score, now=now)
+    return score
+
+
+def device_score_recompute(
+    *, device_id: int, now: datetime | None = None, model_id: str = ""
+) -> int:
+    """Recompute and store the device's score; return it (0..100).
+
+    DESIGN.md "Reliability score" (run periodically for the uptime part).
+    Without ``model_id`` the latency part uses the model the device served last.
+    Raises Device.DoesNotExist for an unknown device.
+    """
+    now = now or timezone.now()
+    score = device_score_inputs(device_id=device_id, model_id=model_id, now=now).score
+    _score_write(device_id=device_id, score=score)
+    return score
+
+
+def spot_checks_recent(*, device_id: int) -> list[bool]:
+    """The device's last 20 judged spot checks, newest first (True = passed)."""
+    return list(
+        DeviceOutcome.objects.filter(
+            device_id=device_id, source=DeviceOutcome.Source.SPOT_CHECK
+        ).values_list("success", flat=True)[:SPOT_CHECKS_JUDGED]
+    )
+
+
+def device_quarantine_judge(
+    *, device_id: int, score: int, now: datetime | None = None
+) -> bool:
+    """Quarantine the device if a just-recorded failure calls for it; True if it did.
+
+    DESIGN.md "Spot checks": score under 50 or 3 failed spot checks among the last
+    20. A quarantined device gets only spot checks, one marked due now.
+    """
+    now = now or timezone.now()
+    if not quarantine_after_failure(
+        score=score, recent_checks=spot_checks_recent(device_id=device_id)
+    ):
+        return False
+    newly = Device.objects.filter(id=device_id, quarantined=False).update(
+        quarantined=True, quarantined_at=now
+    )
+    if newly:
+        spot_check_mark_due(device_id=device_id, reason="quarantine", now=now)
+    return bool(newly)
+
+
+def device_quarantine_release_judge(*, device_id: int) -> bool:
+    """Release a quarantined device after 3 passed spot checks in a row; True if released."""
+    if not quarantine_release(recent_checks=spot_checks_recent(device_id=device_id)):
+        return False
+    return bool(
+        Device.objects.filter(id=device_id, quarantined=True).update(
+            quarantined=False, quarantined_at=None
+        )
+    )

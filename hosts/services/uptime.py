@@ -1,0 +1,115 @@
+"""A machine's online spans and the online part of the score.
+
+DESIGN.md "Reliability score": 20 × the fraction of the last 24 h (or of the time
+since the device was first seen, if shorter) its machine was online, heartbeat
+gaps ≤ 30 s. Spans are opened and closed on liveness transitions
+(``hosts.liveness``); a machine still online counts up to now.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+
+from ..models import Device, Machine, OnlineSpan
+
+UPTIME_WINDOW = timedelta(hours=24)
+
+
+def online_span_extend(*, machine_id: str, now: datetime) -> None:
+    """Extend the machine's latest online span to ``now``, or open a new one.
+
+    Called when a machine becomes live (its first heartbeat, or the first after a
+    stale mark); the span is ended by ``online_span_close`` (stale, disconnect, or
+    the next ``hello`` after its process's lease lapsed), and a live machine's
+    latest span counts until now. A gap longer than ``BALLAST_HEARTBEAT_MAX_AGE_S``
+    since the span's end starts a new span, so offline time never counts as online.
+    """
+    gap = timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
+    extended = OnlineSpan.objects.filter(
+        id__in=OnlineSpan.objects.filter(machine_id=machine_id, ended_at__gte=now - gap)
+        .order_by("-ended_at")
+        .values("id")[:1]
+    ).update(ended_at=now)
+    if not extended:
+        OnlineSpan.objects.create(machine_id=machine_id, started_at=now, ended_at=now)
+
+
+def online_span_close(*, machine_id: str, at: datetime) -> None:
+    """End the machine's latest online span at ``at`` (never earlier than it ends)."""
+    OnlineSpan.objects.filter(
+        id__in=OnlineSpan.objects.filter(machine_id=machine_id)
+        .order_by("-ended_at")
+        .values("id")[:1],
+        ended_at__lt=at,
+    ).update(ended_at=at)
+
+
+def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
+    """Fraction (0..1, 6 places) of the last 24 h — or of the time since the device
+    was first seen, if shorter — that its machine was online.
+
+    One query, two when no span ended in the window (the newest span, which a
+    live machine keeps open, is then read alone). Reads ``device.machine`` and
+    its ``lease`` (select_related them).
+    """
+    start = max(now - UPTIME_WINDOW, device.first_seen_at)
+    spans = list(  # newest first: the newest of all when there is one
+        OnlineSpan.objects.filter(machine_id=device.machine_id, ended_at__gt=start)
+        .order_by("-ended_at", "-id")
+        .values_list("id", "started_at", "ended_at")
+    )
+    if spans:
+        latest = spans[0]
+    else:
+        latest = (
+            OnlineSpan.objects.filter(machine_id=device.machine_id)
+            .order_by("-ended_at", "-id")
+            .values_list("id", "started_at", "ended_at")
+            .first()
+        )
+    return online_fraction(
+        machine=device.machine, start=start, spans=spans, latest=latest, now=now
+    )
+
+
+def online_fraction(
+    *,
+    machine: Machine,
+    start: datetime,
+    spans: list[tuple],
+    latest: tuple | None,
+    now: datetime,
+) -> Decimal:
+    """The online part of the score from the machine's spans (pure; DESIGN.md
+    "Reliability score": the fraction of [``start``, ``now``] it was online).
+
+    ``spans`` are (id, started_at, ended_at) of the machine's spans ended after
+    ``start``, newest first; ``latest`` is its newest span whatever its end (or
+    None). ``machine`` gives liveness (``is_online``, ``seen_until``: reads
+    ``machine.lease``). Returns 0..1 rounded to 6 places.
+    """
+    total = (now - start).total_seconds()
+    if total <= 0:
+        return Decimal(1)
+    online = 0.0
+    live = machine.is_online(now)
+    # a connected machine not marked stale whose lease lapsed: online until then
+    vouched = machine.connected and not machine.stale
+    seen = machine.seen_until() if vouched and not live else None
+    spans = list(spans)
+    # the latest span stays open (ended at its start) while the machine is live
+    if latest is not None and (not spans or spans[0][0] != latest[0]):
+        spans.insert(0, latest)
+    for i, (_, started_at, ended_at) in enumerate(spans):  # newest first
+        # the current span of a machine still online lasts until now
+        if i == 0 and live:
+            end = now
+        elif i == 0 and seen is not None:
+            end = min(max(ended_at, seen), now)
+        else:
+            end = min(ended_at, now)
+        online += max(0.0, (end - max(started_at, start)).total_seconds())
+    return min(Decimal(1), Decimal(str(round(online / total, 6))))

@@ -1,0 +1,298 @@
+"""The job relay on the host websocket (PROTOCOL.md §2; DESIGN.md "How a request
+flows" steps 3–5): offers to the host, and the frames of its attempts (claim,
+token, done, error) relayed to the coroutine that owns each job.
+
+Frames of an attempt are relayed only while the attempt is open on *this*
+connection; a token costs no database write. Spot checks due on the machine
+run here, through the ordinary job path (DESIGN.md "Components").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from contextlib import aclosing
+from typing import Any
+
+from django.conf import settings
+
+from ballast import local
+from ballast.db import db_call
+from hosts import protocol
+from hosts.consumers import HostConsumer
+from hosts.services import HeartbeatResult
+
+from .. import services, spotchecks
+from ..orchestration import JobRun, slots_announce
+
+log = logging.getLogger("ballast.jobs")
+
+# the replies to offers that came after their connection closed, in flight
+_late_replies: set[asyncio.Task] = set()
+# how many cancelled attempts a connection remembers (HostRelayConsumer.cancelled)
+CANCELLED_KEPT = 64
+
+
+def _host_gone(attempt_id: str) -> dict:
+    """The message that tells a job its attempt's host connection closed."""
+    return {
+        "type": "host.gone",
+        "attempt": attempt_id,
+        "message": "host connection closed",
+    }
+
+
+class HostRelayConsumer(HostConsumer):
+    """A machine's connection with the frames of its attempts."""
+
+    async def connect(self) -> None:
+        self.spot_check_tasks: set[asyncio.Task] = set()
+        # attempt id -> {"reply": channel of the job's coroutine, "claimed": bool}
+        self.open_attempts: dict[str, dict[str, Any]] = {}
+        # the last attempts cancelled here: the host's frames of them that cross
+        # the cancel are dropped without an error
+        self.cancelled: collections.deque[str] = collections.deque(
+            maxlen=CANCELLED_KEPT
+        )
+        await super().connect()
+
+    async def connection_closed(self) -> None:
+        for attempt_id, info in list(self.open_attempts.items()):
+            await local.channel_send(
+                self.channel_layer, info["reply"], _host_gone(attempt_id)
+            )
+        self.open_attempts.clear()
+
+    def undelivered(self, message: dict) -> None:
+        """An offer that reached this connection after it closed (a dispatch
+        picked the machine as it went away): the job is told at once that the
+        host is gone, and moves on, rather than waiting out its claim deadline
+        (DESIGN.md: 5 s). Offers from other coordinator processes still come
+        through the layer and wait it out."""
+        if message.get("type") == "attempt.offer":
+            reply = local.channel_send(
+                self.channel_layer, message["reply"], _host_gone(message["attempt"])
+            )
+            task = asyncio.get_running_loop().create_task(reply)
+            _late_replies.add(task)
+            task.add_done_callback(_late_replies.discard)
+
+    async def heartbeat_stored(self, result: HeartbeatResult) -> None:
+        """Capacity came (wake the queued requests); due spot checks start."""
+        if result.models_with_capacity:
+            await slots_announce(result.models_with_capacity, slots=result.slots_gained)
+        await self._spot_checks_start()
+
+    def spot_checks_poke(self) -> None:
+        """Take this machine's due spot checks soon (called by the lease loop)."""
+        task = asyncio.create_task(self._spot_checks_start())
+        self.spot_check_tasks.add(task)
+        task.add_done_callback(self.spot_check_tasks.discard)
+
+    async def _spot_checks_start(self) -> None:
+        """Run the spot checks due on this machine's devices (a compare-and-set takes each)."""
+        if not settings.BALLAST_SPOT_CHECKS:
+            return  # (no thread hop for nothing on every written heartbeat)
+        for job in await db_call(spotchecks.spot_checks_take_due)(
+            machine_id=self.machine_id
+        ):
+            task = asyncio.create_task(self._spot_check_run(job))
+            self.spot_check_tasks.add(task)
+            task.add_done_callback(self.spot_check_tasks.discard)
+
+    async def _spot_check_run(self, job) -> None:
+        """Run a due spot check through the ordinary job path, then judge it."""
+        try:
+            async with aclosing(JobRun(job).events()) as events:
+                async for _ in events:
+                    pass
+            await db_call(spotchecks.spot_check_judge)(job_id=str(job.id))
+        except Exception:
+            log.exception(
+                "spot check %s on machine %s failed to run", job.id, self.machine_name
+            )
+
+    def _open(self, frame: dict) -> tuple[str, dict | None]:
+        attempt_id = protocol.parse_job_frame(frame)
+        return attempt_id, self.open_attempts.get(attempt_id)
+
+    async def frame_claim(self, frame: dict) -> None:
+        attempt_id, info = self._open(frame)
+        if info is None or info["claimed"]:
+            await self._stray_frame(
+                attempt_id,
+                f"claim: job {attempt_id[:40]} is not offered to this machine",
+            )
+            return
+        # the offer reached this connection and the attempt is still open on it:
+        # relay the claim at once; it is recorded once the first token is relayed
+        # (``frame_token``): the agent streams right after its claim, and a
+        # database step beside the first token (a thread holding the GIL) costs it
+        # ~0.1 ms. Without a token the job's coroutine records the claim with the
+        # attempt's end (``claimed_at``).
+        info["claimed"] = True
+        await local.channel_send(
+            self.channel_layer,
+            info["reply"],
+            {"type": "host.claim", "attempt": attempt_id},
+        )
+
+    async def _claim_record(self, attempt_id: str) -> None:
+        """Record a relayed claim (compare-and-set offered → claimed); when the
+        attempt was ended meanwhile, stop the host (its frames are no longer
+        relayed)."""
+        try:
+            claimed = await db_call(services.attempt_claim)(
+                attempt_id=attempt_id, machine_id=self.machine_id
+            )
+        except Exception:
+            log.exception("claim of %s on machine %s", attempt_id, self.machine_name)
+            return
+        if not claimed and attempt_id in self.open_attempts:
+            # ended meanwhile (its job's cancel may still be on its way): its
+            # frames already sent cross this cancel and are dropped quietly
+            await self._attempt_drop(attempt_id)
+
+    async def frame_token(self, frame: dict) -> None:
+        """Relay a token to the job's coroutine, in order, without waiting for the layer.
+
+        The text goes to the attempt's outbox; one relay task per attempt sends what
+        is waiting there as one ``host.token`` message (a token may be any length
+        >= 1 character, PROTOCOL.md §2), so frames that arrive while the channel
+        layer is busy (a Redis round trip) are merged instead of queueing one round
+        trip each. ``done``, ``error`` and the connection's end wait for the outbox,
+        so they never overtake a token.
+        """
+        attempt_id, info = self._open(frame)
+        text = protocol.parse_token(frame)
+        if info is None or not info["claimed"]:
+            await self._stray_frame(
+                attempt_id,
+                f"token: job {attempt_id[:40]} is not claimed on this machine",
+            )
+            return
+        if info.get("relay_failed"):
+            return  # never relay a token after a lost one: the connection is closing
+        outbox = info.get("outbox")
+        if outbox is None:
+            outbox = info["outbox"] = []
+        outbox.append(text)
+        relay = info.get("relay")
+        if relay is None or relay.done():
+            info["relay"] = asyncio.create_task(self._tokens_relay(attempt_id, info))
+        if relay is None:  # the attempt's first token: now record its claim
+            info["relay"].add_done_callback(
+                lambda _: self._claim_record_soon(attempt_id)
+            )
+
+    def _claim_record_soon(self, attempt_id: str) -> None:
+        task = asyncio.create_task(self._claim_record(attempt_id))
+        self.background_tasks.add(task)
+        task.add_done_callback(self.background_tasks.discard)
+
+    async def _tokens_relay(self, attempt_id: str, info: dict) -> bool:
+        """Send the attempt's outbox until it is empty; False if the layer failed.
+
+        A failure (``ChannelFull``, Redis gone) ends this connection (code 1011, as an
+        exception in a handler would): the job then sees the host go and fails over.
+        """
+        outbox = info["outbox"]
+        try:
+            while outbox:
+                text = outbox[0] if len(outbox) == 1 else "".join(outbox)
+                outbox.clear()
+                await local.channel_send(
+                    self.channel_layer,
+                    info["reply"],
+                    {"type": "host.token", "attempt": attempt_id, "text": text},
+                )
+        except Exception:
+            log.exception(
+                "machine %s: relaying tokens of %s failed",
+                self.machine_name,
+                attempt_id,
+            )
+            info["relay_failed"] = True
+            outbox.clear()
+            await self.close(code=1011)
+            return False
+        return True
+
+    async def _tokens_relayed(self, info: dict) -> bool:
+        """Wait until every token of the attempt is relayed; False if relaying failed."""
+        relay = info.get("relay")
+        if relay is None:
+            return True
+        return await asyncio.shield(relay)
+
+    async def websocket_disconnect(self, message: dict) -> None:
+        """The connection ended: relay the tokens still in outboxes, then ``disconnect``."""
+        for info in list(getattr(self, "open_attempts", {}).values()):
+            await self._tokens_relayed(info)
+        await super().websocket_disconnect(message)
+
+    async def frame_done(self, frame: dict) -> None:
+        attempt_id, info = self._open(frame)
+        done = protocol.parse_done(frame)
+        if info is None or not info["claimed"]:
+            await self._stray_frame(
+                attempt_id,
+                f"done: job {attempt_id[:40]} is not claimed on this machine",
+            )
+            return
+        self.open_attempts.pop(attempt_id, None)
+        if not await self._tokens_relayed(info):
+            return
+        await local.channel_send(
+            self.channel_layer,
+            info["reply"],
+            {"type": "host.done", "attempt": attempt_id, "done": done},
+        )
+
+    async def frame_error(self, frame: dict) -> None:
+        message = frame.get("message")
+        message = message[:2000] if isinstance(message, str) else ""
+        job = frame.get("job")
+        if not isinstance(job, str):
+            log.info("machine %s reported an error: %s", self.machine_name, message)
+            return
+        info = self.open_attempts.pop(job, None)
+        if info is None:
+            return  # an error for a job that already ended changes nothing
+        if not await self._tokens_relayed(info):
+            return
+        await local.channel_send(
+            self.channel_layer,
+            info["reply"],
+            {"type": "host.error", "attempt": job, "message": message},
+        )
+
+    # --- messages from the job coroutines (channel layer) -----------------------------
+    async def attempt_offer(self, message: dict) -> None:
+        """Send an ``offer`` to the host and open the attempt on this connection."""
+        self.open_attempts[message["attempt"]] = {
+            "reply": message["reply"],
+            "claimed": False,
+        }
+        await self.send_json(message["frame"])
+
+    async def attempt_cancel(self, message: dict) -> None:
+        """Tell the host to stop an attempt; later frames of it are ignored.
+
+        Sent for every failed or cancelled attempt, even one the host itself
+        reported as failed, so a host never keeps generating for nobody.
+        """
+        await self._attempt_drop(message["attempt"])
+
+    async def _attempt_drop(self, attempt_id: str) -> None:
+        """Close an attempt on this connection and tell the host to stop it."""
+        if self.open_attempts.pop(attempt_id, None) is not None:
+            self.cancelled.append(attempt_id)
+        await self.send_json({"type": "cancel", "job": attempt_id})
+
+    async def _stray_frame(self, attempt_id: str, error: str) -> None:
+        """A frame for an attempt not open (or not claimed) on this connection:
+        an ``error`` frame, unless this connection cancelled it lately."""
+        if attempt_id not in self.cancelled:
+            await self.send_error(error)

@@ -1,0 +1,26 @@
+"""Running a job (DESIGN.md "How a request flows" steps 3–8): ``run.JobRun``
+follows its attempts; ``channels`` holds its side of the channel layer."""
+
+from .channels import (
+    cancel_message,
+    channel_release,
+    job_channel_open,
+    offer_message,
+    slots_announce,
+    slots_announce_soon,
+)
+from .run import SLOT_POLL_S, Failed, Finished, JobRun, Token
+
+__all__ = [
+    "SLOT_POLL_S",
+    "Failed",
+    "Finished",
+    "JobRun",
+    "Token",
+    "cancel_message",
+    "channel_release",
+    "job_channel_open",
+    "offer_message",
+    "slots_announce",
+    "slots_announce_soon",
+]

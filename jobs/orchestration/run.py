@@ -1,0 +1,523 @@
+"""The coroutine that owns a job from dispatch to its end (DESIGN.md "How a
+request flows" steps 3–8).
+
+``JobRun`` dispatches an attempt, sends the offer to the machine's connection
+through the channel layer, awaits that attempt's frames on its own channel with
+asyncio deadlines (claim, first token, stall), yields each piece of text as it
+comes and, after a failure, does what ``failover`` decides: another attempt, the
+one continuation, or the end. The text delivered is kept exactly, so billing and
+the continuation's ``continue_from`` are both the renter's own text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from channels.exceptions import ChannelFull
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import DatabaseError
+from django.utils import timezone
+
+from ballast import local
+from ballast.db import db_call, db_call_retried, retry_worthy
+from catalog.models import CatalogModel
+
+from .. import services
+from ..failover import Fail, Failover, after_failed_attempt, when_not_dispatched
+from ..models import Attempt, Job
+from ..services.deadlines import (
+    CLAIM,
+    FIRST_TOKEN,
+    NEXT_TOKEN,
+    TIMEOUT_OUTCOMES,
+    stage_timeout_s,
+)
+from ..tokens import token_count
+from .budget import OutputBudget
+from .channels import cancel_message, offer_message, slots_announce_soon
+
+log = logging.getLogger("ballast.jobs")
+
+# a queued job looks for a slot at least this often (s), woken or not
+SLOT_POLL_S = 2.0
+# text of token messages delivered in-process (``ballast.local``) that may wait
+# unread in a job's inbox, characters: a slow renter's backlog, before the host
+# is cut off (the in-memory layer's bound is 5,000 messages)
+LOCAL_INBOX_CHARS = 4_000_000
+
+
+@dataclass
+class Token:
+    """A piece of output text delivered to the renter."""
+
+    text: str
+
+
+@dataclass
+class Finished:
+    """The job succeeded; ``usage`` is {prompt_tokens, completion_tokens, total_tokens}."""
+
+    finish_reason: str
+    usage: dict
+
+
+@dataclass
+class Failed:
+    """The job failed. Before any output ``status`` is the HTTP code to answer."""
+
+    status: int
+    code: str
+    message: str
+    after_output: bool
+    usage: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Segment:
+    """One attempt as its coroutine follows it."""
+
+    attempt: Attempt
+    machine_channel: str
+    pieces: list[str] = field(default_factory=list)
+    outcome: str = ""
+    error: str = ""
+    done: dict | None = None
+    claimed_at: datetime | None = None
+    first_token_at: datetime | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+class JobRun:
+    """Run one stored job; iterate ``events()`` for Token / Finished / Failed.
+
+    Closing the iterator early (the renter went away) cancels the job: the host
+    is told to stop, the slot frees, and the renter is billed for what was
+    delivered. With ``whole_at_end`` (a non-streamed response) the renter
+    receives the text only with the job's last event, so a renter who goes away
+    before it received nothing and is billed nothing.
+    """
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        model: CatalogModel | None = None,
+        channel: str = "",
+        dispatch: services.Dispatch | None = None,
+        whole_at_end: bool = False,
+    ) -> None:
+        """``model``, ``channel`` (made by the layer's ``new_channel``, so replies
+        to it are kept from the start) and the first ``dispatch`` come from the
+        request's transaction (``services.job_open``); what is not given is read
+        or made when ``events()`` starts."""
+        self.job = job
+        self.job_id = str(job.id)
+        self.whole_at_end = whole_at_end
+        self.layer = get_channel_layer()
+        self.channel = channel
+        self.model = model
+        self.first_dispatch = dispatch
+        self.budget = OutputBudget(
+            model_id=job.model_id, max_tokens=job.params.get("max_tokens")
+        )
+        self.segment: _Segment | None = None
+        self.finished = False
+        # the end of an answer its host completed (``_succeed``) and the record
+        # of a failed attempt's end (``_end_segment``): once begun each runs to
+        # its end whatever happens to the request (``_cancel`` waits)
+        self.ending: asyncio.Future | None = None
+        self.segment_ending: asyncio.Future | None = None
+        self.inbox_chars = 0  # text of the token messages delivered locally
+
+    @property
+    def delivered_text(self) -> str:
+        return self.budget.text
+
+    async def events(self) -> AsyncIterator[Token | Finished | Failed]:
+        """Yield the job's events until it ends; see the class docstring."""
+        if not self.channel:
+            self.channel = await self.layer.new_channel("job.")
+        if self.model is None:
+            self.model = await db_call(CatalogModel.objects.get)(id=self.job.model_id)
+        self.inbox: deque[dict] = deque()
+        self.arrived = asyncio.Event()
+        reader = asyncio.create_task(self._read_channel())
+        lease = asyncio.create_task(self._keep_lease())
+        local.reader_add(self.channel, self._deliver)
+        failure: Exception | None = None
+        try:
+            async for event in self._run():
+                yield event
+        except Exception as exc:  # the coordinator's own failure, not the renter's
+            failure = exc
+            raise
+        finally:
+            local.reader_remove(self.channel, self._deliver)
+            lease.cancel()
+            try:
+                if not self.finished:
+                    await asyncio.shield(self._cancel(failure))
+            finally:
+                reader.cancel()
+
+    # --- the job's inbox --------------------------------------------------------
+    async def _read_channel(self) -> None:
+        """Move every message of the job's channel into ``inbox``. One receive
+        stays pending for the job's life: cancelling a layer's ``receive`` (as a
+        timeout would) can drop the Redis pub/sub layer's subscription."""
+        while True:
+            self.inbox.append(await self.layer.receive(self.channel))
+            self.arrived.set()
+
+    def _deliver(self, message: dict) -> None:
+        """Take a message sent from this process (``ballast.local``) into ``inbox``.
+
+        A token right after a token of the same attempt joins its text, so a fast
+        host and a slow renter cost one message, not one per frame. Raises
+        ChannelFull, as the layer would, when more than ``LOCAL_INBOX_CHARS`` of
+        text waits unread: the host's connection then closes and the job fails
+        over (an honest host stops at ``max_tokens``, far below the bound).
+        """
+        inbox = self.inbox
+        if message.get("type") == "host.token":
+            text = message["text"]
+            if self.inbox_chars + len(text) > LOCAL_INBOX_CHARS:
+                raise ChannelFull(
+                    f"{self.channel}: {self.inbox_chars} characters unread"
+                )
+            self.inbox_chars += len(text)
+            last = inbox[-1] if inbox else None
+            if (
+                last is not None
+                and last.get("local")
+                and last.get("attempt") == message.get("attempt")
+            ):
+                last["text"] += text
+                return
+            message["local"] = True
+        inbox.append(message)
+        self.arrived.set()
+
+    async def _next_message(self, timeout: float) -> dict:
+        """The next message of the job's channel; TimeoutError after ``timeout`` s."""
+        if not self.inbox:
+            self.arrived.clear()
+            async with asyncio.timeout(timeout):
+                await self.arrived.wait()
+        return self._take()
+
+    def _take(self) -> dict:
+        message = self.inbox.popleft()
+        if message.get("local"):
+            self.inbox_chars -= len(message["text"])
+        return message
+
+    def _more_text(self, attempt_id: str) -> str:
+        """Text of this attempt's token frames already waiting in the inbox:
+        tokens that arrived together go to the renter as one chunk."""
+        pieces = []
+        while self.inbox:
+            head = self.inbox[0]
+            if head.get("type") != "host.token" or head.get("attempt") != attempt_id:
+                break
+            pieces.append(self._take()["text"])
+        return "".join(pieces)
+
+    async def _keep_lease(self) -> None:
+        while True:
+            await asyncio.sleep(services.JOB_LEASE_S / 3)
+            await db_call(services.job_lease_renew)(job_id=self.job_id)
+
+    # --- the job ----------------------------------------------------------------
+    async def _run(self) -> AsyncIterator[Token | Finished | Failed]:
+        loop = asyncio.get_running_loop()
+        queue_deadline = loop.time() + settings.BALLAST_QUEUE_TIMEOUT_S
+        state = Failover()
+        waited = False  # the job waited in the queue for a slot
+        while True:
+            continue_from = self.delivered_text
+            if continue_from and loop.time() > queue_deadline:
+                queue_deadline = loop.time() + stage_timeout_s(CLAIM)
+            dispatch, self.first_dispatch = self.first_dispatch, None
+            if dispatch is not None and dispatch.wait:
+                # made in the transaction that stored the job: a slot freed before
+                # it committed woke nobody, so look once more before waiting
+                dispatch = None
+            if dispatch is None:
+                dispatch = await db_call_retried(services.job_dispatch)(
+                    job=self.job,
+                    model=self.model,
+                    continue_from=continue_from,
+                    waiting_channel=self.channel,
+                )
+            if dispatch.impossible or (dispatch.wait and queue_deadline <= loop.time()):
+                yield await self._fail_as(
+                    when_not_dispatched(
+                        state,
+                        impossible=dispatch.impossible,
+                        exhausted=dispatch.exhausted,
+                        continuing=bool(continue_from),
+                        model_id=self.job.model_id,
+                        queue_timeout_s=settings.BALLAST_QUEUE_TIMEOUT_S,
+                    )
+                )
+                return
+            if dispatch.contended:
+                await asyncio.sleep(random.uniform(0.001, 0.01))  # its row frees in ms
+                continue
+            if dispatch.wait:
+                await self._wait_for_slot(
+                    min(queue_deadline - loop.time(), SLOT_POLL_S)
+                )
+                waited = True
+                continue
+            if waited:
+                # a queued job got a slot: wake the next ones, there may be more
+                waited = False
+                slots_announce_soon([self.job.model_id])
+            segment = _Segment(
+                attempt=dispatch.attempt, machine_channel=dispatch.machine_channel
+            )
+            self.segment = segment
+            await local.channel_send(
+                self.layer,
+                dispatch.machine_channel,
+                offer_message(str(segment.attempt.id), self.channel, dispatch.offer),
+            )
+            async for piece in self._follow(segment):
+                yield Token(piece)
+            if segment.outcome == Attempt.Outcome.SUCCEEDED:
+                yield await self._succeed(segment)
+                return
+            await self._end_segment(segment)
+            decision, state = after_failed_attempt(
+                state,
+                outcome=segment.outcome,
+                segment_had_output=bool(segment.pieces),
+                delivered=bool(self.delivered_text),
+                single_device=bool(self.job.target_device_id),
+                max_attempts=settings.BALLAST_MAX_ATTEMPTS,
+            )
+            if isinstance(decision, Fail):
+                yield await self._fail_as(decision)
+                return
+            if decision.continuation:
+                log.info("job %s: continuation after %s", self.job_id, segment.outcome)
+
+    async def _wait_for_slot(self, timeout: float) -> None:
+        """Sleep until a slot of the model frees (a wake-up message) or ``timeout`` s."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            try:
+                message = await self._next_message(left)
+            except TimeoutError:
+                return
+            if message.get("type") == "slot.free":
+                return
+
+    async def _follow(self, segment: _Segment) -> AsyncIterator[str]:
+        """Yield the attempt's text pieces; set ``segment.outcome`` when it ends."""
+        loop = asyncio.get_running_loop()
+        attempt_id = str(segment.attempt.id)
+        stage = CLAIM
+        deadline = loop.time() + stage_timeout_s(stage)
+        while True:
+            try:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise TimeoutError
+                message = await self._next_message(left)
+            except TimeoutError:
+                segment.outcome = TIMEOUT_OUTCOMES[stage]
+                segment.error = f"no frame within the deadline ({segment.outcome})"
+                return
+            if message.get("attempt") != attempt_id:
+                continue  # late frames of an earlier attempt, or a stray wake-up
+            kind = message["type"]
+            if kind == "host.claim":
+                segment.claimed_at = timezone.now()  # the consumer records it too
+                stage = FIRST_TOKEN
+                deadline = loop.time() + stage_timeout_s(stage)
+            elif kind == "host.token":
+                if not segment.pieces:
+                    segment.first_token_at = timezone.now()  # written when it ends
+                text, over = self.budget.take(
+                    message["text"] + self._more_text(attempt_id)
+                )
+                if text:
+                    segment.pieces.append(text)
+                    yield text
+                if over:  # the host ignores max_tokens: end the answer there, unpaid
+                    segment.outcome = Attempt.Outcome.SUCCEEDED
+                    segment.done = {
+                        "finish_reason": "length",
+                        "prompt_tokens": 0,
+                        "completion_tokens": token_count(
+                            self.job.model_id, segment.text
+                        )
+                        or 0,
+                        "receipt": "",
+                    }
+                    await local.channel_send(
+                        self.layer, segment.machine_channel, cancel_message(attempt_id)
+                    )
+                    return
+                stage = NEXT_TOKEN
+                deadline = loop.time() + stage_timeout_s(stage)
+            elif kind == "host.done":
+                if not segment.pieces:  # never an empty success (DESIGN.md)
+                    segment.outcome = Attempt.Outcome.EMPTY_ANSWER
+                    segment.error = "done without any output"
+                else:
+                    segment.outcome = Attempt.Outcome.SUCCEEDED
+                    segment.done = message["done"]
+                return
+            elif kind in ("host.error", "host.gone"):
+                segment.outcome = (
+                    Attempt.Outcome.DIED_MIDSTREAM
+                    if segment.pieces
+                    else Attempt.Outcome.HOST_ERROR
+                )
+                segment.error = message.get("message", "")
+                return
+
+    # --- ends -------------------------------------------------------------------
+    async def _end_segment(self, segment: _Segment) -> None:
+        """End a failed or cancelled attempt: record it, tell the host, free the
+        slot. Shielded: a renter going away meanwhile must not leave the attempt
+        to the job's close, which would end it with no text (``_cancel``)."""
+        self.segment_ending = asyncio.ensure_future(
+            db_call_retried(services.attempt_end, when=retry_worthy)(
+                attempt_id=str(segment.attempt.id),
+                outcome=segment.outcome,
+                output_text=segment.text,
+                error=segment.error,
+                claimed_at=segment.claimed_at,
+                first_token_at=segment.first_token_at,
+            )
+        )
+        await asyncio.shield(self.segment_ending)
+        await local.channel_send(
+            self.layer, segment.machine_channel, cancel_message(str(segment.attempt.id))
+        )
+        slots_announce_soon([self.job.model_id])
+
+    async def _succeed(self, segment: _Segment) -> Finished:
+        """End the job as the success its host completed and return its last
+        event. Shielded: a renter who goes away now has the answer already, and
+        it is billed as delivered (``_cancel`` waits for this end)."""
+        job = await asyncio.shield(self._success_end(segment))
+        self.finished = True
+        return Finished(finish_reason=job.finish_reason, usage=_usage(job))
+
+    def _success_end(self, segment: _Segment) -> asyncio.Future:
+        """The task that ends the job as a success (made once)."""
+        if self.ending is None:
+            self.ending = asyncio.ensure_future(self._success_record(segment))
+        return self.ending
+
+    async def _success_record(self, segment: _Segment) -> Job:
+        job = await db_call_retried(services.job_succeed)(
+            job_id=self.job_id,
+            attempt_id=str(segment.attempt.id),
+            segment_text=segment.text,
+            done=segment.done,
+            answer_text=self.delivered_text,
+            claimed_at=segment.claimed_at,
+            first_token_at=segment.first_token_at,
+        )
+        slots_announce_soon([self.job.model_id])
+        return job
+
+    async def _fail_as(self, fail: Fail) -> Failed:
+        """Close the job as ``fail`` says (billed for what was delivered)."""
+        delivered = bool(self.delivered_text)
+        job = await db_call_retried(services.job_finish)(
+            job_id=self.job_id,
+            status=fail.job_status,
+            output_text=self.delivered_text,
+            finish_reason="error" if delivered else "",
+            error_code=fail.code,
+            error_message=fail.message,
+        )
+        self.finished = True
+        return Failed(
+            status=fail.status,
+            code=fail.code,
+            message=fail.message,
+            after_output=delivered,
+            usage=_usage(job),
+        )
+
+    async def _cancel(self, failure: Exception | None = None) -> None:
+        """The renter went away (or, with ``failure``, the coordinator failed):
+        stop the host, free the slot, bill what was delivered (nothing with
+        ``whole_at_end``); the job is cancelled, or failed naming the failure."""
+        segment = self.segment
+        if self.segment_ending is not None and not self.segment_ending.done():
+            with contextlib.suppress(Exception):
+                await self.segment_ending
+        if segment is not None and segment.outcome == Attempt.Outcome.SUCCEEDED:
+            # the host completed the answer and the renter has it: its end is
+            # the success's, not a cancel that would leave it unbilled
+            try:
+                await self._success_end(segment)
+                self.finished = True
+                return
+            except Exception:
+                log.exception("job %s: ending the completed answer failed", self.job_id)
+                segment.outcome = ""
+        try:
+            if segment is not None and not segment.outcome:
+                segment.outcome = Attempt.Outcome.CANCELLED
+                await self._end_segment(segment)
+        except Exception:
+            log.exception("job %s: ending the attempt after cancel failed", self.job_id)
+        if failure is None:
+            status, code, message = (
+                Job.Status.CANCELLED,
+                "cancelled",
+                "the renter disconnected",
+            )
+        else:
+            status = Job.Status.FAILED
+            code = (
+                "database_unavailable"
+                if isinstance(failure, DatabaseError)
+                else "internal_error"
+            )
+            message = f"the coordinator failed: {failure}"[:500]
+        try:
+            await db_call_retried(services.job_finish)(
+                job_id=self.job_id,
+                status=status,
+                output_text=self.delivered_text,
+                error_code=code,
+                error_message=message,
+                received=not self.whole_at_end,
+            )
+        except Exception:
+            log.exception("job %s: cleanup after cancel failed", self.job_id)
+        self.finished = True
+
+
+def _usage(job: Job) -> dict:
+    return {
+        "prompt_tokens": job.prompt_tokens,
+        "completion_tokens": job.tokens_billed,
+        "total_tokens": job.prompt_tokens + job.tokens_billed,
+    }

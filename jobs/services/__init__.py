@@ -1,0 +1,83 @@
+"""Writes of the job lifecycle, by sub-domain (DESIGN.md "How a request flows"):
+
+- ``keys``: API keys made, checked, marked used;
+- ``credit``: a renter's balance less its open commitments, locked per renter;
+- ``requests``: admitting a request — its one transaction (``job_open``);
+- ``dispatch``: the pick and the claim (``job_dispatch``, ``device_claim``);
+- ``deadlines``: an attempt's claim, first-token and stall deadlines;
+- ``attempts``: an attempt claimed and ended (``attempt_claim``, ``attempt_end``);
+- ``endings``: a job closed and charged once (``job_succeed``, ``job_finish``),
+  and the reaper (``attempts_reap``).
+"""
+
+from .attempts import attempt_claim, attempt_end, segment_tokens
+from .credit import credit_available_nano, credit_lock, credit_reserved_nano
+from .deadlines import claim_deadline, first_token_deadline, stage_timeout_s
+from .dispatch import (
+    Dispatch,
+    device_claim,
+    job_dispatch,
+    jobs_ahead_count,
+    jobs_waiting_channels,
+    offer_frame,
+)
+from .endings import (
+    attempts_reap,
+    job_charge,
+    job_finish,
+    job_price_nano,
+    job_succeed,
+    renter_prompt_tokens,
+)
+from .keys import (
+    API_KEY_LAST_USED_EVERY,
+    api_key_authenticate,
+    api_key_create,
+    api_key_mark_used,
+)
+from .requests import (
+    JOB_LEASE_S,
+    job_create,
+    job_lease_renew,
+    job_open,
+    job_submit,
+    request_fits,
+    request_model,
+    unauthorized,
+)
+
+__all__ = [
+    "API_KEY_LAST_USED_EVERY",
+    "JOB_LEASE_S",
+    "Dispatch",
+    "api_key_authenticate",
+    "api_key_create",
+    "api_key_mark_used",
+    "attempt_claim",
+    "attempt_end",
+    "attempts_reap",
+    "claim_deadline",
+    "credit_available_nano",
+    "credit_lock",
+    "credit_reserved_nano",
+    "device_claim",
+    "first_token_deadline",
+    "job_charge",
+    "job_create",
+    "job_dispatch",
+    "job_finish",
+    "job_lease_renew",
+    "job_open",
+    "job_price_nano",
+    "job_submit",
+    "job_succeed",
+    "jobs_ahead_count",
+    "jobs_waiting_channels",
+    "offer_frame",
+    "renter_prompt_tokens",
+    "request_fits",
+    "request_model",
+    "segment_tokens",
+    "stage_timeout_s",
+    "unauthorized",
+]

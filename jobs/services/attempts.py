@@ -1,0 +1,168 @@
+"""Attempt transitions: claimed by its host, ended with an outcome (DESIGN.md
+"When a host fails", "Money"). Every state change is a compare-and-set on the
+attempt's state: frames for an attempt that already ended change nothing."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from billing.models import ReceiptCheck
+from billing.services import receipt_check
+from hosts.models import Device
+from hosts.services import device_outcome_record
+
+from ..models import Attempt
+from ..tokens import token_count, token_count_believable
+from .deadlines import first_token_deadline
+
+log = logging.getLogger("ballast.jobs")
+
+# outcomes that are not the device's doing: never counted in its score
+NOT_SCORED = (Attempt.Outcome.CANCELLED, Attempt.Outcome.EMPTY_ANSWER)
+
+
+def attempt_claim(
+    *, attempt_id: str, machine_id: str, now: datetime | None = None
+) -> bool:
+    """Move an offered attempt of this machine to claimed and set its first-token
+    deadline; False when it is not this machine's or not offered any more.
+
+    The state test stays in the UPDATE's own WHERE and the machine's devices are
+    a subquery (PostgreSQL re-checks an UPDATE's own conditions against a row
+    another transaction just ended, not a join's): a late claim never reopens
+    an ended attempt.
+    """
+    now = now or timezone.now()
+    try:
+        return bool(
+            Attempt.objects.filter(
+                id=attempt_id,
+                state=Attempt.State.OFFERED,
+                device_id__in=Device.objects.filter(machine_id=machine_id).values("id"),
+            ).update(
+                state=Attempt.State.CLAIMED,
+                claimed_at=now,
+                first_token_deadline=first_token_deadline(now),
+            )
+        )
+    except (ValueError, TypeError):  # not a UUID: no such attempt
+        return False
+
+
+def segment_tokens(
+    *, model_id: str, text: str, reported: int | None
+) -> tuple[int, bool]:
+    """(tokens to bill for a segment, whether the host's count was unbelievable).
+
+    DESIGN.md "Money": a believable report is billed as reported; otherwise the
+    recount with the model's tokenizer, or the characters (the ceiling) where
+    no tokenizer is known.
+    """
+    if not text:
+        return 0, bool(reported)
+    recount = token_count(model_id, text)
+    if reported is not None and token_count_believable(
+        reported=reported, text=text, recount=recount
+    ):
+        return reported, False
+    fallback = recount if recount is not None else len(text)
+    return min(fallback, len(text)), reported is not None
+
+
+@transaction.atomic
+def attempt_end(
+    *,
+    attempt_id: str,
+    outcome: str,
+    output_text: str = "",
+    error: str = "",
+    done: dict | None = None,
+    claimed_at: datetime | None = None,
+    first_token_at: datetime | None = None,
+    now: datetime | None = None,
+) -> Attempt | None:
+    """End an open attempt with ``outcome``; free its slot; record the outcome
+    for the device's score (not a cancel, not an empty answer, not a spot check:
+    a spot check's outcome is its verdict). Returns the ended attempt, or None
+    when it had ended already (late frames change nothing).
+
+    ``output_text``: exactly what this attempt delivered to the renter.
+    ``claimed_at``: when the host's claim reached the job's coroutine (kept
+    unless the consumer recorded it first); ``first_token_at``: when its first
+    token reached the coordinator. ``done``: the host's done frame
+    (``finish_reason``, ``prompt_tokens``, ``completion_tokens``, ``receipt``):
+    its receipt is checked against the machine's pinned key over that exact
+    text and its count for believability.
+    """
+    now = now or timezone.now()
+    ended = Attempt.objects.filter(id=attempt_id, state__in=Attempt.OPEN_STATES).update(
+        state=Attempt.State.ENDED,
+        outcome=outcome,
+        ended_at=now,
+        output_text=output_text,
+        output_chars=len(output_text),
+        error_message=error[:2000],
+        **({"first_token_at": first_token_at} if first_token_at else {}),
+        **(
+            {"claimed_at": Coalesce("claimed_at", Value(claimed_at))}
+            if claimed_at
+            else {}
+        ),
+    )
+    if not ended:
+        return None
+    attempt = Attempt.objects.select_related("device__machine", "job").get(
+        id=attempt_id
+    )
+    reported = done["completion_tokens"] if done else None
+    attempt.tokens_billed, attempt.token_count_flagged = segment_tokens(
+        model_id=attempt.job.model_id, text=output_text, reported=reported
+    )
+    if done:
+        attempt.completion_tokens_reported = done["completion_tokens"]
+        attempt.prompt_tokens_reported = done["prompt_tokens"]
+        attempt.receipt = done.get("receipt", "")[:200]
+        verdict = receipt_check(
+            attempt_id=attempt.id,
+            device_id=attempt.device_id,
+            public_key_b64=attempt.device.machine.public_key,
+            signature_b64=attempt.receipt,
+            completion_tokens=done["completion_tokens"],
+            text=output_text,
+        )
+        attempt.receipt_valid = verdict == ReceiptCheck.Verdict.VALID
+        if not attempt.receipt_valid:
+            log.warning("attempt %s: receipt %s; host not paid", attempt.id, verdict)
+    if attempt.token_count_flagged:
+        log.warning("attempt %s: unbelievable token count %s", attempt.id, reported)
+    attempt.save(
+        update_fields=[
+            "tokens_billed",
+            "token_count_flagged",
+            "completion_tokens_reported",
+            "prompt_tokens_reported",
+            "receipt",
+            "receipt_valid",
+        ]
+    )
+    # the slot first: the device's row before its device-model rows, as the
+    # claim takes them (no lock cycle)
+    Device.objects.filter(id=attempt.device_id, slots_used__gt=0).update(
+        slots_used=F("slots_used") - 1
+    )
+    if outcome not in NOT_SCORED and not attempt.job.is_spot_check:
+        device_outcome_record(
+            device_id=attempt.device_id,
+            success=outcome == Attempt.Outcome.SUCCEEDED,
+            reason=outcome,
+            model_id=attempt.job.model_id,
+            ttft_ms=attempt.ttft_ms if outcome == Attempt.Outcome.SUCCEEDED else None,
+            now=now,
+        )
+    return attempt

@@ -1,0 +1,224 @@
+"""Dispatch: the pick and the claim of a slot for a job, in one transaction
+(DESIGN.md "How a request flows" step 2, "Picking a device", "No eligible device").
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from catalog.models import CatalogModel
+from hosts.models import Device, DeviceModel
+from hosts.services import spot_check_mark_due
+
+from ..models import Attempt, Job
+from ..selectors import (
+    device_pick_sql,
+    devices_eligible_count,
+    devices_untried_exist,
+    requirement_unmet,
+    tiebreak_step,
+)
+from ..tokens import token_count
+from .deadlines import claim_deadline
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """The result of ``job_dispatch``: exactly one of attempt / wait / impossible.
+
+    ``attempt`` with the ``offer`` frame to send to ``machine_channel``; ``wait``
+    (capacity may come; ``contended``: a free slot exists whose row another
+    dispatch holds locked right now); ``impossible`` naming the requirement no
+    live device meets (``exhausted``: every device that could serve it has
+    already failed it).
+    """
+
+    attempt: Attempt | None = None
+    machine_channel: str = ""
+    offer: dict | None = None
+    wait: bool = False
+    contended: bool = False
+    exhausted: bool = False
+    impossible: str = ""
+
+
+def job_dispatch(
+    *,
+    job: Job,
+    model: CatalogModel | None = None,
+    continue_from: str = "",
+    waiting_channel: str = "",
+    now: datetime | None = None,
+) -> Dispatch:
+    """Pick an eligible device for ``job`` and claim one of its slots, atomically.
+
+    A fresh serverless dispatch waits behind older queued jobs of the same model
+    (first come, first served); a continuation, a spot check or a rental's job
+    (their own device) does not. ``continue_from``: the text the renter already
+    received (a continuation's attempt). At ``BALLAST_CANARY_RATE`` a spot check
+    is marked due on the device claimed. ``waiting_channel``: noted on a job
+    that waits, to be woken when a slot frees. ``model``: the job's catalog
+    model, read here when not given.
+    """
+    now = now or timezone.now()
+    if model is None:
+        model = CatalogModel.objects.get(id=job.model_id)
+    with transaction.atomic():
+        fcfs = not continue_from and not job.target_device_id
+        ahead = jobs_ahead_count(job=job, now=now) if fcfs else 0
+        device = device_claim(job=job, model=model, now=now, skip=ahead)
+        if device is None:
+            return _dispatch_unclaimed(
+                job=job,
+                model=model,
+                now=now,
+                ahead=ahead,
+                waiting_channel=waiting_channel,
+            )
+        attempt = Attempt.objects.create(
+            job=job,
+            device=device,
+            kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
+            continue_from_chars=len(continue_from),
+            claim_deadline=claim_deadline(now),
+        )
+        job.status = Job.Status.RUNNING
+        job.failed_over = job.failed_over or bool(continue_from)
+        Job.objects.filter(id=job.id).update(
+            status=job.status, failed_over=job.failed_over
+        )
+        if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
+            spot_check_mark_due(device_id=device.id, reason="rate", now=now)
+    return Dispatch(
+        attempt=attempt,
+        machine_channel=device.machine.channel_name,
+        offer=offer_frame(
+            job=job,
+            attempt=attempt,
+            device_index=device.index,
+            continue_from=continue_from,
+        ),
+    )
+
+
+def device_claim(
+    *, job: Job, model: CatalogModel, now: datetime, skip: int = 0
+) -> Device | None:
+    """Take a slot of the best eligible device for ``job`` after the first
+    ``skip`` (left to older queued jobs): the pick and the claim are one
+    statement, on PostgreSQL (the picked row locked ``SKIP LOCKED``: concurrent
+    claims pass over each other's rows) and SQLite (one writer) alike.
+
+    The slot is taken only while ``slots_used < slots_total``; the claimed
+    row's tie-break key moves on by ``selectors.tiebreak_step()``. Returns the
+    device (with its machine), or None when no eligible device was free.
+    """
+    pick, params = device_pick_sql(job=job, model=model, now=now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE hosts_device SET slots_used = slots_used + 1"
+            f" WHERE slots_used < slots_total AND id = ({pick}) RETURNING id",
+            [*params, skip],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    DeviceModel.objects.filter(device_id=row[0], model_id=model.id).update(
+        tiebreak=F("tiebreak") + tiebreak_step()
+    )
+    return Device.objects.select_related("machine").get(id=row[0])
+
+
+def jobs_ahead_count(*, job: Job, now: datetime) -> int:
+    """How many serverless jobs of ``job``'s model, queued before it with a live
+    lease, it waits behind (first come, first served)."""
+    return Job.objects.filter(
+        model_id=job.model_id,
+        status=Job.Status.QUEUED,
+        target_device__isnull=True,
+        created_at__lt=job.created_at,
+        lease_until__gt=now,
+    ).count()
+
+
+def jobs_waiting_channels(*, model_id: str, limit: int) -> list[str]:
+    """The channels of the oldest jobs queued for ``model_id`` with a live lease
+    (first come, first served), at most ``limit``: the ones a freed slot wakes."""
+    return list(
+        Job.objects.filter(
+            model_id=model_id,
+            status=Job.Status.QUEUED,
+            lease_until__gt=timezone.now(),
+        )
+        .exclude(waiting_channel="")
+        .order_by("created_at")
+        .values_list("waiting_channel", flat=True)[:limit]
+    )
+
+
+def _dispatch_unclaimed(
+    *, job: Job, model: CatalogModel, now: datetime, ahead: int, waiting_channel: str
+) -> Dispatch:
+    """The dispatch when no slot was claimed: impossible (DESIGN.md "No eligible
+    device"), exhausted, contended (a free row another dispatch holds) or a wait."""
+    unmet = requirement_unmet(
+        model=model,
+        placement=job.placement,
+        now=now,
+        target_device_id=job.target_device_id,
+    )
+    if unmet:
+        return Dispatch(impossible=unmet)
+    if not devices_untried_exist(job=job, model=model, now=now):
+        return Dispatch(
+            impossible="every live device that can serve this request has "
+            "already failed it",
+            exhausted=True,
+        )
+    # eligible rows the claim passed over are locked by another dispatch now
+    if devices_eligible_count(job=job, model=model, now=now) > ahead:
+        return Dispatch(wait=True, contended=True)
+    if waiting_channel and job.waiting_channel != waiting_channel:
+        Job.objects.filter(id=job.id).update(waiting_channel=waiting_channel)
+        job.waiting_channel = waiting_channel
+    return Dispatch(wait=True)
+
+
+def offer_frame(
+    *, job: Job, attempt: Attempt, device_index: int, continue_from: str
+) -> dict:
+    """The ``offer`` frame of an attempt (PROTOCOL.md §2), one shape for every job.
+
+    A continuation's ``max_tokens`` is what the renter's budget has left after
+    the text already received (counted with the model's tokenizer where known).
+    """
+    max_tokens = job.params.get("max_tokens")
+    if continue_from and max_tokens:
+        spent = token_count(job.model_id, continue_from)
+        max_tokens = max(1, max_tokens - (spent if spent is not None else 0))
+    frame = {
+        "type": "offer",
+        "job": str(attempt.id),
+        "device": device_index,
+        "model": job.model_id,
+        "params": {
+            "max_tokens": max_tokens,
+            "temperature": job.params.get("temperature"),
+            "top_p": job.params.get("top_p"),
+            "stop": job.params.get("stop"),
+            "seed": job.params.get("seed"),
+        },
+        "continue_from": continue_from,
+    }
+    if job.endpoint == Job.Endpoint.CHAT:
+        frame["messages"] = job.messages
+    else:
+        frame["prompt"] = job.prompt
+    return frame

@@ -1,0 +1,217 @@
+"""The end of a job: closed once, charged once, for what its renter received
+(DESIGN.md "How a request flows" step 6, "Money"); and the reaper of jobs whose
+coroutine died (step 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from billing.models import ReceiptCheck
+from billing.services import Segment, charge_plan, charge_post
+from catalog.models import CatalogModel
+
+from ..models import Attempt, Job
+from ..tokens import prompt_token_count
+from .attempts import attempt_end
+
+
+@transaction.atomic
+def job_succeed(
+    *,
+    job_id: str,
+    attempt_id: str,
+    segment_text: str,
+    done: dict,
+    answer_text: str,
+    claimed_at: datetime | None = None,
+    first_token_at: datetime | None = None,
+) -> Job:
+    """End a job's last attempt as succeeded and close the job, in one transaction:
+    the receipt and the count checked, the attempt closed, the slot freed, the
+    outcome and score recorded, the renter charged, the hosts' holds and the
+    platform credited.
+
+    ``segment_text``: what that attempt delivered; ``answer_text``: the whole
+    answer (a continuation's prefix included); ``done``: the host's done frame
+    (see ``attempts.attempt_end``). Returns the finished job.
+    """
+    attempt_end(
+        attempt_id=attempt_id,
+        outcome=Attempt.Outcome.SUCCEEDED,
+        output_text=segment_text,
+        done=done,
+        claimed_at=claimed_at,
+        first_token_at=first_token_at,
+    )
+    return job_finish(
+        job_id=job_id,
+        status=Job.Status.SUCCEEDED,
+        output_text=answer_text,
+        finish_reason=done["finish_reason"],
+    )
+
+
+@transaction.atomic
+def job_finish(
+    *,
+    job_id: str,
+    status: str,
+    output_text: str,
+    finish_reason: str = "",
+    error_code: str = "",
+    error_message: str = "",
+    received: bool = True,
+    now: datetime | None = None,
+) -> Job:
+    """Close a job once and charge what it delivered; a job already finished is
+    returned unchanged (whatever the caller retries, one charge).
+
+    Attempts still open end ``cancelled``. ``received=False``: the renter got
+    none of ``output_text`` (a non-streamed answer whose renter left before its
+    response): every segment is billed 0 tokens (each attempt keeps the text its
+    host sent, for the record), the job's text is empty, nothing is charged.
+    """
+    now = now or timezone.now()
+    job = Job.objects.select_for_update().get(id=job_id)
+    if job.status not in Job.OPEN_STATUSES:
+        return job
+    for attempt in job.attempts.filter(state__in=Attempt.OPEN_STATES):
+        attempt_end(
+            attempt_id=str(attempt.id), outcome=Attempt.Outcome.CANCELLED, now=now
+        )
+    if not received:
+        job.attempts.filter(tokens_billed__gt=0).update(tokens_billed=0)
+        output_text = ""
+    attempts = list(
+        job.attempts.select_related("device__machine", "receipt_check").order_by(
+            "offered_at", "id"
+        )
+    )
+    job.prompt_tokens = renter_prompt_tokens(
+        [(a.kind, a.prompt_tokens_reported) for a in attempts],
+        lambda: prompt_token_count(job.model_id, job.messages, job.prompt),
+        counted_without_report=bool(output_text),  # a failure after output
+    )
+    job.status = status
+    job.output_text = output_text
+    job.finish_reason = finish_reason
+    job.error_code = error_code
+    job.error_message = error_message[:2000]
+    job.finished_at = now
+    job_charge(job=job, attempts=attempts, now=now)
+    job.save()
+    return job
+
+
+def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:
+    """Set the job's ``tokens_billed`` and ``cost_nano`` from its segments and
+    post its charge (``billing.services.charge_post``: once per job).
+
+    ``attempts``: the job's attempts in offer order, with device, machine and
+    receipt check. The sanity rules of ``billing.services.charge_plan`` apply
+    (a segment never bills more tokens than its characters, the job never more
+    than ``max_tokens``); a segment they cut is written back, flagged. A spot
+    check and a job without a renter cost nothing (DESIGN.md "Spot checks").
+    """
+    segments = [
+        Segment(
+            attempt_id=attempt.id,
+            device_id=attempt.device_id,
+            host_id=attempt.device.machine.owner_id,
+            tokens_billed=attempt.tokens_billed,
+            output_chars=attempt.output_chars,
+            token_count_flagged=attempt.token_count_flagged,
+            receipt_valid=attempt.receipt_valid,
+            verdict=_verdict(attempt),
+        )
+        for attempt in attempts
+    ]
+    plan = charge_plan(
+        segments=segments,
+        max_tokens=job.params.get("max_tokens"),
+        price=job_price_nano(job),
+    )
+    for segment in plan.capped:
+        Attempt.objects.filter(id=segment.attempt_id).update(
+            tokens_billed=segment.tokens_billed, token_count_flagged=True
+        )
+    job.tokens_billed = plan.tokens
+    if job.is_spot_check or job.renter_id is None:
+        job.cost_nano = 0
+        return
+    job.cost_nano = plan.cost
+    charge_post(
+        job_id=job.id, renter=job.renter, model_id=job.model_id, plan=plan, now=now
+    )
+
+
+def job_price_nano(job: Job) -> int:
+    """The completion price ``job`` is charged at, nano-USD per token: the one
+    it was admitted at, else (a job stored before prices were kept on it) the
+    catalog's."""
+    if job.price_completion_nano is not None:
+        return job.price_completion_nano
+    return CatalogModel.objects.get(id=job.model_id).price_completion_nano
+
+
+def _verdict(attempt: Attempt) -> str | None:
+    """The verdict of the attempt's receipt check, None without one."""
+    try:
+        return attempt.receipt_check.verdict
+    except ReceiptCheck.DoesNotExist:
+        return None
+
+
+def renter_prompt_tokens(
+    reports: list[tuple[str, int | None]],
+    count: Callable[[], int | None],
+    *,
+    counted_without_report: bool = False,
+) -> int:
+    """The renter's prompt in tokens, for ``usage.prompt_tokens`` (not billed).
+
+    ``reports``: (attempt kind, its host's reported prompt tokens or None) in
+    offer order; ``count``: the model's tokenizer's count, or None. A fresh
+    attempt's report; a continuation's prompt also holds the text it continues,
+    so with only continuations reporting the prompt is counted (their report
+    when no tokenizer is known); with no report, counted only with
+    ``counted_without_report`` (a job whose renter got output), else 0.
+    """
+    reported = [tokens for _, tokens in reports if tokens is not None]
+    for kind, tokens in reports:
+        if kind == Attempt.Kind.FRESH and tokens is not None:
+            return tokens
+    if not reported and not counted_without_report:
+        return 0
+    counted = count()
+    if counted is not None:
+        return counted
+    return reported[0] if reported else 0
+
+
+def attempts_reap(*, now: datetime | None = None) -> int:
+    """Close jobs whose owning coroutine died (lease expired) and their open
+    attempts; return the number closed.
+
+    Attempts end ``cancelled`` (not the host's fault, not scored), their slots
+    free, the job ends ``failed`` (``coordinator_lost``), billed for nothing it
+    did not record.
+    """
+    now = now or timezone.now()
+    closed = 0
+    stale = Job.objects.filter(status__in=Job.OPEN_STATUSES, lease_until__lt=now)
+    for job_id in stale.values_list("id", flat=True):
+        job = job_finish(
+            job_id=str(job_id),
+            status=Job.Status.FAILED,
+            output_text="",
+            error_code="coordinator_lost",
+            error_message="the coordinator process running this job stopped",
+            now=now,
+        )
+        closed += job.finished_at == now
+    return closed

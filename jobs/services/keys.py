@@ -1,0 +1,53 @@
+"""API keys: made, checked on every request, marked used (DESIGN.md "Limits and
+abuse": a key is checked on every request, whatever the transport)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.utils import timezone
+
+from hosts.models import token_hash, token_new
+
+from ..models import ApiKey
+
+# a key's ``last_used_at`` is written at most this often
+API_KEY_LAST_USED_EVERY = timedelta(minutes=1)
+
+
+def api_key_create(
+    *, user: AbstractBaseUser, name: str = "default"
+) -> tuple[ApiKey, str]:
+    """Create an API key for ``user``; return it and the plain key (shown once)."""
+    plain = token_new("bk")
+    key = ApiKey.objects.create(
+        user=user,
+        name=name[:100] or "default",
+        prefix=plain[:10],
+        key_hash=token_hash(plain),
+    )
+    return key, plain
+
+
+def api_key_authenticate(*, plain: str) -> ApiKey | None:
+    """The live key of a plain API key (not revoked, its renter active), with
+    ``user`` loaded; None for anything else (empty, unknown, revoked)."""
+    if not plain:
+        return None
+    return (
+        ApiKey.objects.select_related("user")
+        .filter(
+            key_hash=token_hash(plain), revoked_at__isnull=True, user__is_active=True
+        )
+        .first()
+    )
+
+
+def api_key_mark_used(*, key: ApiKey, now=None) -> None:
+    """Write the key's ``last_used_at`` when it is older than
+    ``API_KEY_LAST_USED_EVERY`` (or unset): at most one write a minute a key."""
+    now = now or timezone.now()
+    if key.last_used_at is None or key.last_used_at < now - API_KEY_LAST_USED_EVERY:
+        ApiKey.objects.filter(id=key.id).update(last_used_at=now)
+        key.last_used_at = now

@@ -1,0 +1,240 @@
+"""Admitting a renter's request: the request's one transaction (DESIGN.md "How a
+request flows", steps 1–2).
+
+The key is live and its renter active, the model is in the catalog, the prompt
+fits, the credit covers the worst case, the job is stored and, when a device is
+free, its first attempt claimed: all in one transaction, before any offer leaves
+(CONVENTIONS.md: no renter text reaches a host before its request is admitted).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from billing.money import nano_to_usd_str
+from catalog.models import CatalogModel
+
+from ..errors import ApiError
+from ..models import ApiKey, Job, Rental
+from ..requests import CompletionRequest
+from ..tokens import prompt_token_count, prompt_tokens_least, prompt_tokens_most
+from .credit import credit_available_nano, credit_lock
+from .dispatch import Dispatch, job_dispatch
+from .keys import api_key_authenticate, api_key_mark_used
+
+# a job's lease, s: the coroutine that runs it renews it; past it the reaper
+# closes the job (``endings.attempts_reap``)
+JOB_LEASE_S = 30.0
+
+
+def unauthorized() -> ApiError:
+    """The 401 of a missing, unknown or revoked key (or an inactive renter)."""
+    return ApiError(401, "missing, invalid or revoked API key", "invalid_api_key")
+
+
+@transaction.atomic
+def job_open(
+    *, api_key: str, request: CompletionRequest, waiting_channel: str
+) -> tuple[Job, CatalogModel, Dispatch]:
+    """Admit a renter's checked request and make its first dispatch, in one
+    transaction; return (job, its catalog model, the dispatch: an attempt with its
+    offer, a wait or an impossibility, as ``dispatch.job_dispatch``).
+
+    ``api_key``: the plain key the request carried (checked here, on every
+    request, whatever the transport); ``waiting_channel``: the channel of the
+    coroutine that will run the job. Raises ApiError 401 (key), 404 (model or
+    rental), 409 (rental not live), 400 (the prompt and ``max_tokens`` past the
+    context) or 402 (credit); then nothing is stored.
+    """
+    key = api_key_authenticate(plain=api_key)
+    if key is None:
+        raise unauthorized()
+    api_key_mark_used(key=key)
+    job, model = job_submit(
+        api_key=key, request=request, waiting_channel=waiting_channel
+    )
+    dispatch = job_dispatch(job=job, model=model, waiting_channel=waiting_channel)
+    return job, model, dispatch
+
+
+def job_submit(
+    *, api_key: ApiKey, request: CompletionRequest, waiting_channel: str = ""
+) -> tuple[Job, CatalogModel]:
+    """Store a renter's checked request as a queued job inside the caller's
+    transaction; return the job and its model.
+
+    The renter's credit account is locked until the transaction ends, so
+    parallel requests cannot overspend. Raises ApiError as ``job_open``.
+    """
+    model = request_model(request)
+    rental = _request_rental(request, renter=api_key.user)
+    request_fits(model, request)
+    worst_case = request.params["max_tokens"] * model.price_completion_nano
+    account = credit_lock(renter=api_key.user)
+    available = credit_available_nano(renter=api_key.user, account=account)
+    if available < worst_case:
+        raise _credit_refused(available, request, model)
+    job = job_create(
+        renter=api_key.user,
+        api_key=api_key,
+        rental=rental,
+        model=model,
+        endpoint=request.endpoint,
+        messages=request.messages,
+        prompt=request.prompt,
+        params=request.params,
+        placement=request.placement,
+        stream=request.stream,
+        waiting_channel=waiting_channel,
+    )
+    return job, model
+
+
+def job_create(
+    *,
+    renter: AbstractBaseUser | None,
+    api_key: ApiKey | None,
+    model: CatalogModel,
+    endpoint: str,
+    messages: list[dict] | None,
+    prompt: str | None,
+    params: dict,
+    placement: dict,
+    stream: bool,
+    is_spot_check: bool = False,
+    rental: Rental | None = None,
+    target_device_id: int | None = None,
+    waiting_channel: str = "",
+) -> Job:
+    """Store a new queued job, its lease held (``JOB_LEASE_S``) by the coroutine
+    that will run it, at the model's price now.
+
+    A rental's job runs only on the rented device, a spot check on its
+    ``target_device_id``; ``waiting_channel`` is woken when a slot frees.
+    """
+    if rental is not None:
+        target_device_id = rental.device_id
+    return Job.objects.create(
+        rental=rental,
+        target_device_id=target_device_id,
+        waiting_channel=waiting_channel,
+        renter=renter,
+        api_key=api_key,
+        model_id=model.id,
+        price_completion_nano=model.price_completion_nano,
+        endpoint=endpoint,
+        messages=messages,
+        prompt=prompt,
+        params=params,
+        placement=placement,
+        stream=stream,
+        is_spot_check=is_spot_check,
+        lease_until=timezone.now() + timedelta(seconds=JOB_LEASE_S),
+    )
+
+
+def job_lease_renew(*, job_id: str) -> None:
+    """Extend the lease of an open job (its coroutine is alive)."""
+    Job.objects.filter(id=job_id, status__in=Job.OPEN_STATUSES).update(
+        lease_until=timezone.now() + timedelta(seconds=JOB_LEASE_S)
+    )
+
+
+def request_model(request: CompletionRequest) -> CatalogModel:
+    """The active catalog model the request names; ApiError 404 when none."""
+    model = CatalogModel.objects.filter(id=request.model, active=True).first()
+    if model is None:
+        raise ApiError(
+            404,
+            f"model '{request.model}' is not in the catalog",
+            "model_not_found",
+            "model",
+        )
+    return model
+
+
+def _request_rental(request: CompletionRequest, *, renter) -> Rental | None:
+    """The renter's live rental named by ``placement.rental``, or None when none
+    is named; ApiError 404 (not the renter's, or no such rental), 409 (not live)."""
+    named = request.placement.get("rental")
+    if not named:
+        return None
+    try:
+        rental_id = uuid.UUID(str(named))
+    except ValueError:
+        rental_id = None
+    rental = Rental.objects.filter(id=rental_id, renter=renter).first()
+    if rental is None:
+        raise ApiError(
+            404, f"rental '{named}' not found", "rental_not_found", "placement.rental"
+        )
+    if rental.status != Rental.Status.LIVE:
+        raise ApiError(
+            409,
+            f"rental '{rental.id}' is {rental.status}, not live",
+            "rental_not_live",
+            "placement.rental",
+        )
+    return rental
+
+
+def request_fits(model: CatalogModel, request: CompletionRequest) -> None:
+    """ApiError 400 when the prompt (counted as the host's engine counts it:
+    ``tokens.prompt_token_count``) plus ``max_tokens`` exceed the model's context.
+
+    A prompt whose bytes alone bound it within the context
+    (``tokens.prompt_tokens_most``) is not tokenized; one whose lower bound is
+    already past it (``tokens.prompt_tokens_least``: megabytes of prompt) is
+    refused without tokenizing.
+    """
+    room = model.context_length - request.params["max_tokens"]
+    most = prompt_tokens_most(model.id, request.messages, request.prompt)
+    if most is not None and most <= room:
+        return
+    field = "messages" if request.messages is not None else "prompt"
+    least = prompt_tokens_least(model.id, request.messages, request.prompt)
+    if least is not None and least > room:
+        count, unit = (
+            (len(request.messages), "message")
+            if request.messages is not None
+            else (len(request.prompt or ""), "character")
+        )
+        what = f"{count} {unit}{'' if count == 1 else 's'}"
+        raise ApiError(
+            400,
+            f"the prompt (at least {least} tokens: {what}) plus "
+            f"max_tokens={request.params['max_tokens']} exceed the "
+            f"model's context of {model.context_length} tokens",
+            "context_length_exceeded",
+            field,
+        )
+    prompt_tokens = prompt_token_count(model.id, request.messages, request.prompt)
+    if prompt_tokens is not None and prompt_tokens > room:
+        raise ApiError(
+            400,
+            f"the prompt ({prompt_tokens} tokens) plus max_tokens="
+            f"{request.params['max_tokens']} exceed the model's context of "
+            f"{model.context_length} tokens",
+            "context_length_exceeded",
+            field,
+        )
+
+
+def _credit_refused(
+    available: int, request: CompletionRequest, model: CatalogModel
+) -> ApiError:
+    """The 402 of a request whose worst case ``available`` nano-USD (the balance
+    less reservations) cannot cover."""
+    return ApiError(
+        402,
+        f"available credit {nano_to_usd_str(available)} USD (the balance less the "
+        "worst case of your open jobs) cannot cover max_tokens="
+        f"{request.params['max_tokens']} at "
+        f"{nano_to_usd_str(model.price_completion_nano)} USD per token",
+        "insufficient_credit",
+    )
