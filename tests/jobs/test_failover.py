@@ -118,39 +118,6 @@ async def test_it_fails_over_before_the_first_token(
     assert not await Earning.objects.filter(attempt=attempts[0]).aexists()
 
 
-async def test_a_failed_attempts_end_is_sent_again_after_a_lost_statement(
-    catalog, api_key, machine_token, fast_deadlines, monkeypatch
-):
-    """The failed attempt's end reads the score with statements its connection
-    prepared; one lost to a ``DEALLOCATE ALL`` (scripted here: the first read
-    raises PostgreSQL's error) rolls the end back whole, and it is sent again:
-    the job fails over, not a 503 (found by a fresh-eyes check)."""
-    from django.db import ProgrammingError
-    from psycopg import errors
-
-    from hosts.services import scores as host_scores
-
-    real, calls = host_scores.device_score_inputs, []
-
-    def lost_once(**kwargs):
-        calls.append(kwargs["device_id"])
-        if len(calls) == 1:
-            lost = errors.InvalidSqlStatementName("prepared statement does not exist")
-            raise ProgrammingError(str(lost)) from lost
-        return real(**kwargs)
-
-    monkeypatch.setattr(host_scores, "device_score_inputs", lost_once)
-    job_id, text = await _fails_then_good_host(machine_token, api_key, _sends_error)
-    assert text == "Hello there"
-    attempts = await _attempts(job_id)
-    assert [a.outcome for a in attempts] == ["host_error", "succeeded"]
-    assert calls[0] == calls[1] == attempts[0].device_id, "the end ran twice"
-    assert (
-        await DeviceOutcome.objects.filter(device_id=attempts[0].device_id).acount()
-        == 1
-    ), "the rolled-back try left nothing behind"
-
-
 async def test_an_empty_done_fails_over_without_marking_the_device_down(
     catalog, api_key, machine_token, fast_deadlines
 ):
@@ -398,7 +365,7 @@ async def test_a_renter_gone_as_the_answer_completes_is_billed_for_it(
     """The renter goes away while the end of an answer its host completed is
     being recorded: that end still records the success (the text billed, the
     host paid), not a cancel of an attempt with no text."""
-    held = _service_held(monkeypatch, "job_succeed_waking")
+    held = _service_held(monkeypatch, "job_succeed")
     host, renter_ws, offer = await _answer_begun(machine_token, api_key, "One, two.")
     await host.done(offer["job"], 3)
     job = await _renter_gone_during(*held, renter_ws, offer["job"])
@@ -533,7 +500,7 @@ async def test_the_renter_websocket_answers_bad_json_and_a_lost_database_with_st
     def lost(**kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(consumers, "job_open", lost)
+    monkeypatch.setattr(consumers.renter, "job_open", lost)
     await ws.send_json_to(
         {"model": catalog.id, "messages": [{"role": "user", "content": "Hi"}]}
     )

@@ -41,7 +41,7 @@ async def test_local_tokens_join_in_order_and_free_the_bound_when_read():
 
 @pytest.mark.asyncio
 async def test_a_backlog_past_the_bound_refuses_the_token(monkeypatch):
-    monkeypatch.setattr(orchestration, "LOCAL_INBOX_CHARS", 10)
+    monkeypatch.setattr(orchestration.run, "LOCAL_INBOX_CHARS", 10)
     run, segment = _run(), _segment()
     run._deliver(_frames(segment, ("token", "123456"))[0])
     with pytest.raises(ChannelFull):

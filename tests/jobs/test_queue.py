@@ -76,7 +76,7 @@ async def test_a_waiting_request_starts_when_a_slot_frees_without_polling(
 ):
     """The wake-up is an event: with the fallback poll set to a minute, the waiting
     request still gets its offer as soon as the slot frees."""
-    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    monkeypatch.setattr(orchestration.run, "SLOT_POLL_S", 60.0)
     host = await host_online(machine_token, "rig")
     first = chat_request(api_key, stream=False)
     offer = await host.recv_type("offer")
@@ -101,7 +101,7 @@ async def test_a_waiting_request_starts_when_a_slot_frees_without_polling(
 async def test_a_new_device_wakes_waiting_requests(
     catalog, api_key, machine_token, monkeypatch
 ):
-    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    monkeypatch.setattr(orchestration.run, "SLOT_POLL_S", 60.0)
     busy = await host_online(machine_token, "busy")
     first = chat_request(api_key)
     offer = await busy.recv_type("offer")
@@ -137,7 +137,7 @@ async def test_the_reaper_closes_jobs_whose_coordinator_died(
         placement={},
         stream=False,
     )
-    dispatch = await database_sync_to_async(job_dispatch)(job_id=str(job.id))
+    dispatch = await database_sync_to_async(job_dispatch)(job=job)
     await device.arefresh_from_db()
     assert device.slots_used == 1
     assert await database_sync_to_async(attempts_reap)() == 0, (
@@ -171,7 +171,7 @@ async def test_a_failed_re_dispatch_is_tried_once_more(
     retried (another connection), not answered 503 at once."""
     from django.db import OperationalError
 
-    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    monkeypatch.setattr(orchestration.run, "SLOT_POLL_S", 60.0)
     host = await host_online(machine_token, "rig")
     first = chat_request(api_key, stream=False)
     offer = await host.recv_type("offer")
@@ -180,7 +180,7 @@ async def test_a_failed_re_dispatch_is_tried_once_more(
 
     def flaky(**kwargs):  # the job coroutine's look-ups (not the request step's)
         if "continue_from" in kwargs and not failures:
-            failures.append(kwargs["job_id"])
+            failures.append(kwargs["job"].id)
             raise OperationalError("server closed the connection unexpectedly")
         return real(**kwargs)
 
@@ -203,7 +203,7 @@ async def test_a_request_failing_on_the_database_fails_its_job_not_cancels_it(
     is failed naming it: not recorded as the renter going away."""
     from django.db import OperationalError
 
-    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    monkeypatch.setattr(orchestration.run, "SLOT_POLL_S", 60.0)
     host = await host_online(machine_token, "rig")
     first = chat_request(api_key, stream=False)
     offer = await host.recv_type("offer")
@@ -236,7 +236,7 @@ async def test_a_queued_job_that_gets_a_slot_wakes_the_next_one(
     from hosts.models import Device
     from jobs.services import jobs_waiting_channels
 
-    monkeypatch.setattr(orchestration, "SLOT_POLL_S", 60.0)
+    monkeypatch.setattr(orchestration.run, "SLOT_POLL_S", 60.0)
     host = await host_online(machine_token, "rig")
     first = chat_request(api_key, stream=False)
     offer = await host.recv_type("offer")

@@ -1,8 +1,8 @@
-"""The request path's database step (``jobs.services.job_open``): on PostgreSQL the
-common request is stored and claimed in one round trip (``_job_open_one_trip``);
-it must store exactly what the statement-at-a-time step stores, refuse what that
-step refuses with nothing left behind, and keep parallel requests from
-overspending (DESIGN.md "Money": the worst case is held before the offer)."""
+"""Admitting a request (``jobs.services.job_open``): one transaction checks the
+key, the model, the prompt and the credit, stores the job and claims its first
+slot; what it refuses leaves nothing behind and sends nothing to any host, and
+parallel requests cannot overspend (DESIGN.md "Money": the worst case is held
+before the offer)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 postgresql_only = pytest.mark.skipif(
     "connection.vendor != 'postgresql'",
-    reason="the one-round-trip step is PostgreSQL's (SQLite runs the stepwise one)",
+    reason="row locks of another connection: SQLite has one writer",
 )
 
 
@@ -50,57 +50,31 @@ def request(max_tokens: int = 16, model: str | None = None, content: str = "Hi")
     )
 
 
-def key_of(user):
-    _, plain = api_key_create(user=user)
-    return api_key_authenticate(plain=plain)
+def key_of(user) -> str:
+    """A new plain API key of ``user``."""
+    return api_key_create(user=user)[1]
 
 
 def open_job(key, **kwargs):
     return job_open(api_key=key, request=request(**kwargs), waiting_channel="w.1")
 
 
-@pytest.fixture
-def round_trips(monkeypatch):
-    """The statement lists sent through ``transaction_one_message``, as called:
-    (sql, params, prepare) each."""
-    calls: list[list[tuple[str, list, bool]]] = []
-    real = services.transaction_one_message
-
-    def spy(statements):
-        calls.append(list(statements))
-        return real(statements)
-
-    monkeypatch.setattr(services, "transaction_one_message", spy)
-    return calls
-
-
 def transaction_idle() -> bool:
     return connection.connection.info.transaction_status == 0  # psycopg: IDLE
 
 
-@postgresql_only
-def test_a_request_is_stored_and_claimed_in_one_round_trip(
-    renter, live_device, round_trips, settings
-):
+def test_a_request_is_stored_and_claimed_in_one_step(renter, live_device, settings):
     settings.BALLAST_CANARY_RATE = 0  # no random spot check marked on the device
     device = live_device()
     tiebreak = DeviceModel.objects.get(device=device).tiebreak
     key = key_of(renter)
-    with CaptureQueriesContext(connection) as queries:
-        job, model, dispatch = open_job(key)
-    assert len(round_trips) == 1
-    lock, claim = [sql for sql, _, _ in round_trips[0][1:]]
-    assert lock.endswith("FOR UPDATE") and claim.startswith("WITH renter AS")
-    # besides the one message (its statements prepared on the connection and
-    # executed by name), only the catalog read
-    assert len(queries.captured_queries) == 1 + 1
-    message = queries.captured_queries[1]["sql"]
-    assert message.startswith("BEGIN; SELECT set_config(")
-    assert message.count("EXECUTE ballast_") == 2 and message.endswith("; COMMIT")
-    assert transaction_idle()
+    job, model, dispatch = open_job(key)
+    if connection.vendor == "postgresql":
+        assert transaction_idle()
     stored = Job.objects.get(id=job.id)
     assert stored.status == Job.Status.RUNNING == job.status
-    assert stored.renter_id == renter.id and stored.api_key_id == key.id
+    assert stored.renter_id == renter.id
+    assert stored.api_key_id == api_key_authenticate(plain=key).id
     assert stored.waiting_channel == "w.1" and stored.params["max_tokens"] == 16
     attempt = Attempt.objects.get(job=job)
     assert attempt.id == dispatch.attempt.id and attempt.device_id == device.id
@@ -111,61 +85,26 @@ def test_a_request_is_stored_and_claimed_in_one_round_trip(
     assert DeviceModel.objects.get(device=device).tiebreak > tiebreak
 
 
-@postgresql_only
-@pytest.mark.parametrize("placement", [{}, {"gpu": "RTX", "region": "eu"}])
-def test_the_request_statement_stays_within_psycopgs_statement_cache(
-    renter, live_device, round_trips, placement
+def test_a_revoked_key_or_an_inactive_renter_is_refused_401_with_nothing_stored(
+    renter, live_device
 ):
-    """psycopg converts a query's ``%s`` once and caches it only up to 4,096
-    characters and 50 parameters (``psycopg._queries``): past either, every
-    request pays the conversion again (docs/performance.md). The request's one
-    message carries every statement's parameters; the statement's own text is
-    what ``job_dispatch`` sends for its claim too, and what the message sends
-    when the connection prepared too many."""
-    from psycopg import _queries
+    from django.utils import timezone
+
+    from jobs.models import ApiKey
 
     live_device()
-    _, plain = api_key_create(user=renter)
-    parsed = request()
-    parsed.placement = placement
-    services.api_key_and_model(plain=plain, model_id=parsed.model)  # the hint
-    assert services.job_open_by_key(plain=plain, request=parsed, waiting_channel="w.1")
-    (sent,) = round_trips
-    sql, params, _ = sent[2]  # after the async-commit setting and the lock
-    assert sql.startswith("WITH renter AS")
-    assert len(sql.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH
-    assert len(params) <= _queries.MAX_CACHED_STATEMENT_PARAMS
-    if not placement:  # the common request; each placement field adds one
-        message_params = sum(len(values) for _, values, _ in sent)
-        assert message_params <= _queries.MAX_CACHED_STATEMENT_PARAMS
-
-
-@postgresql_only
-def test_the_one_round_trip_stores_what_the_stepwise_step_stores(renter, live_device):
-    device = live_device(slots=2)
     key = key_of(renter)
-    fast = open_job(key, content="same")
-    slow = services._job_open_stepwise(
-        api_key=key, request=request(content="same"), waiting_channel="w.1"
-    )
-    skip = {"id", "created_at", "lease_until"}
-    rows = [
-        Job.objects.filter(id=opened[0].id).values().get() for opened in (fast, slow)
-    ]
-    assert {k: v for k, v in rows[0].items() if k not in skip} == {
-        k: v for k, v in rows[1].items() if k not in skip
-    }
-    skip |= {"job_id", "offered_at", "claim_deadline"}
-    attempts = [
-        Attempt.objects.filter(job_id=opened[0].id).values().get()
-        for opened in (fast, slow)
-    ]
-    assert {k: v for k, v in attempts[0].items() if k not in skip} == {
-        k: v for k, v in attempts[1].items() if k not in skip
-    }
-    offers = [{**opened[2].offer, "job": None} for opened in (fast, slow)]
-    assert offers[0] == offers[1]
-    assert Device.objects.get(id=device.id).slots_used == 2
+    ApiKey.objects.filter(user=renter).update(revoked_at=timezone.now())
+    with pytest.raises(ApiError) as refused:
+        open_job(key)
+    assert refused.value.status == 401
+    live = key_of(renter)
+    renter.is_active = False
+    renter.save()
+    with pytest.raises(ApiError) as refused:
+        open_job(live)
+    assert refused.value.status == 401
+    assert not Job.objects.exists() and not Attempt.objects.exists()
 
 
 def test_a_request_the_credit_cannot_cover_is_refused_with_nothing_claimed(live_device):
@@ -245,8 +184,8 @@ def test_an_offer_is_timed_when_its_slot_is_taken_not_when_the_step_was_made(
 
 
 def test_a_renter_without_a_credit_account_is_refused_402(live_device):
-    """(No account: the one-round-trip step locks nothing and hands the request to
-    the stepwise one, which makes the account inside its rolled-back transaction.)"""
+    """(The account is made inside the refused request's transaction, and rolled
+    back with it.)"""
     live_device()
     user = user_get_or_create(email="new@example.com")
     key = key_of(user)
@@ -284,8 +223,7 @@ def test_with_every_slot_taken_the_job_queues(renter, live_device):
 
 
 def test_an_open_rental_is_held_against_the_credit(renter, live_device):
-    """The rental's unbilled hours count (the one-round-trip step hands this case to
-    the stepwise one, which adds them)."""
+    """The rental's unbilled hours count against the credit."""
     rented = live_device("rented")
     live_device("other")
     balance = services.credit_reserved_nano(renter=renter)  # nothing held yet
@@ -303,25 +241,6 @@ def test_an_open_rental_is_held_against_the_credit(renter, live_device):
     assert refused.value.status == 402
     job, _, dispatch = open_job(key, max_tokens=100)
     assert dispatch.attempt is not None
-
-
-@postgresql_only
-def test_a_failed_round_trip_rolls_back_and_releases_the_lock(renter):
-    account = Account.objects.get(user=renter, kind=Account.Kind.RENTER_CREDIT)
-    connection.ensure_connection()
-    with pytest.raises(DataError):
-        services.transaction_one_message(
-            [
-                (
-                    "SELECT id FROM billing_account WHERE id = %s FOR UPDATE",
-                    [account.id],
-                    False,
-                ),
-                ("SELECT 1 / %s", [0], False),
-            ]
-        )
-    assert transaction_idle()
-    account_lock_free(renter)
 
 
 @postgresql_only
@@ -387,7 +306,7 @@ def test_the_context_checks_cheap_bounds_hold_the_count(messages, prompt):
 def _refused_untokenized(monkeypatch, key, parsed) -> ApiError:
     """The 400 ``context_length_exceeded`` of ``job_open`` for ``parsed``,
     asserting that the prompt was never tokenized."""
-    from jobs import services as step
+    from jobs.services import requests as step
 
     def never(*args, **kwargs):
         raise AssertionError("tokenized")
