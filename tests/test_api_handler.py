@@ -11,7 +11,6 @@ import threading
 import pytest
 import pytest_asyncio
 from asgiref.testing import ApplicationCommunicator
-from django.db import connection
 
 from ballast.asgi import HeadersWithFirstBody, application
 
@@ -160,8 +159,8 @@ async def test_a_renter_going_away_mid_stream_cancels_the_job_and_bills_what_it_
 @pytest_asyncio.fixture
 async def abandoning(monkeypatch) -> asyncio.Event:
     """Set when a view cancelled during its database step hands the step to
-    ``orchestration._job_abandon``."""
-    from jobs import orchestration
+    ``orchestration.channels._job_abandon``."""
+    from jobs.orchestration import channels as orchestration
 
     event = asyncio.Event()
     real_abandon = orchestration._job_abandon
@@ -206,51 +205,6 @@ async def test_a_renter_gone_during_the_database_step_leaves_no_job_holding_a_sl
     assert job.status == Job.Status.CANCELLED and job.cost_nano == 0
     assert await Device.objects.filter(slots_used__gt=0).acount() == 0
     assert await host.ws.receive_nothing(timeout=0.2), "no offer for an abandoned job"
-    await host.close()
-
-
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="the early offer is PostgreSQL's"
-)
-async def test_a_renter_gone_after_the_early_offer_has_it_cancelled(
-    api_key, catalog, machine_token, monkeypatch, abandoning, settings
-):
-    """The request step sent its offer, then the renter left before the step
-    returned: the job is cancelled (slot freed, nothing billed) and the host is
-    told to drop the offer."""
-    settings.BALLAST_CANARY_RATE = 0  # a spot check rolled due: no early offer
-    settings.BALLAST_GUESSED_OFFERS = False  # the offer after the claim
-    from hosts.models import Device
-    from jobs import orchestration
-    from jobs.models import Job
-    from tests.jobs.helpers import chat_request, host_online
-
-    host = await host_online(machine_token, "rig")
-    warm = chat_request(api_key, stream=False)  # reads the catalog hint
-    await host.answer(await host.recv_type("offer"), ["hi"])
-    assert (await warm).status_code == 200
-    offered, gate = asyncio.Event(), asyncio.Event()
-    real_send = orchestration.EarlyOffer.send
-
-    async def send_then_wait(self, *args):
-        sent = await real_send(self, *args)
-        offered.set()
-        await gate.wait()
-        return sent
-
-    monkeypatch.setattr(orchestration.EarlyOffer, "send", send_then_wait)
-    communicator = await _completion_sent(api_key, catalog.id, "x")
-    offer = await host.recv_type("offer")
-    await asyncio.wait_for(offered.wait(), 5)
-    await communicator.send_input({"type": "http.disconnect"})
-    await asyncio.wait_for(abandoning.wait(), 5)  # the view cancelled mid-step
-    gate.set()  # the step returns after its renter left
-    cancel = await host.recv_type("cancel")
-    assert cancel["job"] == offer["job"]
-    await communicator.wait(5)  # the view ends once the job is closed
-    job = await Job.objects.aget(attempts__id=offer["job"])
-    assert job.status == Job.Status.CANCELLED and job.cost_nano == 0
-    assert await Device.objects.filter(slots_used__gt=0).acount() == 0
     await host.close()
 
 
@@ -450,302 +404,22 @@ async def test_the_coordinator_tunes_its_garbage_collector_once_loaded():
     assert gc.get_freeze_count() > 10_000
 
 
-# --- guessed offers (services.job_open_by_key_async, EarlyOffer.guess_send) ----------
-postgresql_only = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="guessed offers are PostgreSQL's"
-)
-
-
-async def _events(communicator: ApplicationCommunicator) -> tuple[int, str]:
-    """The status and the streamed text of a completion sent with ``_completion_sent``."""
-    from tests.jobs.helpers import sse_events, sse_text
-
-    status, body = await _response(communicator)
-    return status, sse_text(sse_events(body)) if status == 200 else body.decode()
-
-
-def _steps_held(monkeypatch, *, first_only: bool = False) -> tuple[asyncio.Event, list]:
-    """Hold the request steps' database message (every one, or only the first)
-    until the returned event is set; the list gets each step held."""
-    from jobs import services
-
-    gate, held = asyncio.Event(), []
-    real_send = services._OpenStatement.send_async
-
-    async def held_step(self, *args):
-        if not (first_only and held):
-            held.append(self)
-            await gate.wait()
-        return await real_send(self, *args)
-
-    monkeypatch.setattr(services._OpenStatement, "send_async", held_step)
-    return gate, held
-
-
-async def _warmed(api_key, machine_token, settings, **hosts):
-    """Hosts online (name → score) and one answered request: the key is
-    trusted and the model's next pick noted (by the answer's end)."""
-    from tests.jobs.helpers import chat_request, host_online
-
-    settings.BALLAST_CANARY_RATE = 0  # a spot check rolled due: no guess
-    online = {
-        name: await host_online(machine_token, name, score=score)
-        for name, score in hosts.items()
-    }
-    best = max(online, key=lambda name: hosts[name])
-    for _ in range(2):  # the first reads the catalog hint, the second trusts the key
-        warm = chat_request(api_key, stream=False)
-        await online[best].answer(await online[best].recv_type("offer"), ["hi"])
-        assert (await warm).status_code == 200
-    return online
-
-
-@postgresql_only
-async def test_a_guessed_offer_leaves_before_the_database_answers_and_stands(
-    api_key, catalog, machine_token, monkeypatch, settings
-):
-    """The host gets the offer while the request's database step is still
-    held; what it streams meanwhile waits for the step, then reaches the renter;
-    the attempt is stored under the offered id and its claim recorded."""
-    from jobs.models import Attempt
-
-    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
-    gate, held = _steps_held(monkeypatch)
-    communicator = await _completion_sent(api_key, catalog.id, "x")
-    offer = await host.recv_type("offer")
-    assert held and not gate.is_set(), "offered before the step ran"
-    await host.answer(offer, ["Hello", " there"])
-    assert await communicator.receive_nothing(0.2), "no output before the step"
-    gate.set()
-    assert await _events(communicator) == (200, "Hello there")
-    attempt = await Attempt.objects.aget(id=offer["job"])
-    assert attempt.outcome == Attempt.Outcome.SUCCEEDED
-    assert attempt.claimed_at is not None
-    await host.close()
-
-
-@postgresql_only
-async def test_a_guess_the_claim_does_not_take_is_withdrawn(
-    api_key, catalog, machine_token, settings
-):
-    """The noted device was paused after it was noted: it still gets the
-    guessed offer, then its cancel; the claim takes the other device under
-    another id, and what the guessed host streamed never reaches the renter
-    or its record."""
-    from hosts.models import Device
-    from jobs.models import Attempt
-
-    hosts = await _warmed(api_key, machine_token, settings, best=90, other=60)
-    best, other = hosts["best"], hosts["other"]
-    await Device.objects.filter(machine=best.machine).aupdate(paused=True)
-    communicator = await _completion_sent(api_key, catalog.id, "x")
-    guessed = await best.recv_type("offer")
-    await best.answer(guessed, ["WRONG"])  # streams before its cancel arrives
-    assert (await best.recv_type("cancel"))["job"] == guessed["job"]
-    offer = await other.recv_type("offer")
-    assert offer["job"] != guessed["job"]
-    await other.answer(offer, ["right"])
-    assert await _events(communicator) == (200, "right")
-    # its frames that crossed the cancel were dropped without error frames
-    assert await best.errors_within(0.2) == []
-    assert not await Attempt.objects.filter(id=guessed["job"]).aexists()
-    assert (
-        not await Attempt.objects.filter(device__machine=best.machine)
-        .exclude(job__status="succeeded")
-        .aexists()
-    )
-    assert await Device.objects.filter(slots_used__gt=0).acount() == 0
-    for host in hosts.values():
-        await host.close()
-
-
-@postgresql_only
-async def test_a_claim_made_while_a_guess_is_out_waits_for_the_guess(
-    api_key, catalog, machine_token, monkeypatch, settings
-):
-    """A guessed offer holds a host slot the database does not count: while it
-    is out, another request's claim may take that slot. That offer reaches the
-    host only once the guess is settled, after the withdrawn guess's cancel, so
-    a one-slot host is never offered two jobs at once (it would refuse one and
-    be blamed for it); the guessed request then waits for the slot."""
-
-    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
-    gate, _ = _steps_held(monkeypatch, first_only=True)
-    guessed_request = await _completion_sent(api_key, catalog.id, "guessed")
-    guessed = await host.recv_type("offer")
-    claimed_request = await _completion_sent(api_key, catalog.id, "claimed")
-    assert await host.ws.receive_nothing(timeout=0.3), "no offer while the guess is out"
-    gate.set()  # the guessed step finds the slot taken: its job waits
-    assert await host.recv() == {"type": "cancel", "job": guessed["job"]}
-    offer = await host.recv_type("offer")
-    assert offer["job"] != guessed["job"]
-    await host.answer(offer, ["claimed"])
-    assert await _events(claimed_request) == (200, "claimed")
-    offer = await host.recv_type("offer")  # the freed slot goes to the waiting job
-    await host.answer(offer, ["guessed"])
-    assert await _events(guessed_request) == (200, "guessed")
-    await host.close()
-
-
-@postgresql_only
-async def test_a_machine_reconnecting_during_its_guess_gets_the_offer_anew(
-    api_key, catalog, machine_token, monkeypatch, settings
-):
-    """The guessed machine reconnects while the step is out: the claim takes
-    its device on the new connection, so the guess (sent on the old one) is
-    not confirmed; the job is offered on the new connection under another id
-    and answered (not a 500)."""
-    from tests.jobs.helpers import heartbeat_applied
-
-    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
-    gate, _ = _steps_held(monkeypatch)
-    communicator = await _completion_sent(api_key, catalog.id, "x")
-    guessed = await host.recv_type("offer")
-    await host.close()
-    await host.connect()
-    await host.heartbeat()
-    await heartbeat_applied(host.machine)
-    gate.set()
-    offer = await host.recv_type("offer")
-    assert offer["job"] != guessed["job"]
-    await host.answer(offer, ["again"])
-    assert await _events(communicator) == (200, "again")
-    await host.close()
-
-
-@postgresql_only
-async def test_a_host_that_paused_itself_is_not_guessed(
-    api_key, catalog, machine_token, settings
-):
-    """The noted host says paused in a heartbeat: no guessed offer reaches it
-    (its connection is not idle); the claim takes the other device."""
-    from hosts.models import Machine
-
-    hosts = await _warmed(api_key, machine_token, settings, best=90, other=60)
-    best, other = hosts["best"], hosts["other"]
-    await best.heartbeat(paused=True)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while not await Machine.objects.filter(
-        id=best.machine.id, host_paused=True
-    ).aexists():
-        assert loop.time() < deadline, "the pause was never stored"
-        await asyncio.sleep(0.01)
-    communicator = await _completion_sent(api_key, catalog.id, "x")
-    offer = await other.recv_type("offer")
-    await other.answer(offer, ["right"])
-    assert await _events(communicator) == (200, "right")
-    assert await best.ws.receive_nothing(timeout=0.2), "no guessed offer"
-    for host in hosts.values():
-        await host.close()
-
-
-@postgresql_only
-async def test_a_refused_key_is_guessed_once_then_no_more(
-    api_key, catalog, machine_token, settings
-):
-    """A trusted key revoked: its next request's guessed offer is withdrawn
-    (401, nothing stored); the one after it is not guessed at all."""
-    from jobs.models import ApiKey, Job
-
-    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
-    jobs_before = await Job.objects.acount()
-    await ApiKey.objects.aupdate(revoked_at=timezone_now())
-    communicator = await _completion_sent(api_key, catalog.id, "x")
-    guessed = await host.recv_type("offer")
-    assert (await host.recv_type("cancel"))["job"] == guessed["job"]
-    status, _ = await _events(communicator)
-    assert status == 401
-    communicator = await _completion_sent(api_key, catalog.id, "x")
-    status, _ = await _events(communicator)
-    assert status == 401
-    assert await host.ws.receive_nothing(timeout=0.2), "no second guess"
-    assert await Job.objects.acount() == jobs_before
-    await host.close()
-
-
-@postgresql_only
-async def test_a_busy_machine_is_not_guessed(
-    api_key, catalog, machine_token, monkeypatch, settings
-):
-    """While the noted machine runs an attempt, a request's offer waits for
-    its claim (a busy host might refuse an offer for a slot the claim frees
-    later, and be blamed for it)."""
-    from jobs import services
-    from tests.jobs.helpers import heartbeat_applied
-
-    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
-    await host.heartbeat(slots=2)
-    await heartbeat_applied(host.machine, slots=2)
-    first = await _completion_sent(api_key, catalog.id, "one")
-    running = await host.recv_type("offer")
-    await host.claim(running["job"])
-    await host.token(running["job"], "partly")
-    await first.receive_output(5)  # the first token reached its renter
-    # another answer ends meanwhile: the model's next pick is noted again
-    filler = await _completion_sent(api_key, catalog.id, "filler")
-    await host.answer(await host.recv_type("offer"), ["filler"])
-    assert await _events(filler) == (200, "filler")
-    assert services._next_picks, "a next pick is noted"
-    gate, _ = _steps_held(monkeypatch)
-    second = await _completion_sent(api_key, catalog.id, "two")
-    assert await host.ws.receive_nothing(timeout=0.2), "no offer before the claim"
-    gate.set()
-    offer = await host.recv_type("offer")
-    await host.answer(offer, ["two"])
-    assert await _events(second) == (200, "two")
-    await host.token(running["job"], " done")
-    await host.done(running["job"], 2)
-    await first.wait(5)
-    await host.close()
-
-
-@postgresql_only
-async def test_a_step_failing_after_its_guessed_offer_withdraws_it(
-    api_key, catalog, machine_token, monkeypatch, settings
-):
-    """The database step fails after the guessed offer left: the renter gets
-    503 in OpenAI's shape and the host the offer's cancel."""
-    from django.db import OperationalError
-
-    from jobs import services
-
-    host = (await _warmed(api_key, machine_token, settings, rig=60))["rig"]
-
-    async def failing_step(self, *args):
-        raise OperationalError("server closed the connection unexpectedly")
-
-    monkeypatch.setattr(services._OpenStatement, "send_async", failing_step)
-    communicator = await _completion_sent(api_key, catalog.id, "x")
-    guessed = await host.recv_type("offer")
-    assert (await host.recv_type("cancel"))["job"] == guessed["job"]
-    status, body = await _events(communicator)
-    assert status == 503 and "service_unavailable" in body
-    await host.close()
-
-
-def timezone_now():
-    from django.utils import timezone
-
-    return timezone.now()
-
-
 @pytest_asyncio.fixture
 async def relayed(monkeypatch):
     """``relayed(text)``: waits until the job's coroutine took ``text`` from its
-    host (``JobRun._relayed``), so a test acts after a token reached the job."""
-    from jobs.orchestration import JobRun
+    host (``OutputBudget.take``), so a test acts after a token reached the job."""
+    from jobs.orchestration.budget import OutputBudget
 
     taken: list[str] = []
     changed = asyncio.Event()
-    real = JobRun._relayed
+    real = OutputBudget.take
 
-    def spy(self, text, size):
+    def spy(self, text):
         taken.append(text)
         changed.set()
-        return real(self, text, size)
+        return real(self, text)
 
-    monkeypatch.setattr(JobRun, "_relayed", spy)
+    monkeypatch.setattr(OutputBudget, "take", spy)
 
     async def wait_for(text: str) -> None:
         async with asyncio.timeout(5):

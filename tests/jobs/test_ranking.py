@@ -13,8 +13,7 @@ from catalog.models import CatalogModel
 from hosts.models import Device, DeviceModel
 from hosts.services import device_outcome_record, device_score_recompute
 from jobs.models import Job
-from jobs.services import device_claim
-from jobs.services import job_dispatch
+from jobs.services import device_claim, job_dispatch
 from tests.conftest import REFERENCE_MODEL
 from tests.jobs.helpers import job_queued
 

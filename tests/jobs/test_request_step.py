@@ -11,12 +11,9 @@ import threading
 
 import pytest
 from django.db import connection, connections
-from django.db.utils import DataError
-from django.test.utils import CaptureQueriesContext
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from billing.models import Account
 from billing.money import usd_to_nano
 from billing.services import renter_top_up
 from hosts.models import Device, DeviceModel

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from hosts.models import Device
 
-OUR_APPS = {"hosts", "jobs", "billing", "support"}
+OUR_APPS = {"catalog", "hosts", "jobs", "billing", "support"}
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def test_it_lists_each_model_with_search_and_filters(staff_client, busy_machine,
     url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
     response = staff_client.get(url, {"q": "rig"} if model_admin.search_fields else {})
     assert response.status_code == 200
-    if model._meta.app_label in {"hosts", "jobs", "support"}:
+    if model._meta.app_label in {"catalog", "hosts", "jobs", "support"}:
         assert model_admin.list_filter, f"{model.__name__} has no list filters"
         assert model_admin.search_fields, f"{model.__name__} has no search"
 
