@@ -7,9 +7,10 @@ per machine, the reference model loaded), then measures, in the same run:
 
 * ``ballast``: ``jobs.services.job_dispatch`` — the real eligibility rules, ranking
   and claim (``SKIP LOCKED``, compare-and-set on the slot, attempt row, job
-  status), called with the job id only (it reads the job and the model);
-* ``held``: the same, called as the job's coroutine calls it, with the job and
-  model rows it already holds (``job=``, ``model=``): two reads fewer;
+  status), from the job id only (the job and model rows read in the timing);
+* ``held``: the same, called as the request's transaction and the job's
+  coroutine call it, with the job and model rows they already hold: two reads
+  fewer (the figure to hold against ``bare``);
 * ``bare``: a plain psycopg loop doing the least the same claim needs on the same
   tables — one ranked ``SELECT … LIMIT 1 FOR UPDATE SKIP LOCKED`` over live,
   loaded, free devices, the slot update, the attempt insert, commit.
@@ -93,10 +94,10 @@ def fleet_fill(url: str, devices: int) -> None:
 
 def jobs_make(count: int):
     """Create ``count`` queued jobs through the ORM; return their ids."""
-    from catalog.models import CatalogModel
+    from bench.compat import catalog_model
     from jobs.models import Job
 
-    model = CatalogModel.objects.get(id=MODEL)
+    model = catalog_model().objects.get(id=MODEL)
     jobs = [
         Job(
             model_id=model.id,
@@ -115,35 +116,35 @@ def jobs_make(count: int):
 def run_ballast(
     job_ids: list[str], workers: int, *, held: bool = False
 ) -> tuple[list[float], float]:
-    """Claim once per job with job_dispatch; return per-claim durations and wall time.
+    """Claim once per job with job_dispatch (``bench.compat.dispatch``); return
+    per-claim durations and wall time.
 
-    ``held``: pass the job and model rows as the job's coroutine does
-    (``jobs.orchestration``), read beforehand outside the timing; otherwise only
-    the job id (job_dispatch reads both).
+    ``held``: pass the job and model rows as ``jobs.services.job_open`` and the
+    job's coroutine do, read beforehand outside the timing; otherwise both are
+    read from the job id inside the timing.
     """
     from django.db import connection
 
-    from catalog.models import CatalogModel
+    from bench.compat import catalog_model, dispatch
     from hosts.models import Device
     from jobs.models import Job
-    from jobs.services import job_dispatch
 
     durations: list[float] = []
     lock = threading.Lock()
     chunks = [job_ids[i::workers] for i in range(workers)]
     rows, model = {}, None
     if held:
-        model = CatalogModel.objects.get(id=MODEL)
+        model = catalog_model().objects.get(id=MODEL)
         rows = {str(j.id): j for j in Job.objects.filter(id__in=job_ids)}
 
     def worker(ids: list[str]) -> None:
         for job_id in ids:
             kwargs = {"job": rows[job_id], "model": model} if held else {}
             start = time.perf_counter()
-            dispatch = job_dispatch(job_id=job_id, **kwargs)
+            claimed = dispatch(job_id=job_id, **kwargs)
             elapsed = time.perf_counter() - start
-            assert dispatch.attempt is not None, dispatch
-            Device.objects.filter(id=dispatch.attempt.device_id).update(slots_used=0)
+            assert claimed.attempt is not None, claimed
+            Device.objects.filter(id=claimed.attempt.device_id).update(slots_used=0)
             with lock:
                 durations.append(elapsed)
         connection.close()

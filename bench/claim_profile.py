@@ -98,8 +98,8 @@ def main() -> int:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
+        from bench.compat import dispatch as job_dispatch
         from hosts.models import Device
-        from jobs.services import job_dispatch
 
         call_command("migrate", verbosity=0)
         fleet_fill_orm(args.devices)
@@ -129,7 +129,7 @@ def main() -> int:
             CaptureQueriesContext(connection) as ctx,
             connection.execute_wrapper(record),
         ):
-            captured = job_dispatch(job_id=ids[10])
+            captured = job_dispatch(job_id=ids[10])  # its job read included
         Device.objects.filter(id=captured.attempt.device_id).update(slots_used=0)
         print(
             f"round trips in one job_dispatch: {len(ctx.captured_queries)}"

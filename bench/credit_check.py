@@ -1,5 +1,5 @@
-"""The request path's credit check against a renter's history, with the old checks
-as baselines in the same run.
+"""The request's credit check against a renter's history, with the balance summed
+from the ledger as the baseline in the same run.
 
 Usage: ``.venv/bin/python bench/credit_check.py [--histories 0,10000,100000]
 [--checks 300]``
@@ -10,16 +10,11 @@ written in bulk with SQL, and one open job; then, for each N, in the same run an
 on the same connection:
 
 * ``ballast``: ``jobs.services.credit_lock`` + ``credit_available_nano`` in one
-  transaction, as ``job_submit`` runs them (the balance is the account's running
-  ``balance_nano``, kept by a trigger: billing migration 0004; the open jobs
-  through their partial index, jobs migration 0008);
-* ``prepared``: the same check as the request step runs it (``_credit_sql`` as a
-  statement the connection prepared: its generic plan);
-* ``params``: ``prepared`` as it was before the ninth round, the open statuses
-  as parameters: its generic plan cannot choose by them and read every job the
-  renter ever had (the round's baseline);
-* ``sum``: the same lock, then the balance as it was read before (``SUM`` of the
-  renter's entries) with the same open-jobs reservation.
+  transaction, as the request's transaction runs them (the balance is the
+  account's running ``balance_nano``, kept by a trigger: billing migration 0004;
+  the open jobs through their partial index);
+* ``sum``: the same lock, then the balance summed from the renter's entries with
+  the same open-jobs reservation (what the running balance replaced).
 
 Prints the machine, the settings, p50/p99 per check and whether the sides'
 balances agree (the running balance against the sum).
@@ -93,15 +88,12 @@ def main() -> int:
         django_on(url)
         from django.db import connection, transaction
 
-        from ballast.db import execute_prepared
+        from bench.compat import catalog_model, credit_available, credit_lock_id
         from billing.models import Account
         from billing.money import usd_to_nano
         from billing.services import account_for, renter_top_up
-        from catalog.models import CatalogModel
         from hosts.services import user_get_or_create
-        from jobs import services
         from jobs.models import Job
-        from jobs.services import credit_available_nano, credit_lock
 
         renter = user_get_or_create(email="renter@bench.example")
         renter_top_up(
@@ -109,42 +101,17 @@ def main() -> int:
         )
         account = account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
         platform = account_for(kind=Account.Kind.PLATFORM)
-        model = CatalogModel.objects.first()
+        model = catalog_model().objects.first()
         job = chat_job_store(renter, model, "hi")
         assert job.status in Job.OPEN_STATUSES
 
         def ballast() -> int:
             with transaction.atomic():
-                account_id = credit_lock(renter=renter)
-                return credit_available_nano(renter=renter, account_id=account_id)
-
-        credit_sql = services._credit_sql("a.id = %s")
-        # before this round: the open statuses were parameters too, so the
-        # prepared statement's generic plan could not choose by them
-        assert services._OPEN_JOB_SQL in credit_sql
-        params_sql = credit_sql.replace(services._OPEN_JOB_SQL, "%s, %s")
-
-        def prepared() -> int:
-            """As the request step runs it: a prepared statement (its generic plan)."""
-            with transaction.atomic():
-                account_id = credit_lock(renter=renter)
-                ((balance, reserved, _),) = execute_prepared(
-                    credit_sql, [*services._credit_params(renter.pk), account_id]
-                )
-                return balance - reserved
-
-        def by_params() -> int:
-            """The request step's check as it was: the statuses as parameters."""
-            with transaction.atomic():
-                account_id = credit_lock(renter=renter)
-                ((balance, reserved, _),) = execute_prepared(
-                    params_sql, [renter.pk, *Job.OPEN_STATUSES, renter.pk, account_id]
-                )
-                return balance - reserved
+                return credit_available(renter=renter)
 
         def by_sum() -> int:
             with transaction.atomic():
-                account_id = credit_lock(renter=renter)
+                account_id = credit_lock_id(renter=renter)
                 with connection.cursor() as cursor:
                     cursor.execute(SUM_SQL, [account_id, renter.pk])
                     balance, reserved = cursor.fetchone()
@@ -162,12 +129,7 @@ def main() -> int:
                 cursor.execute("VACUUM ANALYZE billing_account, billing_entry")
             with connection.cursor() as cursor:
                 cursor.execute("VACUUM ANALYZE jobs_job")
-            for label, check in (
-                ("ballast", ballast),
-                ("prepared", prepared),
-                ("params", by_params),
-                ("sum", by_sum),
-            ):
+            for label, check in (("ballast", ballast), ("sum", by_sum)):
                 with transaction.atomic():
                     for _ in range(10):
                         check()
@@ -177,9 +139,7 @@ def main() -> int:
                         check()
                         times.append(time.perf_counter() - start)
                 print(f"{history:>9} {label:<8} {summary_ms(times)}", flush=True)
-            assert ballast() == by_sum() == prepared() == by_params(), (
-                "the balances disagree"
-            )
+            assert ballast() == by_sum(), "the balances disagree"
         print("the sides' balances agree at every history size: yes")
     return 0
 

@@ -11,8 +11,8 @@ each attempt is then exactly where the job's coroutine calls ``job_succeed``, wi
 the streamed text, a ``done`` frame and a receipt signed by its host. Then, in the
 same run, alternating sides for ``--rounds`` rounds:
 
-* ``ballast``: ``job_succeed`` per job, as ``jobs.orchestration.JobRun._succeed``
-  calls it (receipt check, token recount, outcome, score, charge, earnings);
+* ``ballast``: ``job_succeed`` per job, as the job's coroutine
+  (``jobs.orchestration.JobRun``) calls it (receipt check, token recount, outcome, score, charge, earnings);
 * ``bare``: the least the same end must write, as plain psycopg statements in one
   transaction per job: attempt UPDATE (compare-and-set on its state), slot
   decrement, outcome INSERT, job UPDATE, ledger transaction + 3 entries + the
@@ -118,20 +118,20 @@ def attempts_make(renter, keys, count: int) -> list[dict]:
     """Dispatch and claim ``count`` jobs; return the arguments of their ``job_succeed``."""
     from django.utils import timezone
 
+    from bench.compat import catalog_model, dispatch
     from billing.receipts import receipt_message
-    from catalog.models import CatalogModel
-    from jobs.services import attempt_claim, job_dispatch
+    from jobs.services import attempt_claim
     from jobs.tokens import token_count
 
     fleet_refresh()
-    model = CatalogModel.objects.get(id=MODEL)
+    model = catalog_model().objects.get(id=MODEL)
     tokens = token_count(MODEL, TEXT) or len(TEXT.split())
     calls = []
     for _ in range(count):
         job = chat_job_store(renter, model, "What is two plus two?")
-        dispatch = job_dispatch(job_id=str(job.id), job=job, model=model)
-        assert dispatch.attempt is not None, dispatch
-        attempt = dispatch.attempt
+        claimed = dispatch(job_id=str(job.id), job=job, model=model)
+        assert claimed.attempt is not None, claimed
+        attempt = claimed.attempt
         machine_id = str(attempt.device.machine_id)
         assert attempt_claim(attempt_id=str(attempt.id), machine_id=machine_id)
         signature = keys[machine_id].sign(

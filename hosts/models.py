@@ -200,6 +200,64 @@ class Device(models.Model):
         """A public label for renters' job logs, like ``rig-1/gpu0`` (no secret)."""
         return f"{self.machine.name}/gpu{self.index}"
 
+    def is_eligible_for(
+        self,
+        job,
+        *,
+        vram_per_request_mb: int,
+        now: datetime,
+        loaded: bool,
+        rented: bool,
+        tried: bool,
+    ) -> bool:
+        """Whether this device may take ``job`` now: DESIGN.md "Picking a device",
+        rules 1–6, for one row (``jobs.selectors.devices_eligible`` is the same
+        rule as one query; a test holds the two equal).
+
+        ``job``: its ``placement``, ``target_device_id``, ``is_spot_check`` and
+        ``rental_id`` are read; ``vram_per_request_mb``: the model's need (MiB);
+        ``loaded``: the device's latest report lists the job's model as loaded;
+        ``rented``: the device has an open (pending or live) rental; ``tried``:
+        the device already had an attempt of ``job``. Reads ``self.machine``
+        and its lease. A spot check reaches a quarantined or rented device; a
+        rental's job only its rented device.
+        """
+        machine = self.machine
+        placement = job.placement or {}
+        serverless = not job.is_spot_check and not job.rental_id
+        return (
+            machine.is_online(now)  # rule 1
+            and not (self.paused or machine.paused or machine.host_paused)  # rule 2
+            and (job.is_spot_check or not self.quarantined)
+            and loaded  # rule 3
+            and self.slots_used < self.slots_total
+            and (self.temp_c is None or self.temp_c < settings.BALLAST_MAX_GPU_TEMP_C)
+            and self.vram_free_mb is not None  # rule 4
+            and self.vram_free_mb >= vram_per_request_mb
+            and not (  # rule 5
+                serverless
+                and (
+                    not machine.accepts_serverless
+                    or not machine.agent_accepts_serverless
+                    or rented
+                )
+            )
+            and not tried  # rule 6
+            and (not job.target_device_id or job.target_device_id == self.id)
+            and (
+                not placement.get("gpu")
+                or str(placement["gpu"]).upper() in self.name.upper()
+            )
+            and (
+                placement.get("min_vram_gb") is None
+                or self.vram_total_mb >= int(float(placement["min_vram_gb"]) * 1024)
+            )
+            and (
+                not placement.get("region")
+                or str(placement["region"]).upper() == machine.region.upper()
+            )
+        )
+
 
 class DeviceModel(models.Model):
     """A catalog model on a device: loaded or not, and its recent first-token time.

@@ -9,6 +9,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from catalog.models import CatalogModel  # noqa: F401 (jobs code imports it from here)
 
@@ -183,7 +184,7 @@ class Attempt(models.Model):
     outcome = models.CharField(max_length=24, choices=Outcome.choices, blank=True)
     error_message = models.TextField(blank=True)
     continue_from_chars = models.PositiveIntegerField(default=0)
-    offered_at = models.DateTimeField(auto_now_add=True)
+    offered_at = models.DateTimeField(default=timezone.now)
     claim_deadline = models.DateTimeField()
     claimed_at = models.DateTimeField(null=True, blank=True)
     first_token_deadline = models.DateTimeField(null=True, blank=True)

@@ -76,7 +76,12 @@ class RenterChatConsumer(DirectDispatchConsumer):
 
     async def _answer(self, body) -> None:
         try:
-            parsed = completion_request_parse(body, endpoint="chat")
+            try:
+                parsed = completion_request_parse(body, endpoint="chat")
+            except ApiError:  # the key first: a caller without one learns nothing
+                if await db_call(api_key_authenticate)(plain=self.plain_key) is None:
+                    raise unauthorized() from None
+                raise
             channel, (job, model, dispatch) = await job_channel_open(
                 lambda channel: db_call(job_open)(
                     api_key=self.plain_key, request=parsed, waiting_channel=channel

@@ -9,7 +9,8 @@ from .channels import (
     slots_announce,
     slots_announce_soon,
 )
-from .run import SLOT_POLL_S, Failed, Finished, JobRun, Token
+from .events import Failed, Finished, Token
+from .run import SLOT_POLL_S, JobRun
 
 __all__ = [
     "SLOT_POLL_S",

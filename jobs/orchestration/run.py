@@ -15,12 +15,8 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from datetime import datetime
 
-from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import DatabaseError
@@ -43,59 +39,13 @@ from ..services.deadlines import (
 from ..tokens import token_count
 from .budget import OutputBudget
 from .channels import cancel_message, offer_message, slots_announce_soon
+from .events import Failed, Finished, Segment, Token, usage_of
+from .inbox import JobInbox
 
 log = logging.getLogger("ballast.jobs")
 
 # a queued job looks for a slot at least this often (s), woken or not
 SLOT_POLL_S = 2.0
-# text of token messages delivered in-process (``ballast.local``) that may wait
-# unread in a job's inbox, characters: a slow renter's backlog, before the host
-# is cut off (the in-memory layer's bound is 5,000 messages)
-LOCAL_INBOX_CHARS = 4_000_000
-
-
-@dataclass
-class Token:
-    """A piece of output text delivered to the renter."""
-
-    text: str
-
-
-@dataclass
-class Finished:
-    """The job succeeded; ``usage`` is {prompt_tokens, completion_tokens, total_tokens}."""
-
-    finish_reason: str
-    usage: dict
-
-
-@dataclass
-class Failed:
-    """The job failed. Before any output ``status`` is the HTTP code to answer."""
-
-    status: int
-    code: str
-    message: str
-    after_output: bool
-    usage: dict = field(default_factory=dict)
-
-
-@dataclass
-class _Segment:
-    """One attempt as its coroutine follows it."""
-
-    attempt: Attempt
-    machine_channel: str
-    pieces: list[str] = field(default_factory=list)
-    outcome: str = ""
-    error: str = ""
-    done: dict | None = None
-    claimed_at: datetime | None = None
-    first_token_at: datetime | None = None
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
 
 
 class JobRun:
@@ -131,14 +81,14 @@ class JobRun:
         self.budget = OutputBudget(
             model_id=job.model_id, max_tokens=job.params.get("max_tokens")
         )
-        self.segment: _Segment | None = None
+        self.segment: Segment | None = None
         self.finished = False
         # the end of an answer its host completed (``_succeed``) and the record
         # of a failed attempt's end (``_end_segment``): once begun each runs to
         # its end whatever happens to the request (``_cancel`` waits)
         self.ending: asyncio.Future | None = None
         self.segment_ending: asyncio.Future | None = None
-        self.inbox_chars = 0  # text of the token messages delivered locally
+        self.inbox = JobInbox(channel)
 
     @property
     def delivered_text(self) -> str:
@@ -150,11 +100,10 @@ class JobRun:
             self.channel = await self.layer.new_channel("job.")
         if self.model is None:
             self.model = await db_call(CatalogModel.objects.get)(id=self.job.model_id)
-        self.inbox: deque[dict] = deque()
-        self.arrived = asyncio.Event()
+        self.inbox = JobInbox(self.channel)
         reader = asyncio.create_task(self._read_channel())
         lease = asyncio.create_task(self._keep_lease())
-        local.reader_add(self.channel, self._deliver)
+        local.reader_add(self.channel, self.inbox.deliver)
         failure: Exception | None = None
         try:
             async for event in self._run():
@@ -163,7 +112,7 @@ class JobRun:
             failure = exc
             raise
         finally:
-            local.reader_remove(self.channel, self._deliver)
+            local.reader_remove(self.channel, self.inbox.deliver)
             lease.cancel()
             try:
                 if not self.finished:
@@ -171,68 +120,12 @@ class JobRun:
             finally:
                 reader.cancel()
 
-    # --- the job's inbox --------------------------------------------------------
     async def _read_channel(self) -> None:
-        """Move every message of the job's channel into ``inbox``. One receive
+        """Move every message of the job's channel into its inbox. One receive
         stays pending for the job's life: cancelling a layer's ``receive`` (as a
         timeout would) can drop the Redis pub/sub layer's subscription."""
         while True:
-            self.inbox.append(await self.layer.receive(self.channel))
-            self.arrived.set()
-
-    def _deliver(self, message: dict) -> None:
-        """Take a message sent from this process (``ballast.local``) into ``inbox``.
-
-        A token right after a token of the same attempt joins its text, so a fast
-        host and a slow renter cost one message, not one per frame. Raises
-        ChannelFull, as the layer would, when more than ``LOCAL_INBOX_CHARS`` of
-        text waits unread: the host's connection then closes and the job fails
-        over (an honest host stops at ``max_tokens``, far below the bound).
-        """
-        inbox = self.inbox
-        if message.get("type") == "host.token":
-            text = message["text"]
-            if self.inbox_chars + len(text) > LOCAL_INBOX_CHARS:
-                raise ChannelFull(
-                    f"{self.channel}: {self.inbox_chars} characters unread"
-                )
-            self.inbox_chars += len(text)
-            last = inbox[-1] if inbox else None
-            if (
-                last is not None
-                and last.get("local")
-                and last.get("attempt") == message.get("attempt")
-            ):
-                last["text"] += text
-                return
-            message["local"] = True
-        inbox.append(message)
-        self.arrived.set()
-
-    async def _next_message(self, timeout: float) -> dict:
-        """The next message of the job's channel; TimeoutError after ``timeout`` s."""
-        if not self.inbox:
-            self.arrived.clear()
-            async with asyncio.timeout(timeout):
-                await self.arrived.wait()
-        return self._take()
-
-    def _take(self) -> dict:
-        message = self.inbox.popleft()
-        if message.get("local"):
-            self.inbox_chars -= len(message["text"])
-        return message
-
-    def _more_text(self, attempt_id: str) -> str:
-        """Text of this attempt's token frames already waiting in the inbox:
-        tokens that arrived together go to the renter as one chunk."""
-        pieces = []
-        while self.inbox:
-            head = self.inbox[0]
-            if head.get("type") != "host.token" or head.get("attempt") != attempt_id:
-                break
-            pieces.append(self._take()["text"])
-        return "".join(pieces)
+            self.inbox.put(await self.layer.receive(self.channel))
 
     async def _keep_lease(self) -> None:
         while True:
@@ -286,7 +179,7 @@ class JobRun:
                 # a queued job got a slot: wake the next ones, there may be more
                 waited = False
                 slots_announce_soon([self.job.model_id])
-            segment = _Segment(
+            segment = Segment(
                 attempt=dispatch.attempt, machine_channel=dispatch.machine_channel
             )
             self.segment = segment
@@ -323,13 +216,13 @@ class JobRun:
             if left <= 0:
                 return
             try:
-                message = await self._next_message(left)
+                message = await self.inbox.next(left)
             except TimeoutError:
                 return
             if message.get("type") == "slot.free":
                 return
 
-    async def _follow(self, segment: _Segment) -> AsyncIterator[str]:
+    async def _follow(self, segment: Segment) -> AsyncIterator[str]:
         """Yield the attempt's text pieces; set ``segment.outcome`` when it ends."""
         loop = asyncio.get_running_loop()
         attempt_id = str(segment.attempt.id)
@@ -340,7 +233,7 @@ class JobRun:
                 left = deadline - loop.time()
                 if left <= 0:
                     raise TimeoutError
-                message = await self._next_message(left)
+                message = await self.inbox.next(left)
             except TimeoutError:
                 segment.outcome = TIMEOUT_OUTCOMES[stage]
                 segment.error = f"no frame within the deadline ({segment.outcome})"
@@ -356,7 +249,7 @@ class JobRun:
                 if not segment.pieces:
                     segment.first_token_at = timezone.now()  # written when it ends
                 text, over = self.budget.take(
-                    message["text"] + self._more_text(attempt_id)
+                    message["text"] + self.inbox.more_text(attempt_id)
                 )
                 if text:
                     segment.pieces.append(text)
@@ -396,7 +289,7 @@ class JobRun:
                 return
 
     # --- ends -------------------------------------------------------------------
-    async def _end_segment(self, segment: _Segment) -> None:
+    async def _end_segment(self, segment: Segment) -> None:
         """End a failed or cancelled attempt: record it, tell the host, free the
         slot. Shielded: a renter going away meanwhile must not leave the attempt
         to the job's close, which would end it with no text (``_cancel``)."""
@@ -416,21 +309,21 @@ class JobRun:
         )
         slots_announce_soon([self.job.model_id])
 
-    async def _succeed(self, segment: _Segment) -> Finished:
+    async def _succeed(self, segment: Segment) -> Finished:
         """End the job as the success its host completed and return its last
         event. Shielded: a renter who goes away now has the answer already, and
         it is billed as delivered (``_cancel`` waits for this end)."""
         job = await asyncio.shield(self._success_end(segment))
         self.finished = True
-        return Finished(finish_reason=job.finish_reason, usage=_usage(job))
+        return Finished(finish_reason=job.finish_reason, usage=usage_of(job))
 
-    def _success_end(self, segment: _Segment) -> asyncio.Future:
+    def _success_end(self, segment: Segment) -> asyncio.Future:
         """The task that ends the job as a success (made once)."""
         if self.ending is None:
             self.ending = asyncio.ensure_future(self._success_record(segment))
         return self.ending
 
-    async def _success_record(self, segment: _Segment) -> Job:
+    async def _success_record(self, segment: Segment) -> Job:
         job = await db_call_retried(services.job_succeed)(
             job_id=self.job_id,
             attempt_id=str(segment.attempt.id),
@@ -460,7 +353,7 @@ class JobRun:
             code=fail.code,
             message=fail.message,
             after_output=delivered,
-            usage=_usage(job),
+            usage=usage_of(job),
         )
 
     async def _cancel(self, failure: Exception | None = None) -> None:
@@ -513,11 +406,3 @@ class JobRun:
         except Exception:
             log.exception("job %s: cleanup after cancel failed", self.job_id)
         self.finished = True
-
-
-def _usage(job: Job) -> dict:
-    return {
-        "prompt_tokens": job.prompt_tokens,
-        "completion_tokens": job.tokens_billed,
-        "total_tokens": job.prompt_tokens + job.tokens_billed,
-    }

@@ -82,12 +82,14 @@ def job_dispatch(
                 ahead=ahead,
                 waiting_channel=waiting_channel,
             )
+        offered_at = timezone.now()  # the claim's own time, whatever ``now`` says
         attempt = Attempt.objects.create(
             job=job,
             device=device,
             kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
             continue_from_chars=len(continue_from),
-            claim_deadline=claim_deadline(now),
+            offered_at=offered_at,
+            claim_deadline=claim_deadline(offered_at),
         )
         job.status = Job.Status.RUNNING
         job.failed_over = job.failed_over or bool(continue_from)

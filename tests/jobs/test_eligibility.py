@@ -182,9 +182,7 @@ def test_it_serves_queued_jobs_first_come_first_served(live_device, job, catalog
     older, younger = job(), job()
     assert job_dispatch(job=older).wait
     Device.objects.filter(id=device.id).update(slots_used=0)
-    assert job_dispatch(job=younger).wait, (
-        "the younger job must not jump the queue"
-    )
+    assert job_dispatch(job=younger).wait, "the younger job must not jump the queue"
     assert job_dispatch(job=older).attempt is not None
 
 
@@ -199,3 +197,103 @@ def test_a_spot_check_never_waits_behind_queued_renter_jobs(live_device, job, ca
     check.refresh_from_db()
     dispatch = job_dispatch(job=check)
     assert dispatch.attempt is not None and dispatch.attempt.device_id == device.id
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog):
+    """``jobs.selectors.devices_eligible`` (one query) and
+    ``Device.is_eligible_for`` (one row) pick the same devices, over fleets of
+    random devices (each rule's field varied) and jobs (placement, spot check,
+    rental, devices already tried)."""
+    import random
+
+    from jobs.models import Rental
+
+    rng = random.Random(seed)
+    now = timezone.now()
+    devices = []
+
+    def sometimes(bad, good, p=0.12):
+        """Mostly ``good``: each rule alone decides often enough to be tested."""
+        return rng.choice(bad) if rng.random() < p else good
+
+    for i in range(12):
+        device = live_device(
+            f"rig-{seed}-{i}",
+            slots=rng.choice([1, 2]),
+            temp_c=sometimes([88.0, 95.0], rng.choice([None, 50.0, 87.9])),
+            vram_free_mb=sometimes(
+                [catalog.vram_per_request_mb - 1],
+                rng.choice([catalog.vram_per_request_mb, 8000]),
+            ),
+            models=sometimes([("other-model",)], (catalog.id,)),
+            vram_total_mb=rng.choice([8192, 24576]),
+            gpu=rng.choice(["NVIDIA GeForce RTX 4090", "AMD Radeon 7900", "RTX_3090"]),
+            region=rng.choice(["", "eu", "EU", "us"]),
+            accepts_serverless=sometimes([False], True),
+            paused=sometimes([True], False),
+        )
+        Device.objects.filter(id=device.id).update(
+            slots_used=sometimes([device.slots_total], 0),
+            quarantined=sometimes([True], False),
+        )
+        machine = Machine.objects.filter(id=device.machine_id)
+        if rng.random() < 0.12:
+            machine.update(connected=False)
+        if rng.random() < 0.12:
+            machine.update(
+                last_heartbeat_at=now - timedelta(minutes=5), lease=None, stale=True
+            )
+        if rng.random() < 0.12:
+            machine.update(host_paused=True)
+        if rng.random() < 0.12:
+            machine.update(paused=True)
+        if rng.random() < 0.12:
+            machine.update(agent_accepts_serverless=False)
+        if rng.random() < 0.25:
+            Rental.objects.create(
+                renter=renter,
+                device=device,
+                hours=1,
+                price_per_hour_nano=1,
+                status=rng.choice([Rental.Status.PENDING, Rental.Status.ENDED]),
+            )
+        devices.append(device)
+    placement = rng.choice(
+        [{}, {"gpu": "rtx"}, {"gpu": "RTX_"}, {"min_vram_gb": 16}, {"region": "eu"}]
+    )
+    the_job = job_queued(renter, catalog, placement=placement)
+    if rng.random() < 0.3:  # a spot check on one device
+        the_job.is_spot_check = True
+        the_job.target_device_id = rng.choice(devices).id
+        Job.objects.filter(id=the_job.id).update(
+            is_spot_check=True, target_device_id=the_job.target_device_id
+        )
+    before = [d for d in devices_eligible(job=the_job, model=catalog, now=now)]
+    for tried in [*before[:1], rng.choice(devices)]:  # one that was eligible
+        Attempt.objects.get_or_create(
+            job=the_job,
+            device=tried,
+            defaults={"claim_deadline": now, "state": "ended"},
+        )
+    by_query = {d.id for d in devices_eligible(job=the_job, model=catalog, now=now)}
+    by_row = set()
+    for device in Device.objects.select_related("machine__lease"):
+        loaded = DeviceModel.objects.filter(
+            device=device, model_id=catalog.id, loaded=True
+        ).exists()
+        rented = Rental.objects.filter(
+            device=device, status__in=Rental.OPEN_STATUSES
+        ).exists()
+        tried = Attempt.objects.filter(job=the_job, device=device).exists()
+        if device.is_eligible_for(
+            the_job,
+            vram_per_request_mb=catalog.vram_per_request_mb,
+            now=now,
+            loaded=loaded,
+            rented=rented,
+            tried=tried,
+        ):
+            by_row.add(device.id)
+    assert by_query == by_row
+    assert len(by_query) < len(before) or not before

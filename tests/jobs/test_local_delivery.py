@@ -11,6 +11,7 @@ from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.test import AsyncClient
 
+import jobs.orchestration.inbox  # noqa: F401
 from ballast import local
 from jobs import orchestration
 from tests.hostsim import MODEL
@@ -32,23 +33,23 @@ async def test_local_tokens_join_in_order_and_free_the_bound_when_read():
         ("token", "d"),
         ("done",),
     ):
-        run._deliver(message)
+        run.inbox.deliver(message)
     assert [m.get("text") for m in run.inbox] == [None, "abc", "late", "d", None]
-    assert run.inbox_chars == 8
+    assert run.inbox.chars == 8
     assert await _follow(run, segment) == ["abc", "d"]
-    assert segment.text == "abcd" and run.inbox_chars == 0
+    assert segment.text == "abcd" and run.inbox.chars == 0
 
 
 @pytest.mark.asyncio
 async def test_a_backlog_past_the_bound_refuses_the_token(monkeypatch):
-    monkeypatch.setattr(orchestration.run, "LOCAL_INBOX_CHARS", 10)
+    monkeypatch.setattr(orchestration.inbox, "LOCAL_INBOX_CHARS", 10)
     run, segment = _run(), _segment()
-    run._deliver(_frames(segment, ("token", "123456"))[0])
+    run.inbox.deliver(_frames(segment, ("token", "123456"))[0])
     with pytest.raises(ChannelFull):
-        run._deliver(_frames(segment, ("token", "12345"))[0])
+        run.inbox.deliver(_frames(segment, ("token", "12345"))[0])
     assert [m["text"] for m in run.inbox] == ["123456"], "the refused text is not kept"
-    run._deliver(_frames(segment, ("token", "1234"))[0])  # what fits still does
-    assert run.inbox_chars == 10
+    run.inbox.deliver(_frames(segment, ("token", "1234"))[0])  # what fits still does
+    assert run.inbox.chars == 10
 
 
 @pytest.mark.asyncio

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections import deque
 
 import pytest
 
 from jobs.models import Attempt, Job
-from jobs.orchestration.run import JobRun, _Segment
+from jobs.orchestration.events import Segment
+from jobs.orchestration.run import JobRun
 from jobs.tokens import token_count
 from tests.hostsim import MODEL
 
@@ -36,16 +36,14 @@ WORD = " the"  # one token of the reference model's vocabulary
 def _run(max_tokens: int | None = None) -> JobRun:
     params = {} if max_tokens is None else {"max_tokens": max_tokens}
     run = JobRun(Job(id=uuid.uuid4(), model_id=MODEL, params=params))
-    run.inbox = deque()
-    run.arrived = asyncio.Event()
     return run
 
 
-def _segment() -> _Segment:
-    return _Segment(attempt=Attempt(id=uuid.uuid4()), machine_channel="host.sim")
+def _segment() -> Segment:
+    return Segment(attempt=Attempt(id=uuid.uuid4()), machine_channel="host.sim")
 
 
-def _frames(segment: _Segment, *kinds: tuple) -> list[dict]:
+def _frames(segment: Segment, *kinds: tuple) -> list[dict]:
     attempt = str(segment.attempt.id)
     out = []
     for kind, *rest in kinds:
@@ -66,7 +64,7 @@ def _frames(segment: _Segment, *kinds: tuple) -> list[dict]:
     return out
 
 
-async def _follow(run: JobRun, segment: _Segment) -> list[str]:
+async def _follow(run: JobRun, segment: Segment) -> list[str]:
     """Every piece ``_follow`` yields from what is in the inbox, all at once."""
     pieces = []
     async for piece in run._follow(segment):
@@ -75,14 +73,13 @@ async def _follow(run: JobRun, segment: _Segment) -> list[str]:
 
 
 async def _follow_one_by_one(
-    run: JobRun, segment: _Segment, messages: list[dict]
+    run: JobRun, segment: Segment, messages: list[dict]
 ) -> list[str]:
     """The pieces ``_follow`` yields when each token arrives alone (nothing to coalesce)."""
     follow = run._follow(segment)
     pieces = []
     for message in messages:
-        run.inbox.append(message)
-        run.arrived.set()
+        run.inbox.put(message)
         if message["type"] != "host.token":
             continue
         try:
@@ -127,11 +124,9 @@ async def test_a_token_arriving_later_is_its_own_piece():
     follow = run._follow(segment)
     assert await anext(follow) == "one"
     for message in _frames(segment, ("token", " two"), ("token", " three")):
-        run.inbox.append(message)
-        run.arrived.set()
+        run.inbox.put(message)
     assert await anext(follow) == " two three"
     run.inbox.extend(_frames(segment, ("done",)))
-    run.arrived.set()
     with pytest.raises(StopAsyncIteration):
         await anext(follow)
     assert segment.outcome == Attempt.Outcome.SUCCEEDED

@@ -1,0 +1,93 @@
+"""A job's inbox: the messages of its reply channel (its hosts' frames, wake-ups),
+as its coroutine reads them (DESIGN.md "How a request flows" step 4)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from channels.exceptions import ChannelFull
+
+# text of token messages delivered in-process (``ballast.local``) that may wait
+# unread in a job's inbox, characters: a slow renter's backlog, before the host
+# is cut off (the in-memory layer's bound is 5,000 messages)
+LOCAL_INBOX_CHARS = 4_000_000
+
+
+class JobInbox:
+    """The messages waiting for a job's coroutine, in arrival order.
+
+    Messages come from the channel layer (``put``) or, from this process, straight
+    from the sender (``deliver``, registered with ``ballast.local``).
+    """
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.messages: deque[dict] = deque()
+        self.arrived = asyncio.Event()
+        self.chars = 0  # text of the token messages delivered locally, waiting
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.messages)
+
+    def put(self, message: dict) -> None:
+        """Add a message that came through the channel layer."""
+        self.messages.append(message)
+        self.arrived.set()
+
+    def extend(self, messages: Iterable[dict]) -> None:
+        for message in messages:
+            self.put(message)
+
+    def deliver(self, message: dict) -> None:
+        """Take a message sent from this process (``ballast.local``).
+
+        A token right after a token of the same attempt joins its text, so a fast
+        host and a slow renter cost one message, not one per frame. Raises
+        ChannelFull, as the layer would, when more than ``LOCAL_INBOX_CHARS`` of
+        text waits unread: the host's connection then closes and the job fails
+        over (an honest host stops at ``max_tokens``, far below the bound).
+        """
+        messages = self.messages
+        if message.get("type") == "host.token":
+            text = message["text"]
+            if self.chars + len(text) > LOCAL_INBOX_CHARS:
+                raise ChannelFull(f"{self.channel}: {self.chars} characters unread")
+            self.chars += len(text)
+            last = messages[-1] if messages else None
+            if (
+                last is not None
+                and last.get("local")
+                and last.get("attempt") == message.get("attempt")
+            ):
+                last["text"] += text
+                return
+            message["local"] = True
+        self.put(message)
+
+    async def next(self, timeout: float) -> dict:
+        """The next message; TimeoutError after ``timeout`` s without one."""
+        if not self.messages:
+            self.arrived.clear()
+            async with asyncio.timeout(timeout):
+                await self.arrived.wait()
+        return self.take()
+
+    def take(self) -> dict:
+        """The first message, removed (a local token frees its text's bound)."""
+        message = self.messages.popleft()
+        if message.get("local"):
+            self.chars -= len(message["text"])
+        return message
+
+    def more_text(self, attempt_id: str) -> str:
+        """Text of this attempt's token messages waiting at the head, taken:
+        tokens that arrived together go to the renter as one chunk."""
+        pieces = []
+        while self.messages:
+            head = self.messages[0]
+            if head.get("type") != "host.token" or head.get("attempt") != attempt_id:
+                break
+            pieces.append(self.take()["text"])
+        return "".join(pieces)
