@@ -19,6 +19,7 @@ from django.utils import timezone
 from ballast import local
 from ballast.consumers import DirectDispatchConsumer
 from ballast.db import db_call, db_call_retried, lock_conflict
+from catalog.selectors import catalog_model_ids, catalog_vram_needs_mb
 
 from . import liveness as liveness_lease
 from . import protocol, services
@@ -153,8 +154,8 @@ class HostConsumer(DirectDispatchConsumer):
         self.heartbeat_tasks: set[asyncio.Task] = set()
         self.lease = lease
         lease.join(self.machine_id, self)
-        self.vram_needs_mb = await db_call(services.catalog_vram_needs_mb)()
-        self.catalog_ids = await db_call(services.catalog_model_ids)()
+        self.vram_needs_mb = await db_call(catalog_vram_needs_mb)()
+        self.catalog_ids = await db_call(catalog_model_ids)()
         await self.send_json(
             {
                 "type": "welcome",

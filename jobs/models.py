@@ -11,8 +11,6 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from catalog.models import CatalogModel  # noqa: F401 (jobs code imports it from here)
-
 
 class ApiKey(models.Model):
     """A renter's API key, stored as a sha256 hash; the plain key is shown once."""

@@ -5,10 +5,8 @@ benchmarks; ``heartbeats``: what of a heartbeat is written, the process lease;
 ``uptime``: online spans and the online fraction; ``scores``: outcomes, the
 reliability score and quarantine; ``spot_checks``: when a check is due. Every
 write is a transaction; consumers call them through ``db_call``. Callers import
-from ``hosts.services``; the catalog's reads are ``catalog.selectors``'s.
+from ``hosts.services``.
 """
-
-from catalog.selectors import catalog_model_ids, catalog_vram_needs_mb
 
 from .heartbeats import (
     LEASES_KEPT,
@@ -70,8 +68,6 @@ __all__ = [
     "ScoreInputs",
     "benchmark_record",
     "capability_failed_record",
-    "catalog_model_ids",
-    "catalog_vram_needs_mb",
     "device_online_fraction",
     "device_outcome_record",
     "device_quarantine_judge",
