@@ -185,7 +185,7 @@ def _token_bytes_most(model_id: str) -> int | None:
     """The most UTF-8 bytes one token of the model's vocabulary stands for
     (special tokens' text included), or None without a tokenizer: every
     tokenization of n bytes has at least n / this many tokens."""
-    from agent.engines.llamacpp import vocab_pieces
+    from agent.engines.vocab import vocab_pieces
 
     with _lock:
         vocab = _vocab(model_id)

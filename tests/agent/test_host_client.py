@@ -122,7 +122,7 @@ async def test_pieces_that_come_apart_leave_apart(
 async def test_a_frame_joins_at_most_max_pieces(
     coordinator, agent_start, offer_frame
 ) -> None:
-    from agent.session import _Outbox
+    from agent.outbox import Outbox as _Outbox
 
     pieces = [f" w{i}" for i in range(2 * _Outbox.MAX_PIECES + 22)]
     await agent_start(coordinator, script={"pieces": pieces})

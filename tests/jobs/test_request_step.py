@@ -362,7 +362,7 @@ def test_no_token_stands_for_more_bytes_than_the_bound():
     token's text (special tokens included), repeated, counts at least its
     bytes over the bound in tokens; and special tokens' text in a prompt is
     counted as the engine counts it."""
-    from agent.engines.llamacpp import vocab_pieces
+    from agent.engines.vocab import vocab_pieces
     from jobs.tokens import _token_bytes_most, _vocab, prompt_tokens_least
     from tests.conftest import REFERENCE_MODEL
 
