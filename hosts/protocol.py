@@ -208,6 +208,18 @@ def parse_done(frame: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def parse_error_message(frame: dict[str, Any]) -> str:
+    """The ``message`` of an ``error`` frame as storable text, at most 2,000
+    characters: "" when it is missing or not a string, NUL characters dropped,
+    what is not valid UTF-8 (a lone surrogate) replaced. Never refused: an
+    ``error`` ends its attempt whatever its message says."""
+    message = frame.get("message")
+    if not isinstance(message, str):
+        return ""
+    message = message[:2000].replace("\x00", "")
+    return message.encode("utf-8", errors="replace").decode("utf-8")
+
+
 def parse_model_load_failed(frame: dict[str, Any]) -> dict[str, Any]:
     """Check a ``model_load_failed``: ``{"device", "model", "error"}``."""
     return {

@@ -16,7 +16,6 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from billing.services import earnings_reverse_held
 from catalog.models import CatalogModel
 from hosts.models import Device, DeviceModel, DeviceOutcome
 from hosts.services import (
@@ -28,7 +27,8 @@ from hosts.services import (
 from .canaries import answer_appears
 from .models import CanaryPrompt, Job, Rental, SpotCheck
 from .services import job_create
-from .tokens import token_count, token_count_believable
+from .services.checks import device_check_failed
+from .tokens import token_count, token_count_inflated
 
 log = logging.getLogger("ballast.spotchecks")
 
@@ -121,14 +121,14 @@ def spot_check_verdict(*, job: Job, check: SpotCheck) -> tuple[bool, str]:
 
     Pass: the job succeeded, the expected answer appears in the output, and the
     reported token count is believable (never more than the characters; within the
-    tolerance of ``jobs.tokens.token_count_believable`` of the recount).
+    tolerance of the recount: ``jobs.tokens.token_count_inflated``).
     """
     attempt = job.attempts.order_by("-offered_at").first()
     if job.status != Job.Status.SUCCEEDED or attempt is None:
         outcome = attempt.outcome if attempt else "no attempt"
         return False, f"no answer ({outcome})"
     reported = attempt.completion_tokens_reported
-    if reported is None or not token_count_believable(
+    if reported is None or token_count_inflated(
         reported=reported,
         text=job.output_text,
         recount=token_count(job.model_id, job.output_text),
@@ -161,32 +161,26 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
     passed, detail = spot_check_verdict(job=check.job, check=check)
     check.passed, check.detail, check.judged_at = passed, detail, now
     check.save(update_fields=["passed", "detail", "judged_at"])
-    device_outcome_record(
-        device_id=check.device_id,
-        success=passed,
-        source=DeviceOutcome.Source.SPOT_CHECK,
-        reason="spot_check" if passed else "spot_check_failed",
-        model_id=check.job.model_id,
-        now=now,
-    )
     if passed:
-        device_quarantine_release_judge(device_id=check.device_id)
-    else:
-        reversed_count = earnings_reverse_held(
+        device_outcome_record(
             device_id=check.device_id,
-            reason=f"spot check {check.id} failed: {detail}",
+            success=True,
+            source=DeviceOutcome.Source.SPOT_CHECK,
+            reason="spot_check",
+            model_id=check.job.model_id,
             now=now,
         )
-        log.warning(
-            "device %s failed spot check %s (%s); %d held earnings reversed",
-            check.device_id,
-            check.id,
-            detail,
-            reversed_count,
-        )
-    from .rentals import rentals_after_check
+        device_quarantine_release_judge(device_id=check.device_id)
+        from .rentals import rentals_after_check
 
-    rentals_after_check(device_id=check.device_id, passed=passed, now=now)
+        rentals_after_check(device_id=check.device_id, passed=True, now=now)
+    else:
+        device_check_failed(
+            device_id=check.device_id,
+            model_id=check.job.model_id,
+            detail=f"spot check {check.id}: {detail}",
+            now=now,
+        )
     return check
 
 

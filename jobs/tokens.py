@@ -228,14 +228,18 @@ def _template_bytes(model_id: str) -> int | None:
     return len(empty.encode("utf-8"))
 
 
-def token_count_believable(*, reported: int, text: str, recount: int | None) -> bool:
-    """True when a host's reported count is believable for ``text``.
+def token_count_inflated(*, reported: int, text: str, recount: int | None) -> bool:
+    """True when a host's reported count of ``text`` is more than it can be
+    (DESIGN.md "Money": a count that is not believable is flagged and counts
+    against the device's honesty).
 
-    Never more tokens than characters; with a recount, within ``max(2, 15 %)`` of it
-    (a continuation cut mid-word can tokenize one or two tokens differently).
+    More tokens than characters, always; with the model's tokenizer's
+    ``recount``, more than ``recount`` by over ``max(2, 15 %)`` (a continuation
+    cut mid-word can tokenize one or two tokens differently). A count under the
+    recount is the host's loss, not a cheat.
     """
     if reported > len(text):
-        return False
-    if recount is None:
         return True
-    return abs(reported - recount) <= max(2, recount * 15 // 100)
+    if recount is None:
+        return False
+    return reported - recount > max(2, recount * 15 // 100)

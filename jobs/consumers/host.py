@@ -165,7 +165,7 @@ class HostRelayConsumer(HostConsumer):
         so they never overtake a token.
         """
         attempt_id, info = self._open(frame)
-        text = protocol.parse_token(frame)
+        text = await self._parsed(protocol.parse_token, frame, attempt_id, info)
         if info is None or not info["claimed"]:
             await self._stray_frame(
                 attempt_id,
@@ -234,7 +234,7 @@ class HostRelayConsumer(HostConsumer):
 
     async def frame_done(self, frame: dict) -> None:
         attempt_id, info = self._open(frame)
-        done = protocol.parse_done(frame)
+        done = await self._parsed(protocol.parse_done, frame, attempt_id, info)
         if info is None or not info["claimed"]:
             await self._stray_frame(
                 attempt_id,
@@ -251,21 +251,38 @@ class HostRelayConsumer(HostConsumer):
         )
 
     async def frame_error(self, frame: dict) -> None:
-        message = frame.get("message")
-        message = message[:2000] if isinstance(message, str) else ""
+        message = protocol.parse_error_message(frame)
         job = frame.get("job")
         if not isinstance(job, str):
             log.info("machine %s reported an error: %s", self.machine_name, message)
             return
-        info = self.open_attempts.pop(job, None)
+        info = self.open_attempts.get(job)
         if info is None:
             return  # an error for a job that already ended changes nothing
+        await self._attempt_failed(job, info, message)
+
+    async def _parsed(self, parse, frame: dict, attempt_id: str, info: dict | None):
+        """``parse(frame)``; a malformed frame for an attempt open here ends that
+        attempt as the host's error (DESIGN.md "Money": every way an offered
+        attempt ends without an answer counts against the device), then raises
+        the FrameError (the host gets an ``error`` frame)."""
+        try:
+            return parse(frame)
+        except protocol.FrameError as exc:
+            if info is not None:
+                await self._attempt_failed(attempt_id, info, f"malformed frame: {exc}")
+            raise
+
+    async def _attempt_failed(self, attempt_id: str, info: dict, message: str) -> None:
+        """Close the attempt here and tell its job the host failed it
+        (``message``), after the tokens already taken."""
+        self.open_attempts.pop(attempt_id, None)
         if not await self._tokens_relayed(info):
             return
         await local.channel_send(
             self.channel_layer,
             info["reply"],
-            {"type": "host.error", "attempt": job, "message": message},
+            {"type": "host.error", "attempt": attempt_id, "message": message},
         )
 
     # --- messages from the job coroutines (channel layer) -----------------------------

@@ -18,13 +18,11 @@ from hosts.models import Device
 from hosts.services import device_outcome_record
 
 from ..models import Attempt
-from ..tokens import token_count, token_count_believable
+from ..tokens import token_count, token_count_inflated
+from .checks import device_check_failed
 from .deadlines import first_token_deadline
 
 log = logging.getLogger("ballast.jobs")
-
-# outcomes that are not the device's doing: never counted in its score
-NOT_SCORED = (Attempt.Outcome.CANCELLED, Attempt.Outcome.EMPTY_ANSWER)
 
 
 def attempt_claim(
@@ -58,21 +56,30 @@ def attempt_claim(
 def segment_tokens(
     *, model_id: str, text: str, reported: int | None
 ) -> tuple[int, bool]:
-    """(tokens to bill for a segment, whether the host's count was unbelievable).
+    """(tokens to bill for a segment, whether the host's count was inflated).
 
-    DESIGN.md "Money": a believable report is billed as reported; otherwise the
-    recount with the model's tokenizer, or the characters (the ceiling) where
-    no tokenizer is known.
+    DESIGN.md "Money": billed = min(reported, recount) where the coordinator has
+    the model's tokenizer, else min(reported, characters); no report (a segment
+    the coordinator ended) bills the recount (or the characters). Inflated: as
+    ``tokens.token_count_inflated``.
     """
     if not text:
         return 0, bool(reported)
     recount = token_count(model_id, text)
-    if reported is not None and token_count_believable(
-        reported=reported, text=text, recount=recount
-    ):
-        return reported, False
-    fallback = recount if recount is not None else len(text)
-    return min(fallback, len(text)), reported is not None
+    ceiling = recount if recount is not None else len(text)
+    if reported is None:
+        return min(ceiling, len(text)), False
+    inflated = token_count_inflated(reported=reported, text=text, recount=recount)
+    return min(reported, ceiling, len(text)), inflated
+
+
+def empty_answer_explained(params: dict) -> bool:
+    """Whether the request itself may explain an answer with no text (DESIGN.md
+    "Money": a failure the renter caused never counts against a host): a stop
+    sequence that can match at the start, or ``max_tokens`` too few to complete
+    one character (a UTF-8 character is up to 4 bytes, a token at least one).
+    Such an empty answer is not scored; any other counts as a failure."""
+    return bool(params.get("stop")) or (params.get("max_tokens") or 4) < 4
 
 
 @transaction.atomic
@@ -140,7 +147,7 @@ def attempt_end(
         if not attempt.receipt_valid:
             log.warning("attempt %s: receipt %s; host not paid", attempt.id, verdict)
     if attempt.token_count_flagged:
-        log.warning("attempt %s: unbelievable token count %s", attempt.id, reported)
+        log.warning("attempt %s: inflated token count %s", attempt.id, reported)
     attempt.save(
         update_fields=[
             "tokens_billed",
@@ -156,7 +163,19 @@ def attempt_end(
     Device.objects.filter(id=attempt.device_id, slots_used__gt=0).update(
         slots_used=F("slots_used") - 1
     )
-    if outcome not in NOT_SCORED and not attempt.job.is_spot_check:
+    job = attempt.job
+    not_the_devices = outcome == Attempt.Outcome.CANCELLED or (
+        outcome == Attempt.Outcome.EMPTY_ANSWER and empty_answer_explained(job.params)
+    )
+    if attempt.token_count_flagged and not job.is_spot_check:
+        device_check_failed(
+            device_id=attempt.device_id,
+            model_id=job.model_id,
+            detail=f"attempt {attempt.id}: {reported} tokens reported for "
+            f"{attempt.tokens_billed} counted",
+            now=now,
+        )
+    if not not_the_devices and not job.is_spot_check:
         device_outcome_record(
             device_id=attempt.device_id,
             success=outcome == Attempt.Outcome.SUCCEEDED,

@@ -80,6 +80,34 @@ async def _refuses_offer(host, offer):
     await host.send({"type": "error", "job": offer["job"], "message": "no free slot"})
 
 
+async def _error_with_nul(host, offer):
+    """An error whose message PostgreSQL text cannot hold (a NUL) and that is not
+    UTF-8 (a lone surrogate): still the host's error, never the coordinator's."""
+    await host.claim(offer["job"])
+    await host.send({"type": "error", "job": offer["job"], "message": "bad\x00\ud800"})
+
+
+async def _error_not_text(host, offer):
+    await host.claim(offer["job"])
+    await host.send({"type": "error", "job": offer["job"], "message": {"no": 1}})
+
+
+async def _malformed_token(host, offer):
+    await host.claim(offer["job"])
+    await host.send({"type": "token", "job": offer["job"], "text": 7})
+
+
+async def _malformed_done(host, offer):
+    await host.claim(offer["job"])
+    await host.send({"type": "done", "job": offer["job"], "usage": "lots"})
+
+
+async def _empty_done_unexplained(host, offer):
+    """An empty done to a request with no stop sequence and room for characters."""
+    await host.claim(offer["job"])
+    await host.done(offer["job"], 0)
+
+
 @pytest.mark.parametrize(
     "misbehave, outcome",
     [
@@ -87,12 +115,22 @@ async def _refuses_offer(host, offer):
         (_claims_then_silent, "first_token_timeout"),
         (_sends_error, "host_error"),
         (_refuses_offer, "host_error"),
+        (_error_with_nul, "host_error"),
+        (_error_not_text, "host_error"),
+        (_malformed_token, "host_error"),
+        (_malformed_done, "host_error"),
+        (_empty_done_unexplained, "empty_answer"),
     ],
     ids=[
         "never claims",
         "claims then silent",
         "error frame",
         "refuses",
+        "error with NUL and a lone surrogate",
+        "error message not text",
+        "malformed token",
+        "malformed done",
+        "empty done",
     ],
 )
 async def test_it_fails_over_before_the_first_token(
@@ -118,15 +156,22 @@ async def test_it_fails_over_before_the_first_token(
     assert not await Earning.objects.filter(attempt=attempts[0]).aexists()
 
 
-async def test_an_empty_done_fails_over_without_marking_the_device_down(
+async def test_an_empty_done_the_request_explains_is_not_counted_against_the_device(
     catalog, api_key, machine_token, fast_deadlines
 ):
-    """Never an empty success, but not the device's fault either: a renter's
-    prompt or stop sequence can make an honest model answer nothing, and a renter
-    must not be able to sink honest hosts' scores with such requests."""
-    job_id, text = await _fails_then_good_host(machine_token, api_key, _empty_done)
-    assert text == "Hello there"
-    attempts = await _attempts(job_id)
+    """Never an empty success; but a request with a stop sequence can make an
+    honest model answer nothing (``empty_answer_explained``): that failure is not
+    the device's, and a renter cannot sink honest hosts' scores with it."""
+    bad = await host_online(machine_token, "bad", score=90)
+    good = await host_online(machine_token, "good", score=60)
+    request = chat_request(api_key, stop=["\n"])
+    offer = await bad.recv_type("offer")
+    await _empty_done(bad, offer)
+    second = await good.recv_type("offer")
+    await good.answer(second, ["Hello", " there"])
+    response = await request
+    assert sse_text(sse_events(await read_body(response))) == "Hello there"
+    attempts = await _attempts(response["x-ballast-job-id"])
     assert [a.outcome for a in attempts] == ["empty_answer", "succeeded"]
     bad_device = attempts[0].device
     await bad_device.arefresh_from_db()
@@ -134,6 +179,8 @@ async def test_an_empty_done_fails_over_without_marking_the_device_down(
     assert bad_device.score == 90, "the score the test gave it, untouched"
     assert not await DeviceOutcome.objects.filter(device=bad_device).aexists()
     assert not await Earning.objects.filter(attempt=attempts[0]).aexists()
+    await bad.close()
+    await good.close()
 
 
 async def test_it_answers_502_and_bills_nothing_when_every_attempt_fails(

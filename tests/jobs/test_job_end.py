@@ -6,7 +6,8 @@ as the two ways it replaced did.
 ``job_end_rows.json`` holds those rows as the fixed statements and the general
 way both wrote them (recorded from the commit before the two became one, on
 SQLite and PostgreSQL alike: the same), with ids, keys and times replaced by
-what they stand for.
+what they stand for; since then, an inflated count is also a failed check of the
+device's honesty (its outcome and score in the two scenarios that inflate).
 """
 
 from __future__ import annotations
@@ -290,3 +291,48 @@ def test_a_second_end_of_the_same_job_changes_nothing(worlds, renter):
         Device.objects.get(id=hosts[0].device.id).slots_used,
     )
     assert Account.objects.filter(kind=Account.Kind.HOST_HELD).count() == 1
+
+
+@pytest.mark.parametrize(
+    "over, billed_is, flagged",
+    [(-1, "reported", False), (0, "recount", False), (2, "recount", False)],
+    ids=["under the recount", "the recount", "within the tolerance above it"],
+)
+def test_a_count_is_never_billed_above_the_recount(
+    worlds, renter, over, billed_is, flagged
+):
+    """DESIGN.md "Money": billed = min(reported, recount) where the coordinator
+    has the model's tokenizer; a count within the tolerance above the recount is
+    billed as the recount and not flagged."""
+    recount = token_count(MODEL, TEXT)
+    rig, hosts = worlds[0]
+    scenario = dict(steps=[("ok", TEXT, recount + over, "valid")])
+    job, ended, _ = play(rig, hosts, renter, scenario)
+    attempt = job.attempts.get()
+    expected = recount + over if billed_is == "reported" else recount
+    assert (attempt.tokens_billed, ended.tokens_billed) == (expected, expected)
+    assert attempt.token_count_flagged is flagged
+    assert not DeviceOutcome.objects.filter(
+        device=hosts[0].device, source=DeviceOutcome.Source.SPOT_CHECK
+    ).exists()
+
+
+def test_an_inflated_count_is_a_failed_check_reversing_held_earnings(worlds, renter):
+    """Past the tolerance: billed as the recount, flagged, the segment unpaid, and
+    a failed check of the device (its held earnings reversed, as a failed spot
+    check's)."""
+    rig, hosts = worlds[0]
+    earlier, _, _ = play(rig, hosts, renter, SCENARIOS["one attempt"])
+    held = Earning.objects.get(attempt__job=earlier)
+    assert held.status == Earning.Status.HELD
+    job, ended, _ = play(rig, hosts, renter, SCENARIOS["an unbelievable count"])
+    assert ended.tokens_billed == token_count(MODEL, TEXT)
+    assert job.attempts.get().token_count_flagged
+    assert not Earning.objects.filter(attempt__job=job).exists(), "unpaid"
+    held.refresh_from_db()
+    assert held.status == Earning.Status.REVERSED
+    assert DeviceOutcome.objects.filter(
+        device=hosts[0].device,
+        source=DeviceOutcome.Source.SPOT_CHECK,
+        success=False,
+    ).exists()

@@ -1,0 +1,43 @@
+"""A failed check of a device's honesty and what follows it (DESIGN.md "Spot
+checks"): a failed spot check, or a token count inflated past the recount."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from billing.services import earnings_reverse_held
+from hosts.models import DeviceOutcome
+from hosts.services import device_outcome_record
+
+log = logging.getLogger("ballast.jobs")
+
+
+def device_check_failed(
+    *, device_id: int, model_id: str, detail: str, now: datetime
+) -> int:
+    """Record a failed check of the device: an outcome against its score (and
+    quarantine judged), every earning of it still held reversed, a rental on it
+    stopped. Returns how many held earnings were reversed. In the caller's
+    transaction."""
+    from ..rentals import rentals_after_check  # (rentals imports the services)
+
+    device_outcome_record(
+        device_id=device_id,
+        success=False,
+        source=DeviceOutcome.Source.SPOT_CHECK,
+        reason="spot_check_failed",
+        model_id=model_id,
+        now=now,
+    )
+    reversed_count = earnings_reverse_held(
+        device_id=device_id, reason=f"failed check: {detail}"[:300], now=now
+    )
+    log.warning(
+        "device %s failed a check (%s); %d held earnings reversed",
+        device_id,
+        detail,
+        reversed_count,
+    )
+    rentals_after_check(device_id=device_id, passed=False, now=now)
+    return reversed_count
