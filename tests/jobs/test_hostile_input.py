@@ -165,9 +165,12 @@ async def test_out_of_range_host_frames_get_an_error_and_keep_the_connection(
     await host.close()
 
 
-async def test_a_lone_surrogate_token_is_refused_and_the_answer_goes_on(
+async def test_a_lone_surrogate_token_is_refused_and_fails_its_attempt(
     catalog, api_key, machine_token
 ):
+    """A malformed frame for an open attempt is refused and ends that attempt as
+    the host's error (DESIGN.md "Money": no free refusal); with no other device
+    the renter gets a clean 502, never a coordinator error."""
     host = await host_online(machine_token, "rig")
     request = chat_request(api_key)
     offer = await host.recv_type("offer")
@@ -178,10 +181,11 @@ async def test_a_lone_surrogate_token_is_refused_and_the_answer_goes_on(
         )
     )
     assert "not valid UTF-8" in (await host.recv_type("error"))["message"]
-    await host.token(offer["job"], "fine")
-    await host.done(offer["job"], 1)
+    assert (await host.recv_type("cancel"))["job"] == offer["job"]
     response = await request
-    assert sse_text(sse_events(await read_body(response))) == "fine"
+    assert response.status_code == 502
+    attempt = await Attempt.objects.aget(id=offer["job"])
+    assert attempt.outcome == Attempt.Outcome.HOST_ERROR
     await host.close()
 
 
@@ -277,16 +281,19 @@ async def test_deeply_nested_json_is_refused_cleanly(catalog, api_key, machine_t
     await host.close()
 
 
-async def test_a_nul_in_a_token_is_refused(catalog, api_key, machine_token):
+async def test_a_nul_in_a_token_is_refused_and_fails_its_attempt(
+    catalog, api_key, machine_token
+):
+    """(The agent drops NULs before sending: agent.outbox.sendable.)"""
     host = await host_online(machine_token, "rig")
     request = chat_request(api_key, stream=False)
     offer = await host.recv_type("offer")
     await host.claim(offer["job"])
     await host.send({"type": "token", "job": offer["job"], "text": "fi\u0000ne"})
     assert "NUL" in (await host.recv_type("error"))["message"]
-    await host.token(offer["job"], "fine")
-    await host.done(offer["job"], 1)
-    assert (await request).status_code == 200
+    assert (await request).status_code == 502
+    attempt = await Attempt.objects.aget(id=offer["job"])
+    assert attempt.outcome == Attempt.Outcome.HOST_ERROR
     await host.close()
 
 
