@@ -241,13 +241,8 @@ class HostRelayConsumer(HostConsumer):
                 f"done: job {attempt_id[:40]} is not claimed on this machine",
             )
             return
-        self.open_attempts.pop(attempt_id, None)
-        if not await self._tokens_relayed(info):
-            return
-        await local.channel_send(
-            self.channel_layer,
-            info["reply"],
-            {"type": "host.done", "attempt": attempt_id, "done": done},
+        await self._attempt_last(
+            attempt_id, info, {"type": "host.done", "attempt": attempt_id, "done": done}
         )
 
     async def frame_error(self, frame: dict) -> None:
@@ -274,16 +269,20 @@ class HostRelayConsumer(HostConsumer):
             raise
 
     async def _attempt_failed(self, attempt_id: str, info: dict, message: str) -> None:
-        """Close the attempt here and tell its job the host failed it
-        (``message``), after the tokens already taken."""
+        """Close the attempt here and tell its job the host failed it (``message``)."""
+        await self._attempt_last(
+            attempt_id,
+            info,
+            {"type": "host.error", "attempt": attempt_id, "message": message},
+        )
+
+    async def _attempt_last(self, attempt_id: str, info: dict, last: dict) -> None:
+        """Close the attempt on this connection and relay its ``last`` message
+        (``host.done`` or ``host.error``) after the tokens already taken."""
         self.open_attempts.pop(attempt_id, None)
         if not await self._tokens_relayed(info):
             return
-        await local.channel_send(
-            self.channel_layer,
-            info["reply"],
-            {"type": "host.error", "attempt": attempt_id, "message": message},
-        )
+        await local.channel_send(self.channel_layer, info["reply"], last)
 
     # --- messages from the job coroutines (channel layer) -----------------------------
     async def attempt_offer(self, message: dict) -> None:

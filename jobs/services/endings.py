@@ -117,19 +117,7 @@ def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:
     than ``max_tokens``); a segment they cut is written back, flagged. A spot
     check and a job without a renter cost nothing (DESIGN.md "Spot checks").
     """
-    segments = [
-        Segment(
-            attempt_id=attempt.id,
-            device_id=attempt.device_id,
-            host_id=attempt.device.machine.owner_id,
-            tokens_billed=attempt.tokens_billed,
-            output_chars=attempt.output_chars,
-            token_count_flagged=attempt.token_count_flagged,
-            receipt_valid=attempt.receipt_valid,
-            verdict=_verdict(attempt),
-        )
-        for attempt in attempts
-    ]
+    segments = [segment_of(attempt) for attempt in attempts]
     plan = charge_plan(
         segments=segments,
         max_tokens=job.params.get("max_tokens"),
@@ -158,12 +146,23 @@ def job_price_nano(job: Job) -> int:
     return CatalogModel.objects.get(id=job.model_id).price_completion_nano
 
 
-def _verdict(attempt: Attempt) -> str | None:
-    """The verdict of the attempt's receipt check, None without one."""
+def segment_of(attempt: Attempt) -> Segment:
+    """What billing needs of an ended attempt (with its device, machine and
+    receipt check loaded): ``billing.services.Segment``."""
     try:
-        return attempt.receipt_check.verdict
+        verdict = attempt.receipt_check.verdict
     except ReceiptCheck.DoesNotExist:
-        return None
+        verdict = None
+    return Segment(
+        attempt_id=attempt.id,
+        device_id=attempt.device_id,
+        host_id=attempt.device.machine.owner_id,
+        tokens_billed=attempt.tokens_billed,
+        output_chars=attempt.output_chars,
+        token_count_flagged=attempt.token_count_flagged,
+        receipt_valid=attempt.receipt_valid,
+        verdict=verdict,
+    )
 
 
 def renter_prompt_tokens(

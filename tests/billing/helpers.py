@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.db.models import Sum
 from django.utils import timezone
 
-from billing.models import Account, Entry, ReceiptCheck
+from billing.models import Account, Entry
 from billing.receipts import receipt_message
-from billing.services import Segment, charge_plan
+from billing.services import charge_plan
 from catalog.models import CatalogModel
 from hosts.models import Device, Machine
 from hosts.services import machine_create, machine_heartbeat, machine_hello
@@ -31,6 +31,7 @@ from jobs.services import (
     job_dispatch,
     job_finish,
 )
+from jobs.services.endings import job_price_nano, segment_of
 
 # A catalog model without a tokenizer: the host's count is believed up to the
 # number of characters. 333 nano-USD per token makes the 80 % share fractional.
@@ -228,27 +229,15 @@ def charge_of(job: Job, *, now=None) -> dict:
     """``charge_post``'s arguments for the ended ``job``: its segments (offer
     order) planned at its price, as the job's end builds them."""
     segments = [
-        Segment(
-            attempt_id=attempt.id,
-            device_id=attempt.device_id,
-            host_id=attempt.device.machine.owner_id,
-            tokens_billed=attempt.tokens_billed,
-            output_chars=attempt.output_chars,
-            token_count_flagged=attempt.token_count_flagged,
-            receipt_valid=attempt.receipt_valid,
-            verdict=ReceiptCheck.objects.filter(attempt=attempt)
-            .values_list("verdict", flat=True)
-            .first(),
-        )
-        for attempt in job.attempts.select_related("device__machine").order_by(
-            "offered_at", "id"
-        )
+        segment_of(attempt)
+        for attempt in job.attempts.select_related(
+            "device__machine", "receipt_check"
+        ).order_by("offered_at", "id")
     ]
-    price = job.price_completion_nano
-    if price is None:
-        price = CatalogModel.objects.get(id=job.model_id).price_completion_nano
     plan = charge_plan(
-        segments=segments, max_tokens=job.params.get("max_tokens"), price=price
+        segments=segments,
+        max_tokens=job.params.get("max_tokens"),
+        price=job_price_nano(job),
     )
     return dict(
         job_id=job.id,
