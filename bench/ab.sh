@@ -5,7 +5,7 @@
 # REV is checked out in a temporary git worktree that uses this checkout's .venv and
 # this checkout's bench/ (the instrument stays the same: only the code under test
 # differs). Each run's output goes to var/ab-<time>/<side>-<round>.txt; the "added"
-# and "direct" lines and every p50 line of every run are printed at the end. The same machine notes as
+# and "direct" lines, every p50 line and the heartbeat figures of every run are printed at the end. The same machine notes as
 # bench/run_all.sh apply (PostgreSQL and Redis on loopback, one run at a time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,4 +30,4 @@ for round in $(seq "$rounds"); do
     (cd "$dir" && timeout 1800 .venv/bin/python "$@" > "$here/$out/$side-$round.txt" 2>&1) || echo "ab: $side run $round failed (see $out/$side-$round.txt)"
   done
 done
-grep -H "added\|direct\|p50" "$out"/*-*.txt | tee -a "$out/ab.txt"
+grep -H "added\|direct\|p50\|heartbeats/s\|writes per heartbeat" "$out"/*-*.txt | tee -a "$out/ab.txt"

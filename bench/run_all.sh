@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rerun every benchmark of docs/performance.md, one after the other (they share 2 cores).
+# Rerun every benchmark (bench/README.md), one after the other (they share 2 cores).
 # Usage: [QUICK=1] bench/run_all.sh [OUT_DIR]   (default var/bench-<date>); needs PostgreSQL on
 # 127.0.0.1:5432 (user postgres) and Redis on 127.0.0.1:6379 (db 7 is flushed).
 # Every program prints the machine, its settings and its figures; each is bounded in time.
@@ -14,7 +14,7 @@ run() {  # name, timeout s, command...
   echo "== $name: $*"
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
 }
-if [ "${QUICK:-0}" = 1 ]; then  # ~8–30 min (machine-dependent): the figures of docs/performance.md's first table
+if [ "${QUICK:-0}" = 1 ]; then  # ~8–30 min (machine-dependent): the headline figures
   run ttft 900 $PY bench/ttft.py --sequential 200 --rounds 2 --plain
   run ttft-counted 900 $PY bench/ttft.py --sequential 100 --rounds 1
   run ttft-renters 900 $PY bench/ttft.py --sequential 50 --rounds 2 --renters 50 --plain
@@ -30,7 +30,7 @@ else
   run ttft-counted 900 $PY bench/ttft.py --sequential 100 --rounds 1
   run ttft-renters 900 $PY bench/ttft.py --sequential 50 --rounds 4 --renters 50 --plain
   run relay 1800 $PY bench/relay.py --scale 0.5 --servers bare,inmem,pubsub
-  # channels_redis core stalls (docs/performance.md "Relay (helper)"): a short check only
+  # channels_redis core stalls under load: a short check only
   run relay-core 600 $PY bench/relay.py --scale 0.5 --servers core --streams 1,50 --per-frame 1
   run heartbeats 900 $PY bench/heartbeats.py --machines 5000 --seconds 15 --settle 120
   run heartbeats-60s 900 $PY bench/heartbeats.py --machines 1000 --seconds 70 --settle 120
