@@ -62,9 +62,29 @@ def skip_locked(of: str) -> str:
     over rows other transactions hold (PostgreSQL: ``FOR NO KEY UPDATE OF …
     SKIP LOCKED``, which leaves inserts that only reference the row unblocked);
     on SQLite, whose write transactions run one at a time, nothing."""
-    if connection.vendor == "postgresql":
+    if _postgresql():
         return f" FOR NO KEY UPDATE OF {of} SKIP LOCKED"
     return ""
+
+
+def for_update(of: str) -> str:
+    """The clause that locks the selected row of table alias ``of`` until the
+    transaction ends (PostgreSQL: ``FOR UPDATE OF …``); on SQLite, whose write
+    transactions run one at a time, nothing."""
+    if _postgresql():
+        return f" FOR UPDATE OF {of}"
+    return ""
+
+
+def commit_unflushed() -> None:
+    """Let the current transaction commit without waiting for its WAL to reach
+    the disk (PostgreSQL: ``SET LOCAL synchronous_commit TO OFF``; SQLite: its
+    own ``synchronous=NORMAL`` already). For a transaction that stores no money:
+    a crash may lose it whole, never half; the end of the job, which stores the
+    money, commits synchronously and so makes it durable too."""
+    if _postgresql():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 def lock_conflict(exc: BaseException) -> bool:
@@ -75,6 +95,12 @@ def lock_conflict(exc: BaseException) -> bool:
 
     kinds = (errors.DeadlockDetected, errors.SerializationFailure)
     return isinstance(exc, kinds) or isinstance(exc.__cause__, kinds)
+
+
+def _postgresql() -> bool:
+    """Whether the default database is PostgreSQL (else SQLite): the one place
+    that asks (CONVENTIONS.md "Speed without a second path")."""
+    return connection.vendor == "postgresql"
 
 
 # for ``db_call_retried``'s ``when``: a transaction rolled back whole for a

@@ -1,6 +1,7 @@
 """Reads of the catalog: which models exist, which are active, what VRAM they need.
 
-Every function is a plain ORM read; the catalog is small (tens of rows).
+The catalog is small (tens of rows); the active model is read on every request
+(one fixed statement).
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from .models import CatalogModel
 
 def catalog_model_active(*, model_id: str) -> CatalogModel | None:
     """The active catalog model ``model_id``, or None (unknown or inactive)."""
-    return CatalogModel.objects.filter(id=model_id, active=True).first()
+    rows = CatalogModel.objects.raw(
+        "SELECT * FROM jobs_catalogmodel WHERE id = %s AND active", [model_id]
+    )
+    return next(iter(rows), None)
 
 
 def catalog_model_ids() -> frozenset[str]:

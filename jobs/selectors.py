@@ -164,18 +164,19 @@ def devices_eligible(*, job: Job, model: CatalogModel, now: datetime) -> list[De
 
 
 def device_pick_sql(
-    *, job: Job, model: CatalogModel, now: datetime
+    *, job: Job, model: CatalogModel, now: datetime, offset: str = "0"
 ) -> tuple[str, list]:
     """The SELECT of the id of the best eligible device for ``job`` after the
-    first ``%s`` (the caller appends how many to leave to older queued jobs),
-    locked for the claim: ``(sql, params)``.
+    first ``offset`` (SQL: how many to leave to older queued jobs; its params
+    follow the returned ones), locked for the claim: ``(sql, params)``.
 
     Rules 1–6 and the ranking (``RANKING``) of DESIGN.md "Picking a device";
     the row is locked with ``ballast.db.skip_locked`` (PostgreSQL: concurrent
     claims pass over each other's device rows).
     """
     where, params = _eligible_where(job=job, model=model, now=now)
-    return f"SELECT d.id{where}{RANKING} LIMIT 1 OFFSET %s{skip_locked('d')}", params
+    sql = f"SELECT d.id{where}{RANKING} LIMIT 1 OFFSET {offset}{skip_locked('d')}"
+    return sql, params
 
 
 def devices_eligible_count(*, job: Job, model: CatalogModel, now: datetime) -> int:

@@ -1,29 +1,46 @@
 """A renter's credit: the balance less what open commitments may still cost
-(DESIGN.md "Money": the worst case is held before an offer goes out)."""
+(DESIGN.md "Money": the worst case is held before an offer goes out).
+
+The request path reads it on every request: fixed statements (``raw``), one for
+the locked account and one for the open jobs.
+"""
 
 from __future__ import annotations
 
 from django.contrib.auth.base_user import AbstractBaseUser
 
+from ballast.db import for_update
 from billing.models import Account
 from billing.services import account_for
 from catalog.models import CatalogModel
 
 from ..models import Job, Rental
 
+_IN = ", ".join  # (the statuses are code constants, never renters' values)
 
-def credit_reserved_nano(*, renter: AbstractBaseUser) -> int:
+_OPEN_JOBS_SQL = (
+    "SELECT id, model_id, params, price_completion_nano FROM jobs_job"
+    " WHERE renter_id = %s AND status IN ("
+    + _IN(f"'{status}'" for status in Job.OPEN_STATUSES)
+    + ")"
+)
+_LOCKED_ACCOUNT_SQL = (
+    "SELECT a.*, EXISTS (SELECT 1 FROM jobs_rental r WHERE r.renter_id = a.user_id"
+    " AND r.status IN ("
+    + _IN(f"'{status}'" for status in Rental.OPEN_STATUSES)
+    + ")) AS rentals_open FROM billing_account a WHERE a.kind = %s AND a.user_id = %s"
+)
+
+
+def credit_reserved_nano(*, renter: AbstractBaseUser, rentals_open: bool = True) -> int:
     """What the renter's open commitments may still cost, nano-USD.
 
     The worst case (``max_tokens`` × the price each was admitted at) of their
-    open jobs, plus the unbilled hours of their pending and live rentals.
+    open jobs, plus the unbilled hours of their pending and live rentals
+    (``rentals_open`` False: the caller knows there are none).
     """
-    open_jobs = list(
-        Job.objects.filter(renter=renter, status__in=Job.OPEN_STATUSES).values_list(
-            "model_id", "params", "price_completion_nano"
-        )
-    )
-    missing = {model_id for model_id, _, admitted in open_jobs if admitted is None}
+    open_jobs = list(Job.objects.raw(_OPEN_JOBS_SQL, [renter.pk]))
+    missing = {job.model_id for job in open_jobs if job.price_completion_nano is None}
     prices = (
         dict(
             CatalogModel.objects.filter(id__in=missing).values_list(
@@ -34,36 +51,46 @@ def credit_reserved_nano(*, renter: AbstractBaseUser) -> int:
         else {}
     )
     jobs = sum(
-        (params.get("max_tokens") or 0)
-        * (admitted if admitted is not None else prices.get(model_id, 0))
-        for model_id, params, admitted in open_jobs
+        (job.params.get("max_tokens") or 0)
+        * (
+            job.price_completion_nano
+            if job.price_completion_nano is not None
+            else prices.get(job.model_id, 0)
+        )
+        for job in open_jobs
     )
     rentals = 0
-    for rental in Rental.objects.filter(renter=renter, status__in=Rental.OPEN_STATUSES):
-        hours_left = float(rental.hours)
-        if rental.billed_until and rental.starts_at:
-            billed = (rental.billed_until - rental.starts_at).total_seconds() / 3600
-            hours_left = max(0.0, rental.hours - billed)
-        rentals += int(hours_left * rental.price_per_hour_nano)
+    if rentals_open:
+        for rental in Rental.objects.filter(
+            renter=renter, status__in=Rental.OPEN_STATUSES
+        ):
+            hours_left = float(rental.hours)
+            if rental.billed_until and rental.starts_at:
+                billed = (rental.billed_until - rental.starts_at).total_seconds() / 3600
+                hours_left = max(0.0, rental.hours - billed)
+            rentals += int(hours_left * rental.price_per_hour_nano)
     return jobs + rentals
 
 
 def credit_lock(*, renter: AbstractBaseUser) -> Account:
     """The renter's credit account, locked until the caller's transaction ends
     (PostgreSQL: ``SELECT … FOR UPDATE``; SQLite: its one writer), so that
-    checks of one renter's credit run one after the other. Made on the renter's
-    first request. Must run inside a transaction."""
-    locked = Account.objects.select_for_update().filter(
-        kind=Account.Kind.RENTER_CREDIT, user=renter
-    )
-    account = locked.first()
+    checks of one renter's credit run one after the other; with
+    ``rentals_open`` (whether the renter has a pending or live rental). Made on
+    the renter's first request. Must run inside a transaction."""
+    params = [Account.Kind.RENTER_CREDIT, renter.pk]
+    sql = _LOCKED_ACCOUNT_SQL + for_update("a")
+    account = next(iter(Account.objects.raw(sql, params)), None)
     if account is None:
         account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
-        account = locked.get()
+        account = next(iter(Account.objects.raw(sql, params)))
     return account
 
 
 def credit_available_nano(*, renter: AbstractBaseUser, account: Account) -> int:
     """The renter's balance (the account's running ``balance_nano``) less
     ``credit_reserved_nano``, nano-USD. ``account``: ``credit_lock``'s."""
-    return account.balance_nano - credit_reserved_nano(renter=renter)
+    rentals_open = bool(getattr(account, "rentals_open", True))
+    return account.balance_nano - credit_reserved_nano(
+        renter=renter, rentals_open=rentals_open
+    )

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.utils import timezone
 
 from catalog.models import CatalogModel
-from hosts.models import Device, DeviceModel
+from hosts.models import Device, Machine
 from hosts.services import spot_check_mark_due
 
 from ..models import Attempt, Job
@@ -65,16 +64,16 @@ def job_dispatch(
     received (a continuation's attempt). At ``BALLAST_CANARY_RATE`` a spot check
     is marked due on the device claimed. ``waiting_channel``: noted on a job
     that waits, to be woken when a slot frees. ``model``: the job's catalog
-    model, read here when not given.
+    model, read here when not given. Joins the caller's transaction (or is one).
     """
     now = now or timezone.now()
     if model is None:
         model = CatalogModel.objects.get(id=job.model_id)
-    with transaction.atomic():
-        fcfs = not continue_from and not job.target_device_id
-        ahead = jobs_ahead_count(job=job, now=now) if fcfs else 0
-        device = device_claim(job=job, model=model, now=now, skip=ahead)
+    fcfs = not continue_from and not job.target_device_id
+    with transaction.atomic(savepoint=False):
+        device = device_claim(job=job, model=model, now=now, fcfs=fcfs)
         if device is None:
+            ahead = jobs_ahead_count(job=job, now=now) if fcfs else 0
             return _dispatch_unclaimed(
                 job=job,
                 model=model,
@@ -83,7 +82,7 @@ def job_dispatch(
                 waiting_channel=waiting_channel,
             )
         offered_at = timezone.now()  # the claim's own time, whatever ``now`` says
-        attempt = Attempt.objects.create(
+        attempt = Attempt(
             job=job,
             device=device,
             kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
@@ -91,11 +90,14 @@ def job_dispatch(
             offered_at=offered_at,
             claim_deadline=claim_deadline(offered_at),
         )
+        attempt.save(force_insert=True)
         job.status = Job.Status.RUNNING
         job.failed_over = job.failed_over or bool(continue_from)
-        Job.objects.filter(id=job.id).update(
-            status=job.status, failed_over=job.failed_over
-        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE jobs_job SET status = %s, failed_over = %s WHERE id = %s",
+                [job.status, job.failed_over, _db_id(job.pk)],
+            )
         if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
             spot_check_mark_due(device_id=device.id, reason="rate", now=now)
     return Dispatch(
@@ -111,43 +113,74 @@ def job_dispatch(
 
 
 def device_claim(
-    *, job: Job, model: CatalogModel, now: datetime, skip: int = 0
+    *, job: Job, model: CatalogModel, now: datetime, fcfs: bool = False
 ) -> Device | None:
-    """Take a slot of the best eligible device for ``job`` after the first
-    ``skip`` (left to older queued jobs): the pick and the claim are one
-    statement, on PostgreSQL (the picked row locked ``SKIP LOCKED``: concurrent
-    claims pass over each other's rows) and SQLite (one writer) alike.
+    """Take a slot of the best eligible device for ``job``: the pick and the
+    claim are one statement, on PostgreSQL (the picked row locked ``SKIP
+    LOCKED``: concurrent claims pass over each other's rows) and SQLite (one
+    writer) alike. With ``fcfs``, the first devices are left to the serverless
+    jobs of the model queued before it (``jobs_ahead_count``, counted in the
+    same statement).
 
     The slot is taken only while ``slots_used < slots_total``; the claimed
     row's tie-break key moves on by ``selectors.tiebreak_step()``. Returns the
-    device (with its machine), or None when no eligible device was free.
+    device (its id, index and machine's channel read; the rest on access), or
+    None when no eligible device was free.
     """
-    pick, params = device_pick_sql(job=job, model=model, now=now)
+    if fcfs:
+        ahead, ahead_params = _jobs_ahead_sql(job=job, now=now)
+    else:
+        ahead, ahead_params = "0", []
+    pick, params = device_pick_sql(job=job, model=model, now=now, offset=ahead)
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE hosts_device SET slots_used = slots_used + 1"
-            f" WHERE slots_used < slots_total AND id = ({pick}) RETURNING id",
-            [*params, skip],
+            f" WHERE slots_used < slots_total AND id = ({pick})"
+            ' RETURNING id, "index", machine_id, (SELECT channel_name'
+            " FROM hosts_machine WHERE id = hosts_device.machine_id)",
+            [*params, *ahead_params],
         )
         row = cursor.fetchone()
-    if row is None:
-        return None
-    DeviceModel.objects.filter(device_id=row[0], model_id=model.id).update(
-        tiebreak=F("tiebreak") + tiebreak_step()
+        if row is None:
+            return None
+        device_id, index, machine_id, channel = row
+        machine_id = Machine._meta.pk.to_python(machine_id)  # SQLite: its hex
+        cursor.execute(
+            "UPDATE hosts_devicemodel SET tiebreak = tiebreak + %s"
+            " WHERE device_id = %s AND model_id = %s",
+            [tiebreak_step(), device_id, model.id],
+        )
+    # (from_db takes the values in the model's field order)
+    device = Device.from_db(
+        DEFAULT_DB_ALIAS, ["id", "machine_id", "index"], [device_id, machine_id, index]
     )
-    return Device.objects.select_related("machine").get(id=row[0])
+    device.machine = Machine.from_db(
+        DEFAULT_DB_ALIAS, ["id", "channel_name"], [machine_id, channel]
+    )
+    return device
+
+
+def _jobs_ahead_sql(*, job: Job, now: datetime) -> tuple[str, list]:
+    """The SQL counting ``jobs_ahead_count``'s jobs, and its params."""
+    return (
+        "(SELECT COUNT(*) FROM jobs_job WHERE model_id = %s AND status = %s"
+        " AND target_device_id IS NULL AND created_at < %s AND lease_until > %s)",
+        [
+            job.model_id,
+            Job.Status.QUEUED,
+            connection.ops.adapt_datetimefield_value(job.created_at),
+            connection.ops.adapt_datetimefield_value(now),
+        ],
+    )
 
 
 def jobs_ahead_count(*, job: Job, now: datetime) -> int:
     """How many serverless jobs of ``job``'s model, queued before it with a live
     lease, it waits behind (first come, first served)."""
-    return Job.objects.filter(
-        model_id=job.model_id,
-        status=Job.Status.QUEUED,
-        target_device__isnull=True,
-        created_at__lt=job.created_at,
-        lease_until__gt=now,
-    ).count()
+    sql, params = _jobs_ahead_sql(job=job, now=now)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + sql, params)
+        return cursor.fetchone()[0]
 
 
 def jobs_waiting_channels(*, model_id: str, limit: int) -> list[str]:
@@ -224,3 +257,8 @@ def offer_frame(
     else:
         frame["prompt"] = job.prompt
     return frame
+
+
+def _db_id(value):
+    """A UUID primary key as this database stores it (its field's prep value)."""
+    return Job._meta.pk.get_db_prep_value(value, connection)

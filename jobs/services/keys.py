@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 
 from hosts.models import token_hash, token_new
@@ -30,18 +32,27 @@ def api_key_create(
     return key, plain
 
 
+# a live key by its hash: not revoked, its renter active (one fixed statement:
+# every request runs it)
+_LIVE_KEY_SQL = (
+    "SELECT k.id, k.user_id, k.name, k.prefix, k.last_used_at FROM jobs_apikey k"
+    " JOIN auth_user u ON u.id = k.user_id"
+    " WHERE k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active"
+)
+
+
 def api_key_authenticate(*, plain: str) -> ApiKey | None:
     """The live key of a plain API key (not revoked, its renter active), with
-    ``user`` loaded; None for anything else (empty, unknown, revoked)."""
+    ``user`` (its id; other fields read on access); None for anything else
+    (empty, unknown, revoked, an inactive renter)."""
     if not plain:
         return None
-    return (
-        ApiKey.objects.select_related("user")
-        .filter(
-            key_hash=token_hash(plain), revoked_at__isnull=True, user__is_active=True
+    key = next(iter(ApiKey.objects.raw(_LIVE_KEY_SQL, [token_hash(plain)])), None)
+    if key is not None:
+        key.user = get_user_model().from_db(
+            DEFAULT_DB_ALIAS, ["id", "is_active"], [key.user_id, True]
         )
-        .first()
-    )
+    return key
 
 
 def api_key_mark_used(*, key: ApiKey, now=None) -> None:

@@ -16,8 +16,10 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from ballast.db import commit_unflushed
 from billing.money import nano_to_usd_str
 from catalog.models import CatalogModel
+from catalog.selectors import catalog_model_active
 
 from ..errors import ApiError
 from ..models import ApiKey, Job, Rental
@@ -51,6 +53,7 @@ def job_open(
     rental), 409 (rental not live), 400 (the prompt and ``max_tokens`` past the
     context) or 402 (credit); then nothing is stored.
     """
+    commit_unflushed()  # it stores no money (ballast.db.commit_unflushed)
     key = api_key_authenticate(plain=api_key)
     if key is None:
         raise unauthorized()
@@ -147,7 +150,7 @@ def job_lease_renew(*, job_id: str) -> None:
 
 def request_model(request: CompletionRequest) -> CatalogModel:
     """The active catalog model the request names; ApiError 404 when none."""
-    model = CatalogModel.objects.filter(id=request.model, active=True).first()
+    model = catalog_model_active(model_id=request.model)
     if model is None:
         raise ApiError(
             404,
