@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, F, When
 from django.utils import timezone
 
@@ -64,6 +64,18 @@ class ScoreInputs:
         )
 
 
+# the device's last outcomes, newest first (as ``DeviceOutcome.Meta.ordering``)
+_LAST_OUTCOMES_SQL = (
+    "SELECT success FROM hosts_deviceoutcome WHERE device_id = %s"
+    f" ORDER BY created_at DESC, id DESC LIMIT {WINDOW}"
+)
+# (device, first-token ms) of the model's successful outcomes since a time
+_HOUR_TTFTS_SQL = (
+    "SELECT device_id, ttft_ms FROM hosts_deviceoutcome WHERE model_id = %s"
+    " AND success AND ttft_ms IS NOT NULL AND created_at >= %s"
+)
+
+
 def device_score_inputs(
     *, device_id: int, now: datetime, model_id: str = ""
 ) -> ScoreInputs:
@@ -79,7 +91,9 @@ def device_score_inputs(
     device = Device.objects.select_related("machine", "machine__lease").get(
         id=device_id
     )
-    last = list(device.outcomes.values_list("success", flat=True)[:WINDOW])
+    with connection.cursor() as cursor:  # fixed statements: every outcome reads them
+        cursor.execute(_LAST_OUTCOMES_SQL, [device_id])
+        last = [bool(success) for (success,) in cursor.fetchall()]
     if not model_id:
         model_id = (
             device.outcomes.exclude(model_id="")
@@ -88,16 +102,12 @@ def device_score_inputs(
         ) or ""
     model_median = device_median = None
     if model_id:
-        hour = list(
-            DeviceOutcome.objects.filter(
-                model_id=model_id,
-                success=True,
-                ttft_ms__isnull=False,
-                created_at__gte=now - TTFT_WINDOW,
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _HOUR_TTFTS_SQL,
+                [model_id, connection.ops.adapt_datetimefield_value(now - TTFT_WINDOW)],
             )
-            .order_by()  # unsorted: the median sorts them
-            .values_list("device_id", "ttft_ms")
-        )
+            hour = cursor.fetchall()
         mine = [ttft for of, ttft in hour if of == device.id]
         model_median = statistics.median(t for _, t in hour) if hour else None
         device_median = statistics.median(mine) if mine else None

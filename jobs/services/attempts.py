@@ -82,7 +82,7 @@ def empty_answer_explained(params: dict) -> bool:
     return bool(params.get("stop")) or (params.get("max_tokens") or 4) < 4
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # inside a job's end: no savepoint of its own
 def attempt_end(
     *,
     attempt_id: str,

@@ -19,7 +19,7 @@ from ..tokens import prompt_token_count
 from .attempts import attempt_end
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def job_succeed(
     *,
     job_id: str,
@@ -55,7 +55,7 @@ def job_succeed(
     )
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def job_finish(
     *,
     job_id: str,
