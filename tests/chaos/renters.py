@@ -80,7 +80,9 @@ async def _http(client: httpx.AsyncClient, base: str, key: str, record: Record) 
     path = "/v1/completions" if record.kind == "completion" else "/v1/chat/completions"
     headers = {"Authorization": f"Bearer {key}"}
     body = _body(record)
-    async with client.stream("POST", base + path, headers=headers, json=body) as response:
+    async with client.stream(
+        "POST", base + path, headers=headers, json=body
+    ) as response:
         record.status = response.status_code
         record.job = response.headers.get("x-ballast-job-id", "")
         record.coordinator = response.headers.get("x-ballast-coordinator", "")
@@ -118,7 +120,9 @@ async def _ws(base: str, key: str, record: Record) -> None:
         url, additional_headers={"Authorization": f"Bearer {key}"}, open_timeout=30
     ) as ws:
         record.coordinator = ws.response.headers.get("x-ballast-coordinator", "")
-        await ws.send(json.dumps({k: v for k, v in _body(record).items() if k != "stream"}))
+        await ws.send(
+            json.dumps({k: v for k, v in _body(record).items() if k != "stream"})
+        )
         async for raw in ws:
             message = json.loads(raw)
             kind = message.get("type")
@@ -136,7 +140,9 @@ async def _ws(base: str, key: str, record: Record) -> None:
         record.cut = "the websocket closed before done"
 
 
-async def request_send(base: str, key: str, record: Record, client: httpx.AsyncClient) -> Record:
+async def request_send(
+    base: str, key: str, record: Record, client: httpx.AsyncClient
+) -> Record:
     """Send ``record``'s request to ``base`` with ``key``; fill in what came back.
     A broken connection is recorded in ``cut``, never raised."""
     try:
@@ -144,7 +150,13 @@ async def request_send(base: str, key: str, record: Record, client: httpx.AsyncC
             await _ws(base, key, record)
         else:
             await _http(client, base, key, record)
-    except (httpx.HTTPError, websockets.WebSocketException, OSError, ValueError, KeyError) as exc:
+    except (
+        httpx.HTTPError,
+        websockets.WebSocketException,
+        OSError,
+        ValueError,
+        KeyError,
+    ) as exc:
         record.cut = record.cut or f"{type(exc).__name__}: {exc}"[:300]
     record.ended = time.time()
     return record

@@ -33,8 +33,14 @@ from .services import LoadBalancer, Postgres, Redis
 
 SCRIPTED_MODEL = "chaos-scripted"  # a catalog model of the run (no tokenizer)
 REAL_MODEL = "smollm2-135m-instruct"
-FAULTS = ("agent_kill", "agent_stall", "coordinator_kill", "postgres_restart",
-          "redis_restart", "client_disconnect")
+FAULTS = (
+    "agent_kill",
+    "agent_stall",
+    "coordinator_kill",
+    "postgres_restart",
+    "redis_restart",
+    "client_disconnect",
+)
 
 
 @dataclass
@@ -99,9 +105,13 @@ class Chaos:
         self.pg.start()
         self.redis.start()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-        env.update(ENV, DJANGO_SETTINGS_MODULE="ballast.settings",
-                   BALLAST_VAR_DIR=str(root / "var"), DATABASE_URL=self.pg.url,
-                   REDIS_URL=self.redis.url)
+        env.update(
+            ENV,
+            DJANGO_SETTINGS_MODULE="ballast.settings",
+            BALLAST_VAR_DIR=str(root / "var"),
+            DATABASE_URL=self.pg.url,
+            REDIS_URL=self.redis.url,
+        )
         ports = {"coordinator-a": port_free(), "coordinator-b": port_free()}
         self.lb = LoadBalancer(root, ports)
         try:
@@ -116,31 +126,94 @@ class Chaos:
     def _run(self, stack: Stack, ports: dict[str, int]) -> ChaosResult:
         cfg = self.config
         stack.migrate()
-        manage("shell", "-c", (
-            "from catalog.models import CatalogModel; CatalogModel.objects.get_or_create("
-            f"id='{SCRIPTED_MODEL}', defaults=dict(family='chaos', context_length=4096,"
-            " vram_per_request_mb=1, price_completion_nano=200))"), env=stack.env)
-        keys = [last_line(manage("renter_create", f"chaos-{i}@example.com", "--credit", "50",
-                                 env=stack.env)) for i in range(cfg.renters)]
+        manage(
+            "shell",
+            "-c",
+            (
+                "from catalog.models import CatalogModel; CatalogModel.objects.get_or_create("
+                f"id='{SCRIPTED_MODEL}', defaults=dict(family='chaos', context_length=4096,"
+                " vram_per_request_mb=1, price_completion_nano=200))"
+            ),
+            env=stack.env,
+        )
+        keys = [
+            last_line(
+                manage(
+                    "renter_create",
+                    f"chaos-{i}@example.com",
+                    "--credit",
+                    "50",
+                    env=stack.env,
+                )
+            )
+            for i in range(cfg.renters)
+        ]
         for name, port in ports.items():
-            stack.start_coordinator(name if name != "coordinator-a" else "coordinator", port)
+            stack.start_coordinator(
+                name if name != "coordinator-a" else "coordinator", port
+            )
         self.lb.start()
         self.url = self.lb.url
-        stack.spawn("celery-worker", [sys.executable, "-m", "celery", "-A", "ballast", "worker",
-                                      "--loglevel", "INFO", "--concurrency", "1", "--pool", "solo"])
-        stack.spawn("celery-beat", [sys.executable, "-m", "celery", "-A", "ballast", "beat",
-                                    "--loglevel", "INFO"])
-        script = json.dumps({"from_prompt": cfg.words, "delay_s": cfg.piece_delay_s,
-                             "models": [SCRIPTED_MODEL]})
+        stack.spawn(
+            "celery-worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "ballast",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "1",
+                "--pool",
+                "solo",
+            ],
+        )
+        stack.spawn(
+            "celery-beat",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "ballast",
+                "beat",
+                "--loglevel",
+                "INFO",
+            ],
+        )
+        script = json.dumps(
+            {
+                "from_prompt": cfg.words,
+                "delay_s": cfg.piece_delay_s,
+                "models": [SCRIPTED_MODEL],
+            }
+        )
         self.agent_args = ("--engine", "scripted", "--script", script)
-        self.tokens = {f"rig-{i}": last_line(manage("machine_create", "chaos-host@example.com",
-                                                    f"rig-{i}", env=stack.env))
-                       for i in range(cfg.agents)}
+        self.tokens = {
+            f"rig-{i}": last_line(
+                manage(
+                    "machine_create",
+                    "chaos-host@example.com",
+                    f"rig-{i}",
+                    env=stack.env,
+                )
+            )
+            for i in range(cfg.agents)
+        }
         for name, token in self.tokens.items():
             stack.start_agent(name, token, *self.agent_args, server=self.url)
         if cfg.real_model:
-            token = last_line(manage("machine_create", "chaos-host@example.com", "rig-real",
-                                     env=stack.env))
+            token = last_line(
+                manage(
+                    "machine_create",
+                    "chaos-host@example.com",
+                    "rig-real",
+                    env=stack.env,
+                )
+            )
             stack.start_agent("rig-real", token, server=self.url)
             stack.wait_for_capacity(keys[0], REAL_MODEL, devices=1, timeout_s=300)
         stack.wait_for_capacity(keys[0], SCRIPTED_MODEL, devices=cfg.agents)
@@ -149,23 +222,35 @@ class Chaos:
         faults = threading.Thread(target=self._faults, args=(stop,), daemon=True)
         faults.start()
         try:
-            asyncio.run(load_run(self.url, keys, records, cfg.concurrency, self._progress))
+            asyncio.run(
+                load_run(self.url, keys, records, cfg.concurrency, self._progress)
+            )
         finally:
             stop.set()
             faults.join(timeout=120)
-        self.faults["client_disconnect"] = sum(r.cut == "renter disconnected" for r in records)
+        self.faults["client_disconnect"] = sum(
+            r.cut == "renter disconnected" for r in records
+        )
         self._settle(keys[0])
-        return ChaosResult(records, self.faults, self._check(records, root=stack.log_dir))
+        return ChaosResult(
+            records, self.faults, self._check(records, root=stack.log_dir)
+        )
 
     def _records(self) -> list[Record]:
         cfg, out = self.config, []
         for index in range(cfg.requests):
             real = cfg.real_model and self.rng.random() < cfg.real_share
             kind = self.rng.choice(("http_stream", "http") if real else KINDS)
-            out.append(Record(index=index, renter=index % cfg.renters, kind=kind,
-                              model=REAL_MODEL if real else SCRIPTED_MODEL,
-                              prompt=f"chaos {cfg.seed} request {index}",
-                              max_tokens=16 if real else 256))
+            out.append(
+                Record(
+                    index=index,
+                    renter=index % cfg.renters,
+                    kind=kind,
+                    model=REAL_MODEL if real else SCRIPTED_MODEL,
+                    prompt=f"chaos {cfg.seed} request {index}",
+                    max_tokens=16 if real else 256,
+                )
+            )
         return out
 
     def _progress(self) -> None:
@@ -185,18 +270,27 @@ class Chaos:
         SIGKILLed (and restarted 3 s later), PostgreSQL restarted, Redis
         restarted."""
         cfg, total = self.config, self.config.requests
-        milestones = [(0.2, self._coordinator_kill), (0.45, self._postgres_restart),
-                      (0.7, self._redis_restart)]
+        milestones = [
+            (0.2, self._coordinator_kill),
+            (0.45, self._postgres_restart),
+            (0.7, self._redis_restart),
+        ]
         max_down = max(1, round(cfg.agents * cfg.down_share))
         next_stall = time.monotonic() + 2
         while not stop.wait(0.35 + self.rng.random() * 0.7):
             if milestones and self.done >= milestones[0][0] * total:
                 milestones.pop(0)[1](stop)
-            up = [n for n in self.tokens if n not in self.down and n in self.stack.processes]
+            up = [
+                n
+                for n in self.tokens
+                if n not in self.down and n in self.stack.processes
+            ]
             if len(self.down) >= max_down or (self.down and self.rng.random() < 0.5):
                 name = min(self.down, key=self.down.get)
                 del self.down[name]
-                self.stack.start_agent(name, self.tokens[name], *self.agent_args, server=self.url)
+                self.stack.start_agent(
+                    name, self.tokens[name], *self.agent_args, server=self.url
+                )
             elif up:
                 name = self.rng.choice(up)
                 self.stack.kill(name)
@@ -206,7 +300,9 @@ class Chaos:
                 next_stall = time.monotonic() + 4
                 self._stall(self.rng.choice(up))
         for name in list(self.down):  # everyone back before the system settles
-            self.stack.start_agent(name, self.tokens[name], *self.agent_args, server=self.url)
+            self.stack.start_agent(
+                name, self.tokens[name], *self.agent_args, server=self.url
+            )
         self.down.clear()
         for _, fault in milestones:  # a short run still injects every fault
             fault(threading.Event())
@@ -239,31 +335,48 @@ class Chaos:
     def _settle(self, key: str) -> None:
         """Wait until every agent is back and connected (through the load
         balancer, to whichever coordinator) and no job is open."""
-        self.stack.wait_for_capacity(key, SCRIPTED_MODEL, devices=self.config.agents,
-                                     timeout_s=120)
+        self.stack.wait_for_capacity(
+            key, SCRIPTED_MODEL, devices=self.config.agents, timeout_s=120
+        )
         # a job whose coordinator died is closed by the reaper once its lease
         # (BALLAST_LEASE_S) runs out: wait for it, checked from the database
-        count = ("from jobs.models import Job; from hosts.models import Device; "
-                 "print(Job.objects.filter(status__in=Job.OPEN_STATUSES).count()"
-                 " + Device.objects.filter(slots_used__gt=0).count())")
-        self.stack.wait_for(lambda: last_line(manage("shell", "-c", count, env=self.stack.env))
-                            == "0", "no job open and no slot held", 90)
+        count = (
+            "from jobs.models import Job; from hosts.models import Device; "
+            "print(Job.objects.filter(status__in=Job.OPEN_STATUSES).count()"
+            " + Device.objects.filter(slots_used__gt=0).count())"
+        )
+        self.stack.wait_for(
+            lambda: last_line(manage("shell", "-c", count, env=self.stack.env)) == "0",
+            "no job open and no slot held",
+            90,
+        )
 
     def _check(self, records: list[Record], root: Path) -> dict:
         """Run ``tests.chaos.check`` on the run's database (a Django process of
         its own); return its JSON report."""
         path = root / "records.json"
         kill = [t for t, kind, _ in self.events if kind == "coordinator_kill"]
-        path.write_text(json.dumps({
-            "records": [r.as_dict() for r in records], "words": self.config.words,
-            "scripted_model": SCRIPTED_MODEL, "faults": dict(self.faults),
-            "coordinator_killed_at": kill, "faults_named": FAULTS,
-            "agents": self.config.agents,
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "records": [r.as_dict() for r in records],
+                    "words": self.config.words,
+                    "scripted_model": SCRIPTED_MODEL,
+                    "faults": dict(self.faults),
+                    "coordinator_killed_at": kill,
+                    "faults_named": FAULTS,
+                    "agents": self.config.agents,
+                }
+            )
+        )
         done = subprocess.run(
             [sys.executable, "-m", "tests.chaos.check", str(path)],
-            env=self.stack.env, cwd=self.stack.root, capture_output=True, text=True,
-            timeout=600, check=False,
+            env=self.stack.env,
+            cwd=self.stack.root,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         if not done.stdout.strip():
             raise RuntimeError(f"the check failed:\n{done.stderr[-4000:]}")

@@ -65,14 +65,24 @@ class Postgres:
                 shutil.chown(self.root, "postgres", "postgres")
             subprocess.run(
                 _as_postgres(
-                    [str(PG_BIN / "initdb"), "-U", "postgres", "-A", "trust", "-D", str(data)]
+                    [
+                        str(PG_BIN / "initdb"),
+                        "-U",
+                        "postgres",
+                        "-A",
+                        "trust",
+                        "-D",
+                        str(data),
+                    ]
                 ),
                 check=True,
                 capture_output=True,
             )
         self._ctl("start", "-w", "-l", str(self.root / "postgres.log"))
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname='ballast'").fetchone():
+            if not conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname='ballast'"
+            ).fetchone():
                 conn.execute("CREATE DATABASE ballast")
 
     @property
@@ -83,7 +93,15 @@ class Postgres:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c max_connections=200"
         subprocess.run(
             _as_postgres(
-                [str(PG_BIN / "pg_ctl"), action, "-D", str(self.root / "pgdata"), "-o", options, *extra]
+                [
+                    str(PG_BIN / "pg_ctl"),
+                    action,
+                    "-D",
+                    str(self.root / "pgdata"),
+                    "-o",
+                    options,
+                    *extra,
+                ]
             ),
             check=True,
             capture_output=True,
@@ -118,9 +136,22 @@ class Redis:
         self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.root / "redis.log", "ab")  # noqa: SIM115 - closed with the child
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.root)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.root),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         _wait_port(self.port, "redis")
 
@@ -183,7 +214,9 @@ class LoadBalancer:
         log = open(self.root / "haproxy.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
             ["haproxy", "-db", "-f", str(config)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         _wait_port(self.port, "haproxy")
 
