@@ -21,7 +21,13 @@ from catalog.models import CatalogModel
 
 from .auth import bearer_from_header
 from .chunks import ChunkWriter, sse
-from .errors import ApiError, error_body, error_response, failure_error
+from .errors import (
+    RETRY_AFTER_S,
+    ApiError,
+    error_body,
+    error_response,
+    failure_error,
+)
 from .models import Job
 from .orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from .requests import CompletionRequest, completion_request_parse
@@ -118,8 +124,9 @@ async def _completion_answer(request: HttpRequest, endpoint: str) -> HttpRespons
         raise
     if isinstance(first, Failed):
         await events.aclose()
-        response = JsonResponse(
-            error_body(first.status, first.message, first.code), status=first.status
+        retry = RETRY_AFTER_S if first.status in (429, 503) else None
+        response = error_response(
+            ApiError(first.status, first.message, first.code, retry_after_s=retry)
         )
     elif parsed.stream:
         response = StreamingHttpResponse(
@@ -151,7 +158,22 @@ async def _collect(first, events: AsyncIterator, writer: ChunkWriter) -> JsonRes
                     "error"
                 ]
                 return JsonResponse(body)
-            event = await anext(events)
+            event = await _event_next(events)
+
+
+async def _event_next(events: AsyncIterator) -> Token | Finished | Failed:
+    """The job's next event once its answer has begun; the coordinator's own
+    failure meanwhile (a channel layer or database that went away: the job's
+    coroutine has closed the job, billing what was delivered) is an in-band
+    ``Failed`` after output, so the renter gets an error chunk, not a cut
+    connection."""
+    try:
+        return await anext(events)
+    except StopAsyncIteration:
+        raise
+    except Exception as exc:
+        error = failure_error(exc, "completion after output")
+        return Failed(error.status, error.code, error.message, after_output=True)
 
 
 async def _stream(
@@ -175,7 +197,7 @@ async def _stream(
                     yield sse(writer.usage_chunk(event.usage))
                 yield sse("[DONE]")
                 return
-            event = await anext(events)
+            event = await _event_next(events)
 
 
 @csrf_exempt

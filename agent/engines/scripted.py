@@ -10,6 +10,9 @@ JSON object (``--script``)::
      "n": 3,                            # piece count used by the *_at modes
      "inflate_tokens": 999,             # report this many completion tokens
      "bad_receipt": false,              # sign the receipt over other text
+     "from_prompt": 0,                  # > 0: that many words, a pure function
+                                        # of the prompt (see answer_for), and a
+                                        # continuation goes on from continue_from
      "models": ["smollm2-135m-instruct"],
      "load_error": "CUDA out of memory"}  # make load() fail with this message
 
@@ -19,6 +22,7 @@ Never the product's answer: a real host runs llama.cpp or an OpenAI server.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import re
@@ -50,6 +54,26 @@ MODES = (
 )
 
 
+def answer_for(prompt_text: str, words: int) -> str:
+    """The answer of a ``from_prompt`` script: ``words`` words (``w`` and 6 hex
+    digits each, space-separated), a pure function of ``prompt_text`` (the
+    request's messages' contents joined by newlines, or its raw prompt), so a
+    checker can recompute exactly what any request's answer must be."""
+    out = []
+    for index in range(words):
+        digest = hashlib.sha256(f"{index}:{prompt_text}".encode()).hexdigest()
+        out.append("w" + digest[:6])
+    return " ".join(out)
+
+
+def prompt_text(request: GenerationRequest) -> str:
+    """What ``answer_for`` is a function of: the messages' contents joined by
+    newlines, or the raw prompt."""
+    if request.messages is not None:
+        return "\n".join(str(m.get("content", "")) for m in request.messages)
+    return request.prompt or ""
+
+
 def pieces_split(text: str) -> list[str]:
     """Split ``text`` into word-sized pieces (each keeps its leading spaces)."""
     return re.findall(r"\s*\S+|\s+", text)
@@ -77,6 +101,9 @@ class ScriptedEngine(Engine):
             self.pieces = pieces_split(str(script.get("text", DEFAULT_TEXT)))
         if any(not piece for piece in self.pieces):
             raise ValueError("scripted pieces must be non-empty strings")
+        self.from_prompt = int(script.get("from_prompt", 0))
+        if self.from_prompt < 0:
+            raise ValueError("from_prompt must be a word count >= 0")
         self.delay_s = float(script.get("delay_s", 0.0))
         self.n = int(script.get("n", 0))
         inflate = script.get("inflate_tokens")
@@ -114,7 +141,8 @@ class ScriptedEngine(Engine):
         if self.mode == "empty_done":
             result.completion_tokens = self.inflate_tokens or 0
             return
-        pieces = self.pieces[: max(0, request.max_tokens())]
+        every = self._pieces_for(request)
+        pieces = every[: max(0, request.max_tokens())]
         misbehaves = self.mode in ("die_at", "error_at", "stall_at")
         for index, piece in enumerate(pieces):
             if misbehaves and index == self.n:
@@ -124,11 +152,24 @@ class ScriptedEngine(Engine):
             yield piece
         if misbehaves and self.n >= len(pieces):
             await self._misbehave(len(pieces))
-        result.finish_reason = "length" if len(pieces) < len(self.pieces) else "stop"
+        result.finish_reason = "length" if len(pieces) < len(every) else "stop"
         result.prompt_tokens = _words(request)
         result.completion_tokens = (
             self.inflate_tokens if self.inflate_tokens is not None else len(pieces)
         )
+
+    def _pieces_for(self, request: GenerationRequest) -> list[str]:
+        """The pieces to stream: the script's, or (``from_prompt``) the rest of
+        the prompt's answer after ``continue_from``. Raises GenerationError when
+        ``continue_from`` is not a prefix of that answer (the coordinator asked
+        to continue text this engine would never have written)."""
+        if not self.from_prompt:
+            return self.pieces
+        answer = answer_for(prompt_text(request), self.from_prompt)
+        done = request.continue_from
+        if not answer.startswith(done):
+            raise GenerationError("continue_from is not a prefix of this answer")
+        return pieces_split(answer[len(done) :])
 
     async def _misbehave(self, sent: int) -> None:
         """die_at: exit the process; error_at: raise; stall_at: wait until cancelled."""

@@ -74,3 +74,29 @@ def test_it_refuses_an_unknown_mode() -> None:
         engine_create("scripted", script={"mode": "explode"})
     with pytest.raises(ValueError):
         engine_create("nonesuch")
+
+
+@pytest.mark.asyncio
+async def test_from_prompt_answers_a_pure_function_of_the_prompt_and_continues_it() -> (
+    None
+):
+    """The chaos suite's hosts: any continuation can be checked exactly."""
+    from agent.engines.scripted import answer_for
+
+    engine = engine_create("scripted", script={"from_prompt": 5})
+    await engine.load()
+    messages = [{"role": "user", "content": "chaos-7"}]
+
+    async def answer(continue_from: str = "") -> str:
+        request = GenerationRequest(
+            model=MODEL, messages=messages, continue_from=continue_from
+        )
+        return "".join([p async for p in engine.stream(request, GenerationResult())])
+
+    whole = await answer()
+    assert whole == answer_for("chaos-7", 5) and len(whole.split()) == 5
+    assert whole != answer_for("chaos-8", 5)
+    for cut in (1, 9, len(whole) - 1):  # mid-word too
+        assert whole[:cut] + await answer(whole[:cut]) == whole
+    with pytest.raises(GenerationError, match="not a prefix"):
+        await answer("something else")
