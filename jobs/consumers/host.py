@@ -205,8 +205,14 @@ class HostRelayConsumer(HostConsumer):
                 await local.channel_send(
                     self.channel_layer,
                     info["reply"],
-                    {"type": "host.token", "attempt": attempt_id, "text": text},
+                    {
+                        "type": "host.token",
+                        "attempt": attempt_id,
+                        "text": text,
+                        "at": info.get("relayed_chars", 0),
+                    },
                 )
+                info["relayed_chars"] = info.get("relayed_chars", 0) + len(text)
         except Exception:
             log.exception(
                 "machine %s: relaying tokens of %s failed",

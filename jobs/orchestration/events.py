@@ -47,6 +47,7 @@ class Segment:
     done: dict | None = None
     claimed_at: datetime | None = None
     first_token_at: datetime | None = None
+    received: int = 0  # characters of the host's text that reached the job
 
     @property
     def text(self) -> str:

@@ -81,13 +81,19 @@ class JobInbox:
             self.chars -= len(message["text"])
         return message
 
-    def more_text(self, attempt_id: str) -> str:
-        """Text of this attempt's token messages waiting at the head, taken:
-        tokens that arrived together go to the renter as one chunk."""
+    def more_text(self, attempt_id: str, *, at: int) -> str:
+        """Text of this attempt's token messages waiting at the head that go on
+        from character ``at`` of its text, taken: tokens that arrived together go
+        to the renter as one chunk (a message relayed from another position is
+        left for the caller to judge)."""
         pieces = []
         while self.messages:
             head = self.messages[0]
             if head.get("type") != "host.token" or head.get("attempt") != attempt_id:
                 break
-            pieces.append(self.take()["text"])
+            if head.get("at", at) != at:
+                break
+            text = self.take()["text"]
+            pieces.append(text)
+            at += len(text)
         return "".join(pieces)

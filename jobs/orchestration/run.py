@@ -246,11 +246,20 @@ class JobRun:
                 stage = FIRST_TOKEN
                 deadline = loop.time() + stage_timeout_s(stage)
             elif kind == "host.token":
+                if message.get("at", segment.received) != segment.received:
+                    # a message lost between processes (Redis pub/sub delivers at
+                    # most once, e.g. across a restart): what follows would not
+                    # continue what the renter has; not the host's fault
+                    segment.outcome = Attempt.Outcome.CANCELLED
+                    segment.error = "tokens lost between coordinator processes"
+                    return
                 if not segment.pieces:
                     segment.first_token_at = timezone.now()  # written when it ends
-                text, over = self.budget.take(
-                    message["text"] + self.inbox.more_text(attempt_id)
+                received = message["text"] + self.inbox.more_text(
+                    attempt_id, at=segment.received + len(message["text"])
                 )
+                segment.received += len(received)
+                text, over = self.budget.take(received)
                 if text:
                     segment.pieces.append(text)
                     yield text

@@ -204,10 +204,16 @@ def attempts_reap(*, now: datetime | None = None) -> int:
     closed = 0
     stale = Job.objects.filter(status__in=Job.OPEN_STATUSES, lease_until__lt=now)
     for job_id in stale.values_list("id", flat=True):
+        # what its ended attempts recorded delivering (the open one recorded none)
+        delivered = "".join(
+            Attempt.objects.filter(job_id=job_id, state=Attempt.State.ENDED)
+            .order_by("offered_at", "id")
+            .values_list("output_text", flat=True)
+        )
         job = job_finish(
             job_id=str(job_id),
             status=Job.Status.FAILED,
-            output_text="",
+            output_text=delivered,
             error_code="coordinator_lost",
             error_message="the coordinator process running this job stopped",
             now=now,

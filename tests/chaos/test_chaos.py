@@ -16,17 +16,6 @@ from .services import services_missing
 
 pytestmark = pytest.mark.chaos
 
-# breaches this suite found that are not fixed yet (see KNOWN): a Redis restart
-# drops the host.token messages published while a job's channel subscription is
-# being re-made on the new server (Redis pub/sub is at-most-once), so an answer
-# can come out with a hole, and a renter can hold text its closed job lacks
-KNOWN = (
-    "the answer is not exactly the prompt's",
-    "its attempts' texts are not its text",
-    "the renter received text its job lacks",
-)
-
-
 def test_nothing_is_lost_charged_twice_or_leaked_under_faults(tmp_path):
     missing = services_missing()
     if missing:
@@ -34,9 +23,4 @@ def test_nothing_is_lost_charged_twice_or_leaked_under_faults(tmp_path):
     result = Chaos(ChaosConfig(requests=100, log_dir=tmp_path / "logs")).run()
     print(json.dumps(result.report["counts"], indent=1))
     breaches = result.report["breaches"]
-    unknown = [b for b in breaches if not any(k in b for k in KNOWN)]
-    assert not unknown, "\n".join(breaches)
-    if breaches:
-        pytest.xfail(
-            "known breach (Redis restart drops relayed tokens): " + "; ".join(breaches)
-        )
+    assert not breaches, "\n".join(breaches)

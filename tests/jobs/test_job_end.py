@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from billing.models import Account, Earning, Entry, LedgerTransaction, ReceiptCheck
 from hosts.models import Device, DeviceModel, DeviceOutcome
@@ -336,3 +337,27 @@ def test_an_inflated_count_is_a_failed_check_reversing_held_earnings(worlds, ren
         source=DeviceOutcome.Source.SPOT_CHECK,
         success=False,
     ).exists()
+
+
+def test_the_reaper_closes_a_job_with_the_text_its_ended_attempts_delivered(
+    worlds, renter
+):
+    """A coordinator died during a continuation: the job is closed with the text
+    its first segment recorded delivering, and billed for that text alone."""
+    from jobs.services import attempts_reap
+
+    rig, hosts = worlds[0]
+    job = rig.job(renter=renter, model=MODEL)
+    rig.segment(
+        job,
+        text="The capital of ",
+        outcome=Attempt.Outcome.DIED_MIDSTREAM,
+        device=hosts[0].device,
+    )
+    rig.attempt(job, continue_from="The capital of ", device=hosts[1].device)
+    Job.objects.filter(id=job.id).update(lease_until=timezone.now() - timedelta(1))
+    assert attempts_reap() == 1
+    job.refresh_from_db()
+    assert job.output_text == "The capital of "
+    assert job.tokens_billed == token_count(MODEL, "The capital of ")
+    assert job.error_code == "coordinator_lost"

@@ -179,6 +179,23 @@ async def test_the_cut_counts_what_earlier_segments_delivered():
     assert token_count(MODEL, run.delivered_text) == 10
 
 
+@pytest.mark.asyncio
+async def test_a_token_lost_between_processes_ends_the_attempt_without_a_hole():
+    """Each relayed token says where in its attempt's text it starts (``at``):
+    one that does not follow what the job received (a message lost across a
+    Redis restart) ends the attempt, not the host's fault, and the renter keeps
+    exactly the text before the hole (the continuation goes on from there)."""
+    run, segment = _run(), _segment()
+    frames = _frames(segment, ("claim",), ("token", "one "), ("token", "two "))
+    frames += _frames(segment, ("token", "four "), ("token", "five"))
+    for at, frame in zip((0, 4, 12, 17), frames[1:], strict=True):
+        frame["at"] = at  # "three " never arrived
+    run.inbox.extend(frames)
+    assert "".join(await _follow(run, segment)) == "one two "
+    assert segment.outcome == Attempt.Outcome.CANCELLED
+    assert run.delivered_text == "one two "
+
+
 # --- end to end ----------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
