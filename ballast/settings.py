@@ -86,11 +86,82 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be 1 or 0, got {raw!r}")
 
 
-SECRET_KEY = os.environ.get(
+def env_required(name: str, development_default: str) -> str:
+    """The value of ``name``; in development mode (``BALLAST_DEV=1``)
+    ``development_default`` when it is unset. Raises ImproperlyConfigured naming
+    the variable when it is unset or empty outside development: production fails
+    closed."""
+    raw = os.environ.get(name, "").strip()
+    if raw:
+        return raw
+    if BALLAST_DEV:
+        return development_default
+    raise ImproperlyConfigured(
+        f"{name} must be set (or BALLAST_DEV=1 for a developer's machine)"
+    )
+
+
+def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """``HEADER=VALUE`` in ``name`` (e.g. ``X-Forwarded-Proto=https``: the header
+    the load balancer sets on requests that came over HTTPS) as Django's
+    ``SECURE_PROXY_SSL_HEADER`` pair (``("HTTP_X_FORWARDED_PROTO", "https")``), or
+    None when unset. Raises ImproperlyConfigured naming the variable on another
+    shape."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, sep, value = raw.partition("=")
+    header, value = header.strip(), value.strip()
+    if not sep or not header or not value or " " in header:
+        raise ImproperlyConfigured(
+            f"{name} must be HEADER=VALUE (e.g. X-Forwarded-Proto=https), got {raw!r}"
+        )
+    return "HTTP_" + header.upper().replace("-", "_"), value
+
+
+# --- development mode and what production must set ----------------------------
+# BALLAST_DEV=1 (set by ./dev demo, ./dev test, pytest.ini, .ci/run, bench/ and
+# the Stack's children) is a developer's machine: DEBUG on unless DJANGO_DEBUG=0,
+# a fixed secret key, local host names, plain-HTTP cookies. Without it the
+# coordinator refuses to start unless DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS
+# are set, and DEBUG stays off.
+BALLAST_DEV = env_bool("BALLAST_DEV", False)
+DEBUG = env_bool("DJANGO_DEBUG", BALLAST_DEV)
+if DEBUG and not BALLAST_DEV:
+    raise ImproperlyConfigured(
+        "DJANGO_DEBUG=1 is for development only (set BALLAST_DEV=1 with it)"
+    )
+SECRET_KEY = env_required(
     "DJANGO_SECRET_KEY", "ballast-embedded-default-not-for-production"
 )
-DEBUG = env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in env_required(
+        "DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver"
+    ).split(",")
+    if host.strip()
+]
+if "*" in ALLOWED_HOSTS and not BALLAST_DEV:
+    # any Host header would be believed: a password-reset mail could carry an
+    # attacker's host name
+    raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must name the hosts, not '*'")
+CSRF_TRUSTED_ORIGINS = [
+    origin.strip()
+    for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
+    if origin.strip()
+]
+# HTTPS: on by default outside development (README "Production")
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not BALLAST_DEV)
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not BALLAST_DEV)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int(
+    "DJANGO_SECURE_HSTS_SECONDS", 0 if BALLAST_DEV else 31_536_000, minimum=0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", not BALLAST_DEV
+)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", not BALLAST_DEV)
+SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("DJANGO_SECURE_PROXY_SSL_HEADER")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
