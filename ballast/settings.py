@@ -355,6 +355,12 @@ BALLAST_LEASE_S = env_float("BALLAST_LEASE_S", 5.0, minimum=0.1)
 BALLAST_LEASE_RENEW_S = env_float("BALLAST_LEASE_RENEW_S", 1.0, minimum=0.02)
 BALLAST_LEASE_MARGIN_S = env_float("BALLAST_LEASE_MARGIN_S", 1.0)
 BALLAST_MAX_GPU_TEMP_C = env_float("BALLAST_MAX_GPU_TEMP_C", 88.0)
+# what a host may declare (hosts.protocol): devices in a hello (indexes below it),
+# slots a device may report
+BALLAST_MAX_DEVICES_PER_MACHINE = env_int(
+    "BALLAST_MAX_DEVICES_PER_MACHINE", 16, minimum=1
+)
+BALLAST_MAX_SLOTS_PER_DEVICE = env_int("BALLAST_MAX_SLOTS_PER_DEVICE", 64, minimum=1)
 BALLAST_SPOT_CHECKS = env_bool("BALLAST_SPOT_CHECKS", True)
 # a job's coroutine and its machine's connection in one process skip the channel
 # layer (ballast.local); 0: every message through the layer
