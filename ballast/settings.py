@@ -212,6 +212,16 @@ TEMPLATES = [
 ]
 
 # --- database ---------------------------------------------------------------
+# SQLite's options, whatever names the file (the embedded default or a
+# DATABASE_URL): WAL lets the ASGI server, Celery and manage.py share the file;
+# IMMEDIATE makes every transaction take the write lock up front, so the
+# one-writer rule settles claims (DESIGN.md "Picking a device"); a writer waits
+# up to 30 s for the lock instead of failing with "database is locked".
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+}
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
     try:
@@ -236,18 +246,13 @@ if DATABASE_URL:
         # CONN_HEALTH_CHECKS sends an empty query every time, and its pool
         # sleeps 1 s, 2 s, … after each connection that fails the check)
         _db["ENGINE"] = "ballast.postgresql"
+    elif _db["ENGINE"] == "django.db.backends.sqlite3":
+        _db["OPTIONS"] = {**SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
 else:
     _db = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("BALLAST_SQLITE_PATH", str(VAR_DIR / "ballast.sqlite3")),
-        "OPTIONS": {
-            # WAL lets the ASGI server, Celery and manage.py share the file;
-            # IMMEDIATE makes every transaction take the write lock up front, so
-            # the one-writer rule settles claims (DESIGN.md "Picking a device").
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
-        },
+        "OPTIONS": dict(SQLITE_OPTIONS),
     }
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -354,6 +359,47 @@ BALLAST_HEARTBEAT_INTERVAL_S = env_float(
 BALLAST_LEASE_S = env_float("BALLAST_LEASE_S", 5.0, minimum=0.1)
 BALLAST_LEASE_RENEW_S = env_float("BALLAST_LEASE_RENEW_S", 1.0, minimum=0.02)
 BALLAST_LEASE_MARGIN_S = env_float("BALLAST_LEASE_MARGIN_S", 1.0)
+
+
+def liveness_settings_check(
+    *,
+    max_age_s: float,
+    interval_s: float,
+    lease_s: float,
+    renew_s: float,
+    margin_s: float,
+) -> None:
+    """Refuse liveness settings under which live machines would not stay live.
+
+    A machine silent for ``max_age − lease − margin`` s is marked stale at the
+    lease loop's next tick (``hosts.liveness.stale_after_s``), and a heartbeat
+    un-marks it only while it is younger than that: so it must be longer than
+    the heartbeat interval, or a steady machine is marked stale between its
+    heartbeats (at 0 s, as with max age 5 and the default lease, never
+    un-marked: no device eligible). The lease must be renewed before it runs out
+    (``renew < lease``). Raises ImproperlyConfigured naming the variables.
+    """
+    if max_age_s - lease_s - margin_s <= interval_s:
+        raise ImproperlyConfigured(
+            "BALLAST_HEARTBEAT_MAX_AGE_S − BALLAST_LEASE_S − BALLAST_LEASE_MARGIN_S"
+            f" ({max_age_s:g} − {lease_s:g} − {margin_s:g}) must be more than"
+            f" BALLAST_HEARTBEAT_INTERVAL_S ({interval_s:g}): machines would be"
+            " marked stale between heartbeats"
+        )
+    if renew_s >= lease_s:
+        raise ImproperlyConfigured(
+            f"BALLAST_LEASE_RENEW_S ({renew_s:g}) must be less than BALLAST_LEASE_S"
+            f" ({lease_s:g}): the lease would lapse between renewals"
+        )
+
+
+liveness_settings_check(
+    max_age_s=BALLAST_HEARTBEAT_MAX_AGE_S,
+    interval_s=BALLAST_HEARTBEAT_INTERVAL_S,
+    lease_s=BALLAST_LEASE_S,
+    renew_s=BALLAST_LEASE_RENEW_S,
+    margin_s=BALLAST_LEASE_MARGIN_S,
+)
 BALLAST_MAX_GPU_TEMP_C = env_float("BALLAST_MAX_GPU_TEMP_C", 88.0)
 # what a host may declare (hosts.protocol): devices in a hello (indexes below it),
 # slots a device may report

@@ -137,3 +137,58 @@ def test_production_is_debug_off_https_only_and_development_is_not(tmp_path):
         "False",
         "None",
     ]
+
+
+def test_liveness_settings_that_would_break_liveness_are_refused_at_start(tmp_path):
+    """Max age 5 s with the default lease (5 s) and margin (1 s) marked every
+    machine stale at once (``hosts.liveness.stale_after_s`` was 0): no device
+    was ever eligible. Such settings now stop start-up naming the variables; a
+    combination that leaves room for the heartbeats starts."""
+    broken = [
+        (
+            {"BALLAST_HEARTBEAT_MAX_AGE_S": "5", "BALLAST_HEARTBEAT_INTERVAL_S": "1"},
+            "BALLAST_HEARTBEAT_MAX_AGE_S − BALLAST_LEASE_S − BALLAST_LEASE_MARGIN_S",
+        ),
+        (
+            {"BALLAST_HEARTBEAT_INTERVAL_S": "25"},
+            "BALLAST_HEARTBEAT_INTERVAL_S (25)",
+        ),
+        ({"BALLAST_LEASE_RENEW_S": "5"}, "BALLAST_LEASE_RENEW_S (5)"),
+    ]
+    for change, named in broken:
+        run = _run(
+            _outside_development(tmp_path, BALLAST_DEV="1", **change),
+            "manage.py",
+            "check",
+        )
+        assert run.returncode != 0 and "ImproperlyConfigured" in run.stderr, change
+        assert named in run.stderr, (change, run.stderr[-400:])
+    works = {
+        "BALLAST_HEARTBEAT_MAX_AGE_S": "5",
+        "BALLAST_HEARTBEAT_INTERVAL_S": "1",
+        "BALLAST_LEASE_S": "2",
+        "BALLAST_LEASE_RENEW_S": "0.5",
+        "BALLAST_LEASE_MARGIN_S": "0.5",
+    }
+    run = _run(
+        _outside_development(tmp_path, BALLAST_DEV="1", **works), "manage.py", "check"
+    )
+    assert run.returncode == 0, run.stderr
+
+
+def test_a_sqlite_database_url_gets_the_embedded_defaults_options(tmp_path):
+    """WAL, IMMEDIATE transactions and a 30 s busy timeout, as the embedded
+    default: without them ``machine_create`` failed with "database is locked"
+    while the server ran."""
+    code = (
+        "from django.conf import settings; from django.db import connection;"
+        " o = settings.DATABASES['default']['OPTIONS'];"
+        " c = connection.cursor(); c.execute('PRAGMA journal_mode');"
+        " print(o['transaction_mode'], o['timeout'], c.fetchone()[0])"
+    )
+    url = f"sqlite:///{tmp_path / 'other.sqlite3'}"
+    run = _run(
+        _outside_development(tmp_path, BALLAST_DEV="1", DATABASE_URL=url), "-c", code
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["IMMEDIATE", "30", "wal"]
