@@ -6,6 +6,7 @@ devices the hello did not declare refused with an ``error`` frame."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -58,6 +59,18 @@ async def _connect(token: str, indexes, *, key_of: HostSim | None = None, **kw):
     await host.connect(hello=False)
     await host.send(_hello(host, indexes, **kw))
     return host, await host.recv()
+
+
+async def _loaded_again(device_id: int, timeout: float = 5.0) -> None:
+    """Wait until the device's heartbeat is stored (its model loaded): a state,
+    polled, not a sleep."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if await DeviceModel.objects.filter(device_id=device_id, loaded=True).aexists():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"device {device_id}'s heartbeat was never stored")
 
 
 async def _listed(api_key: str) -> set[str]:
@@ -158,7 +171,7 @@ async def test_devices_missing_from_the_latest_hello_are_retired_until_declared_
     )
     third, _ = await _connect(token, [0, 1], key_of=first)  # put back
     await third.send(_heartbeat([0, 1]))
-    await heartbeat_applied(machine)
+    await _loaded_again(retired.id)
     back = await Device.objects.aget(id=retired.id)
     assert back.retired_at is None and back.slots_total == 1
     assert back.spot_check_reason == "return", "a returning device is checked again"
