@@ -12,6 +12,7 @@ thread, where they would otherwise only contend for the file's lock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -33,10 +34,12 @@ def db_call_retried(
     *,
     tries: int = 2,
     when: Callable[[DatabaseError], bool] | None = None,
+    backoff_s: float = 0.0,
 ) -> Callable:
     """``db_call(func)`` (keyword arguments), called up to ``tries`` times while
     it raises a DatabaseError that ``when(exc)`` accepts (any, by default);
-    each failure before the last is logged. For work that is safe to repeat
+    each failure before the last is logged, and the next try waits
+    ``backoff_s`` s, twice as long after each failure (0: at once). For work that is safe to repeat
     (the end of a job: one already closed is returned as it is, its charge is
     posted once by its key): a connection the server closed fails the call that
     used it and the next try gets another (the pool checks what it hands out);
@@ -45,6 +48,7 @@ def db_call_retried(
     call = db_call(func)
 
     async def retried(**kwargs):
+        pause = backoff_s
         for tries_left in range(tries - 1, -1, -1):
             try:
                 return await call(**kwargs)
@@ -52,6 +56,9 @@ def db_call_retried(
                 if not tries_left or (when is not None and not when(exc)):
                     raise
                 log.warning("%s failed (%s); once more", func.__name__, exc)
+            if pause:
+                await asyncio.sleep(pause)
+                pause *= 2
         raise AssertionError("tries must be at least 1")
 
     return retried

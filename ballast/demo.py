@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
+    env.setdefault("BALLAST_DEV", "1")  # a developer's machine (ballast/settings.py)
     var = Path(env.get("BALLAST_VAR_DIR", ROOT / "var"))
     with Stack(env=env, log_dir=var / "logs", port=args.port) as stack:
         print("migrating the database and loading the catalog ...", flush=True)

@@ -86,11 +86,82 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be 1 or 0, got {raw!r}")
 
 
-SECRET_KEY = os.environ.get(
+def env_required(name: str, development_default: str) -> str:
+    """The value of ``name``; in development mode (``BALLAST_DEV=1``)
+    ``development_default`` when it is unset. Raises ImproperlyConfigured naming
+    the variable when it is unset or empty outside development: production fails
+    closed."""
+    raw = os.environ.get(name, "").strip()
+    if raw:
+        return raw
+    if BALLAST_DEV:
+        return development_default
+    raise ImproperlyConfigured(
+        f"{name} must be set (or BALLAST_DEV=1 for a developer's machine)"
+    )
+
+
+def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """``HEADER=VALUE`` in ``name`` (e.g. ``X-Forwarded-Proto=https``: the header
+    the load balancer sets on requests that came over HTTPS) as Django's
+    ``SECURE_PROXY_SSL_HEADER`` pair (``("HTTP_X_FORWARDED_PROTO", "https")``), or
+    None when unset. Raises ImproperlyConfigured naming the variable on another
+    shape."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, sep, value = raw.partition("=")
+    header, value = header.strip(), value.strip()
+    if not sep or not header or not value or " " in header:
+        raise ImproperlyConfigured(
+            f"{name} must be HEADER=VALUE (e.g. X-Forwarded-Proto=https), got {raw!r}"
+        )
+    return "HTTP_" + header.upper().replace("-", "_"), value
+
+
+# --- development mode and what production must set ----------------------------
+# BALLAST_DEV=1 (set by ./dev demo, ./dev test, pytest.ini, .ci/run, bench/ and
+# the Stack's children) is a developer's machine: DEBUG on unless DJANGO_DEBUG=0,
+# a fixed secret key, local host names, plain-HTTP cookies. Without it the
+# coordinator refuses to start unless DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS
+# are set, and DEBUG stays off.
+BALLAST_DEV = env_bool("BALLAST_DEV", False)
+DEBUG = env_bool("DJANGO_DEBUG", BALLAST_DEV)
+if DEBUG and not BALLAST_DEV:
+    raise ImproperlyConfigured(
+        "DJANGO_DEBUG=1 is for development only (set BALLAST_DEV=1 with it)"
+    )
+SECRET_KEY = env_required(
     "DJANGO_SECRET_KEY", "ballast-embedded-default-not-for-production"
 )
-DEBUG = env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in env_required(
+        "DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver"
+    ).split(",")
+    if host.strip()
+]
+if "*" in ALLOWED_HOSTS and not BALLAST_DEV:
+    # any Host header would be believed: a password-reset mail could carry an
+    # attacker's host name
+    raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must name the hosts, not '*'")
+CSRF_TRUSTED_ORIGINS = [
+    origin.strip()
+    for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
+    if origin.strip()
+]
+# HTTPS: on by default outside development (README "Production")
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not BALLAST_DEV)
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not BALLAST_DEV)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int(
+    "DJANGO_SECURE_HSTS_SECONDS", 0 if BALLAST_DEV else 31_536_000, minimum=0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", not BALLAST_DEV
+)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", not BALLAST_DEV)
+SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("DJANGO_SECURE_PROXY_SSL_HEADER")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -141,6 +212,16 @@ TEMPLATES = [
 ]
 
 # --- database ---------------------------------------------------------------
+# SQLite's options, whatever names the file (the embedded default or a
+# DATABASE_URL): WAL lets the ASGI server, Celery and manage.py share the file;
+# IMMEDIATE makes every transaction take the write lock up front, so the
+# one-writer rule settles claims (DESIGN.md "Picking a device"); a writer waits
+# up to 30 s for the lock instead of failing with "database is locked".
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+}
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
     try:
@@ -165,18 +246,13 @@ if DATABASE_URL:
         # CONN_HEALTH_CHECKS sends an empty query every time, and its pool
         # sleeps 1 s, 2 s, … after each connection that fails the check)
         _db["ENGINE"] = "ballast.postgresql"
+    elif _db["ENGINE"] == "django.db.backends.sqlite3":
+        _db["OPTIONS"] = {**SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
 else:
     _db = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("BALLAST_SQLITE_PATH", str(VAR_DIR / "ballast.sqlite3")),
-        "OPTIONS": {
-            # WAL lets the ASGI server, Celery and manage.py share the file;
-            # IMMEDIATE makes every transaction take the write lock up front, so
-            # the one-writer rule settles claims (DESIGN.md "Picking a device").
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
-        },
+        "OPTIONS": dict(SQLITE_OPTIONS),
     }
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -283,7 +359,54 @@ BALLAST_HEARTBEAT_INTERVAL_S = env_float(
 BALLAST_LEASE_S = env_float("BALLAST_LEASE_S", 5.0, minimum=0.1)
 BALLAST_LEASE_RENEW_S = env_float("BALLAST_LEASE_RENEW_S", 1.0, minimum=0.02)
 BALLAST_LEASE_MARGIN_S = env_float("BALLAST_LEASE_MARGIN_S", 1.0)
+
+
+def liveness_settings_check(
+    *,
+    max_age_s: float,
+    interval_s: float,
+    lease_s: float,
+    renew_s: float,
+    margin_s: float,
+) -> None:
+    """Refuse liveness settings under which live machines would not stay live.
+
+    A machine silent for ``max_age − lease − margin`` s is marked stale at the
+    lease loop's next tick (``hosts.liveness.stale_after_s``), and a heartbeat
+    un-marks it only while it is younger than that: so it must be longer than
+    the heartbeat interval, or a steady machine is marked stale between its
+    heartbeats (at 0 s, as with max age 5 and the default lease, never
+    un-marked: no device eligible). The lease must be renewed before it runs out
+    (``renew < lease``). Raises ImproperlyConfigured naming the variables.
+    """
+    if max_age_s - lease_s - margin_s <= interval_s:
+        raise ImproperlyConfigured(
+            "BALLAST_HEARTBEAT_MAX_AGE_S − BALLAST_LEASE_S − BALLAST_LEASE_MARGIN_S"
+            f" ({max_age_s:g} − {lease_s:g} − {margin_s:g}) must be more than"
+            f" BALLAST_HEARTBEAT_INTERVAL_S ({interval_s:g}): machines would be"
+            " marked stale between heartbeats"
+        )
+    if renew_s >= lease_s:
+        raise ImproperlyConfigured(
+            f"BALLAST_LEASE_RENEW_S ({renew_s:g}) must be less than BALLAST_LEASE_S"
+            f" ({lease_s:g}): the lease would lapse between renewals"
+        )
+
+
+liveness_settings_check(
+    max_age_s=BALLAST_HEARTBEAT_MAX_AGE_S,
+    interval_s=BALLAST_HEARTBEAT_INTERVAL_S,
+    lease_s=BALLAST_LEASE_S,
+    renew_s=BALLAST_LEASE_RENEW_S,
+    margin_s=BALLAST_LEASE_MARGIN_S,
+)
 BALLAST_MAX_GPU_TEMP_C = env_float("BALLAST_MAX_GPU_TEMP_C", 88.0)
+# what a host may declare (hosts.protocol): devices in a hello (indexes below it),
+# slots a device may report
+BALLAST_MAX_DEVICES_PER_MACHINE = env_int(
+    "BALLAST_MAX_DEVICES_PER_MACHINE", 16, minimum=1
+)
+BALLAST_MAX_SLOTS_PER_DEVICE = env_int("BALLAST_MAX_SLOTS_PER_DEVICE", 64, minimum=1)
 BALLAST_SPOT_CHECKS = env_bool("BALLAST_SPOT_CHECKS", True)
 # a job's coroutine and its machine's connection in one process skip the channel
 # layer (ballast.local); 0: every message through the layer

@@ -85,6 +85,11 @@ class Stack:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def __post_init__(self) -> None:
+        # the demo's and the tests' processes run in development mode
+        # (ballast/settings.py) unless the environment says otherwise
+        self.env = {"BALLAST_DEV": "1", **self.env}
+
     def __enter__(self) -> Stack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         return self

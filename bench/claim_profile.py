@@ -90,6 +90,7 @@ def main() -> int:
         os.environ["DATABASE_URL"] = url
         os.environ.pop("REDIS_URL", None)
         os.environ["DJANGO_DEBUG"] = "0"
+        os.environ.setdefault("BALLAST_DEV", "1")
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
         import django
 

@@ -81,6 +81,7 @@ def django_on(url: str, **env: str) -> None:
     os.environ["DATABASE_URL"] = url
     os.environ.pop("REDIS_URL", None)
     os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.setdefault("BALLAST_DEV", "1")
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
     import django

@@ -52,6 +52,7 @@ def coordinator_env(db_url: str, layer: str, var_dir: str, **extra: str) -> dict
     env.update(
         DATABASE_URL=db_url,
         DJANGO_SETTINGS_MODULE="ballast.settings",
+        BALLAST_DEV="1",
         DJANGO_DEBUG="0",
         BALLAST_VAR_DIR=var_dir,
         BALLAST_SPOT_CHECKS="0",

@@ -149,6 +149,8 @@ class HostConsumer(DirectDispatchConsumer):
                 self.channel_layer, previous, {"type": "machine.replaced"}
             )
         self.greeted = True
+        # the devices this connection may speak of (the others are retired)
+        self.device_indexes = frozenset(d["index"] for d in hello["devices"])
         self.heartbeat_memo = services.HeartbeatMemo()
         self.liveness_lock = asyncio.Lock()
         self.heartbeat_tasks: set[asyncio.Task] = set()
@@ -173,7 +175,7 @@ class HostConsumer(DirectDispatchConsumer):
         mark) or its pause flag changes, telemetry on a change that matters to
         eligibility (``hosts.services.heartbeat_changes``).
         """
-        heartbeat = protocol.parse_heartbeat(frame)
+        heartbeat = protocol.parse_heartbeat(frame, known=self.device_indexes)
         self.host_paused = heartbeat["paused"]
         now = timezone.now()
         memo = self.heartbeat_memo
@@ -253,6 +255,9 @@ class HostConsumer(DirectDispatchConsumer):
 
     async def frame_model_load_failed(self, frame: dict) -> None:
         report = protocol.parse_model_load_failed(frame)
+        protocol.device_known(
+            "model_load_failed", report["device"], self.device_indexes
+        )
         self._catalog_model("model_load_failed", report["model"])
         await db_call(services.capability_failed_record)(
             machine_id=self.machine_id, report=report
@@ -260,6 +265,7 @@ class HostConsumer(DirectDispatchConsumer):
 
     async def frame_benchmark(self, frame: dict) -> None:
         report = protocol.parse_benchmark(frame)
+        protocol.device_known("benchmark", report["device"], self.device_indexes)
         self._catalog_model("benchmark", report["model"])
         saved = await db_call(services.benchmark_record)(
             machine_id=self.machine_id, report=report

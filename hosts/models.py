@@ -180,6 +180,11 @@ class Device(models.Model):
         help_text="a spot check is to be sent after this",
     )
     spot_check_reason = models.CharField(max_length=16, blank=True, db_default="")
+    retired_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="missing from the machine's latest hello: kept, never eligible",
+    )
 
     class Meta:
         ordering = ["machine__name", "index"]
@@ -227,6 +232,7 @@ class Device(models.Model):
         serverless = not job.is_spot_check and not job.rental_id
         return (
             machine.is_online(now)  # rule 1
+            and self.retired_at is None  # and in its latest hello
             and not (self.paused or machine.paused or machine.host_paused)  # rule 2
             and (job.is_spot_check or not self.quarantined)
             and loaded  # rule 3
@@ -305,7 +311,8 @@ class DeviceModel(models.Model):
 
 
 class FailedCapability(models.Model):
-    """A model that did not load on a build, with the engine's error (never dropped)."""
+    """A model that did not load on a build, with the engine's error (the latest
+    builds' kept per device and model, ``hosts.services.capability_failed_record``)."""
 
     machine = models.ForeignKey(
         Machine, on_delete=models.CASCADE, related_name="failed_capabilities"

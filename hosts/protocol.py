@@ -11,9 +11,22 @@ import base64
 import binascii
 from typing import Any
 
+from django.conf import settings
+
 PROTOCOL_NAME = "ballast.host.v1"
 MAX_TEXT_CHARS = 65536
-MAX_DEVICES = 64
+
+
+def max_devices() -> int:
+    """Devices a machine may declare (``BALLAST_MAX_DEVICES_PER_MACHINE``, 16):
+    at most that many in a ``hello``, indexes 0 to that − 1, so a machine never
+    has more device rows whatever its hellos say."""
+    return settings.BALLAST_MAX_DEVICES_PER_MACHINE
+
+
+def max_slots() -> int:
+    """Slots a device may report (``BALLAST_MAX_SLOTS_PER_DEVICE``, 64)."""
+    return settings.BALLAST_MAX_SLOTS_PER_DEVICE
 
 
 class FrameError(ValueError):
@@ -84,14 +97,19 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
     if len(raw) != 32:
         raise FrameError("hello: public_key must be 32 raw bytes (Ed25519), base64")
     devices = _require(frame, "devices", list)
-    if not devices or len(devices) > MAX_DEVICES:
-        raise FrameError(f"hello: devices must list 1 to {MAX_DEVICES} devices")
+    if not devices or len(devices) > max_devices():
+        raise FrameError(f"hello: devices must list 1 to {max_devices()} devices")
     cleaned = []
     seen: set[int] = set()
     for i, dev in enumerate(devices):
         if not isinstance(dev, dict):
             raise FrameError(f"hello: devices[{i}] must be an object")
         index = _nonneg_int(dev.get("index"), f"hello: devices[{i}].index")
+        if index >= max_devices():
+            raise FrameError(
+                f"hello: devices[{i}].index must be below {max_devices()}"
+                " (BALLAST_MAX_DEVICES_PER_MACHINE)"
+            )
         if index in seen:
             raise FrameError(f"hello: devices[{i}].index {index} is repeated")
         seen.add(index)
@@ -124,23 +142,44 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def parse_heartbeat(frame: dict[str, Any]) -> dict[str, Any]:
+def device_known(frame_type: str, index: int, known: frozenset[int]) -> int:
+    """``index`` if the connection's ``hello`` declared that device (``known``:
+    its indexes); FrameError naming the frame otherwise (a retired or made-up
+    device)."""
+    if index not in known:
+        raise FrameError(
+            f"{frame_type}: device {index} was not declared in this connection's hello"
+        )
+    return index
+
+
+def parse_heartbeat(frame: dict[str, Any], *, known: frozenset[int]) -> dict[str, Any]:
     """Check a ``heartbeat``: per-device telemetry and the agent's pause flag.
 
-    Returns ``{"paused", "devices": [{"index", "temp_c" (°C or None),
-    "vram_free_mb", "loaded_models": [id], "slots"}]}``.
+    ``known``: the device indexes of the connection's ``hello``; a report of
+    another device, a repeated one, or more than ``max_slots()`` slots is
+    refused (FrameError). Returns ``{"paused", "devices": [{"index", "temp_c"
+    (°C or None), "vram_free_mb", "loaded_models": [id], "slots"}]}``.
     """
     devices = _require(frame, "devices", list)
-    if len(devices) > MAX_DEVICES:
-        raise FrameError(f"heartbeat: at most {MAX_DEVICES} devices")
+    if len(devices) > max_devices():
+        raise FrameError(f"heartbeat: at most {max_devices()} devices")
     paused = frame.get("paused", False)
     if not isinstance(paused, bool):
         raise FrameError("heartbeat: paused must be true or false")
     cleaned = []
+    seen: set[int] = set()
     for i, dev in enumerate(devices):
         if not isinstance(dev, dict):
             raise FrameError(f"heartbeat: devices[{i}] must be an object")
-        index = _nonneg_int(dev.get("index"), f"heartbeat: devices[{i}].index")
+        index = device_known(
+            "heartbeat",
+            _nonneg_int(dev.get("index"), f"heartbeat: devices[{i}].index"),
+            known,
+        )
+        if index in seen:
+            raise FrameError(f"heartbeat: devices[{i}].index {index} is repeated")
+        seen.add(index)
         temp = dev.get("temp_c")
         if temp is not None and (
             isinstance(temp, bool)
@@ -154,6 +193,11 @@ def parse_heartbeat(frame: dict[str, Any]) -> dict[str, Any]:
             dev.get("vram_free_mb"), f"heartbeat: devices[{i}].vram_free_mb"
         )
         slots = _nonneg_int(dev.get("slots"), f"heartbeat: devices[{i}].slots")
+        if slots > max_slots():
+            raise FrameError(
+                f"heartbeat: devices[{i}].slots must be at most {max_slots()}"
+                " (BALLAST_MAX_SLOTS_PER_DEVICE)"
+            )
         models_ = dev.get("loaded_models", [])
         if not isinstance(models_, list) or not all(
             isinstance(m, str) and 0 < len(m) <= 100 and m.isprintable()
@@ -167,7 +211,7 @@ def parse_heartbeat(frame: dict[str, Any]) -> dict[str, Any]:
                 "index": index,
                 "temp_c": float(temp) if temp is not None else None,
                 "vram_free_mb": vram_free,
-                "slots": min(slots, 1024),
+                "slots": slots,
                 "loaded_models": sorted(set(models_)),
             }
         )

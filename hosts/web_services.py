@@ -148,14 +148,17 @@ def machines_offline_alert(*, now: datetime | None = None) -> tuple[int, int]:
 # --- score history ------------------------------------------------------------------
 @transaction.atomic
 def score_samples_take(*, now: datetime | None = None) -> int:
-    """Store every device's current score (0–100) as a sample; prune old ones.
+    """Store every device's current score (0–100) as a sample (retired devices
+    none); prune old ones.
 
     Keeps ``SCORE_SAMPLE_KEEP_DAYS`` (30) days. Returns the number of samples taken.
     """
     now = now or timezone.now()
     samples = [
         ScoreSample(device_id=device_id, score=score, taken_at=now)
-        for device_id, score in Device.objects.values_list("id", "score")
+        for device_id, score in Device.objects.filter(
+            retired_at__isnull=True
+        ).values_list("id", "score")
     ]
     ScoreSample.objects.bulk_create(samples)
     ScoreSample.objects.filter(

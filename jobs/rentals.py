@@ -98,76 +98,129 @@ def rental_create(
     return rental
 
 
-def rentals_after_check(*, device_id: int, passed: bool, now: datetime) -> None:
-    """Apply a spot check's verdict to the device's open rental (pending or live)."""
-    rental = device_rented(device_id)
-    if rental is None:
-        return
-    if passed:
-        if rental.status == Rental.Status.PENDING:
-            Rental.objects.filter(id=rental.id, status=Rental.Status.PENDING).update(
-                status=Rental.Status.LIVE,
-                starts_at=now,
-                ends_at=now + timedelta(hours=rental.hours),
-                last_pass_at=now,
-                last_check_at=now,
-                billed_until=now,
-            )
-        else:
-            Rental.objects.filter(id=rental.id).update(
-                last_pass_at=now, last_check_at=now
-            )
-        return
-    Rental.objects.filter(id=rental.id).update(
-        status=Rental.Status.STOPPED,
-        last_check_at=now,
-        stop_reason="a spot check failed",
+def _rental_locked(rental_id) -> Rental | None:
+    """The rental's row, locked until the transaction ends (SQLite: its one writer)."""
+    return (
+        Rental.objects.select_for_update(of=("self",))
+        .select_related("renter", "device__machine__owner")
+        .filter(id=rental_id)
+        .first()
     )
-    if rental.status == Rental.Status.LIVE:
-        rental.refresh_from_db()
-        rental_bill(rental=rental, upto=rental.last_pass_at)
 
 
-def rental_end(*, rental: Rental, now: datetime | None = None) -> Rental:
-    """End a rental (the renter's choice, or its period is over) and bill it."""
-    now = now or timezone.now()
-    if rental.status == Rental.Status.PENDING:
-        Rental.objects.filter(id=rental.id).update(
-            status=Rental.Status.ENDED, stop_reason="ended before going live"
+def _rental_move(rental: Rental, to: str, **fields) -> bool:
+    """Compare-and-set the locked ``rental`` from its status to ``to`` (and
+    ``fields``); True when this call moved it (its row count was 1)."""
+    moved = Rental.objects.filter(id=rental.id, status=rental.status).update(
+        status=to, **fields
+    )
+    if moved:
+        rental.status = to
+        for name, value in fields.items():
+            setattr(rental, name, value)
+    return bool(moved)
+
+
+@transaction.atomic
+def rental_start(*, rental_id, now: datetime) -> bool:
+    """A pending rental goes live at ``now`` (its first check passed) for its
+    hours, billed from ``now``. One transaction on the locked row; True when this
+    call started it, False when it was not pending (started, ended or stopped)."""
+    rental = _rental_locked(rental_id)
+    if rental is None or rental.status != Rental.Status.PENDING:
+        return False
+    return _rental_move(
+        rental,
+        Rental.Status.LIVE,
+        starts_at=now,
+        ends_at=now + timedelta(hours=rental.hours),
+        last_pass_at=now,
+        last_check_at=now,
+        billed_until=now,
+    )
+
+
+@transaction.atomic
+def rentals_after_check(*, device_id: int, passed: bool, now: datetime) -> None:
+    """Apply a spot check's verdict to the device's open rental (pending or live).
+
+    Pass: a pending rental starts (``rental_start``), a live one records the pass.
+    Failure: the rental is ``stopped`` and a live one billed up to its last pass,
+    never later. One transaction on the locked rental row, so an end at the same
+    time (``rental_end``) sees the stop and charges nothing more.
+    """
+    opened = device_rented(device_id)
+    if opened is None:
+        return
+    rental = _rental_locked(opened.id)
+    if rental.status not in Rental.OPEN_STATUSES:
+        return  # ended between the two reads
+    if passed and rental.status == Rental.Status.PENDING:
+        rental_start(rental_id=rental.id, now=now)
+    elif passed:
+        Rental.objects.filter(id=rental.id).update(last_pass_at=now, last_check_at=now)
+    else:
+        was_live = rental.status == Rental.Status.LIVE
+        _rental_move(
+            rental,
+            Rental.Status.STOPPED,
+            last_check_at=now,
+            stop_reason="a spot check failed",
         )
+        if was_live:
+            rental_bill(rental=rental, upto=rental.last_pass_at)
+
+
+@transaction.atomic
+def rental_end(*, rental: Rental, now: datetime | None = None) -> Rental:
+    """End a rental (the renter's choice, or its period is over) and bill it.
+
+    ``rental``: only its id is read; the row is locked and read again, so a
+    retry, a second end at once or an end after a failed check's stop changes
+    and charges nothing (a live rental is billed once, up to ``min(now,
+    ends_at)``). One transaction. Returns the rental as it now is.
+    """
+    now = now or timezone.now()
+    rental = _rental_locked(rental.id)
+    if rental.status == Rental.Status.PENDING:
+        _rental_move(rental, Rental.Status.ENDED, stop_reason="ended before going live")
     elif rental.status == Rental.Status.LIVE:
         upto = min(now, rental.ends_at)
-        Rental.objects.filter(id=rental.id, status=Rental.Status.LIVE).update(
-            status=Rental.Status.ENDED, ends_at=upto
-        )
-        rental_bill(rental=rental, upto=upto)
-    rental.refresh_from_db()
+        if _rental_move(rental, Rental.Status.ENDED, ends_at=upto):
+            rental_bill(rental=rental, upto=upto)
     return rental
 
 
 def rentals_settle(*, now: datetime | None = None) -> int:
-    """End every live rental whose period is over (Celery beat); returns how many."""
+    """End every live rental whose period is over (Celery beat); returns how many
+    were found over (each ended once, ``rental_end``)."""
     now = now or timezone.now()
-    ended = 0
-    for rental in Rental.objects.filter(status=Rental.Status.LIVE, ends_at__lte=now):
+    over = list(Rental.objects.filter(status=Rental.Status.LIVE, ends_at__lte=now))
+    for rental in over:
         rental_end(rental=rental, now=now)
-        ended += 1
-    return ended
+    return len(over)
 
 
 def rental_bill(*, rental: Rental, upto: datetime | None) -> int:
-    """Charge the renter for the rental's time from ``billed_until`` to ``upto``.
-
-    Returns nano-USD charged (0 when nothing is due). The host's share goes through
-    the hold like any earning.
+    """Charge the renter for the locked rental's time from ``billed_until`` to
+    ``upto`` (one charge keyed by that period, ``rental_charge``) and move
+    ``billed_until`` to ``upto`` by compare-and-set. Call inside the
+    transaction holding the row. Returns nano-USD charged (0 when nothing is
+    due). The host's share goes through the hold like any earning.
     """
     from billing.services import rental_charge
 
-    if upto is None or rental.billed_until is None or upto <= rental.billed_until:
+    since = rental.billed_until
+    if upto is None or since is None or upto <= since:
         return 0
-    seconds = Decimal((upto - rental.billed_until).total_seconds())
+    moved = Rental.objects.filter(id=rental.id, billed_until=since).update(
+        billed_until=upto
+    )
+    if not moved:
+        raise RuntimeError(f"rental {rental.id} billed by another writer")
+    rental.billed_until = upto
+    seconds = Decimal((upto - since).total_seconds())
     amount = int(seconds * rental.price_per_hour_nano / 3600)
     if amount > 0:
-        rental_charge(rental=rental, amount_nano=amount, upto=upto)
-    Rental.objects.filter(id=rental.id).update(billed_until=upto)
+        rental_charge(rental=rental, amount_nano=amount, since=since, upto=upto)
     return amount

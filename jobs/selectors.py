@@ -22,8 +22,11 @@ from .models import Attempt, Job
 
 def devices_live(*, now: datetime) -> QuerySet[Device]:
     """Devices whose machine is connected with a heartbeat under 30 s old (rule 1,
-    ``hosts.liveness.live_q``: recorded heartbeat or a process lease)."""
-    return Device.objects.filter(live_q(now, prefix="machine__"))
+    ``hosts.liveness.live_q``: recorded heartbeat or a process lease), and that
+    its latest ``hello`` declared (not retired)."""
+    return Device.objects.filter(
+        live_q(now, prefix="machine__"), retired_at__isnull=True
+    )
 
 
 def _loaded(model_id: str) -> Exists:
@@ -70,8 +73,10 @@ def _eligible_where(
     live, live_params = live_sql(now)  # rule 1 (hosts.liveness)
     job_pk = Attempt._meta.get_field("job").get_db_prep_value(job.id, connection)
     where = [
-        # rule 1: websocket open and a heartbeat under 30 s old
+        # rule 1: websocket open and a heartbeat under 30 s old; the device in
+        # the machine's latest hello
         live,
+        "d.retired_at IS NULL",
         # rule 2: not paused (staff, owner, agent)
         "NOT d.paused",
         "NOT m.paused",

@@ -196,7 +196,9 @@ def spot_checks_schedule(*, now: datetime | None = None) -> int:
         seconds=settings.BALLAST_QUARANTINE_CHECK_EVERY_S
     )
     for device_id in (
-        Device.objects.filter(quarantined=True, spot_check_due_at__isnull=True)
+        Device.objects.filter(
+            quarantined=True, spot_check_due_at__isnull=True, retired_at__isnull=True
+        )
         .exclude(Q(spot_checks__created_at__gt=quarantine_cutoff))
         .values_list("id", flat=True)
         .distinct()

@@ -29,11 +29,14 @@ def rentals_settle() -> int:
 
 @shared_task(name="jobs.tasks.scores_recompute")
 def scores_recompute() -> int:
-    """Recompute every device's score (its uptime part moves with time)."""
+    """Recompute every device's score (its uptime part moves with time); retired
+    devices keep theirs until a hello brings them back."""
     from hosts.models import Device
     from hosts.services import device_score_recompute
 
-    ids = list(Device.objects.values_list("id", flat=True))
+    ids = list(
+        Device.objects.filter(retired_at__isnull=True).values_list("id", flat=True)
+    )
     for device_id in ids:
         device_score_recompute(device_id=device_id)
     return len(ids)

@@ -169,14 +169,19 @@ def charge_post(
 
 @transaction.atomic
 def rental_charge(
-    *, rental, amount_nano: int, upto: datetime, now: datetime | None = None
+    *,
+    rental,
+    amount_nano: int,
+    since: datetime,
+    upto: datetime,
+    now: datetime | None = None,
 ) -> LedgerTransaction | None:
-    """Charge a renter ``amount_nano`` (> 0) for rental time up to ``upto``; credit
-    the host.
+    """Charge a renter ``amount_nano`` (> 0) for rental time from ``since`` to
+    ``upto``; credit the host.
 
     ``rental``: the rental (its ``id``, ``renter``, ``device`` and the device's
-    ``machine.owner`` are read). One balanced transaction (key
-    ``rental:<id>:<upto>``): renter −amount, the device owner's hold +its
+    ``machine.owner`` are read). One balanced transaction keyed by the period it
+    covers (``rental:<id>:<since>/<upto>``, ISO 8601): renter −amount, the device owner's hold +its
     ``BALLAST_HOST_SHARE`` (an ``Earning`` like any segment's, reversible by a
     failed spot check until released), the platform the rest. Returns the
     transaction, or None when that period was charged before. Raises ValueError
@@ -189,7 +194,7 @@ def rental_charge(
     share = share_of(amount_nano, settings.BALLAST_HOST_SHARE)
     txn = ledger_post(
         kind=LedgerTransaction.Kind.RENTAL,
-        key=f"rental:{rental.id}:{upto.isoformat()}",
+        key=f"rental:{rental.id}:{since.isoformat()}/{upto.isoformat()}",
         legs=[
             (
                 account_for(kind=Account.Kind.RENTER_CREDIT, user=rental.renter),
@@ -198,7 +203,7 @@ def rental_charge(
             (account_for(kind=Account.Kind.HOST_HELD, user=host), share),
             (account_for(kind=Account.Kind.PLATFORM), amount_nano - share),
         ],
-        memo=f"rental of {rental.device} up to {upto.isoformat()}",
+        memo=f"rental of {rental.device} {since.isoformat()} to {upto.isoformat()}",
     )
     if txn is not None and share > 0:
         Earning.objects.create(

@@ -175,11 +175,14 @@ def machine_heartbeat(
     slots_gained = 0
     if not heartbeat["devices"]:
         return HeartbeatResult(models_with_capacity=frozenset())
-    devices = {d.index: d for d in Device.objects.filter(machine_id=machine_id)}
+    devices = {
+        d.index: d
+        for d in Device.objects.filter(machine_id=machine_id, retired_at__isnull=True)
+    }
     for report in heartbeat["devices"]:
         device = devices.get(report["index"])
         if device is None:
-            continue  # a device not announced in hello: ignored
+            continue  # not in the latest hello (retired or unknown): ignored
         loaded_now = set(report["loaded_models"])
         existing = {dm.model_id: dm for dm in DeviceModel.objects.filter(device=device)}
         unknown = loaded_now - existing.keys()

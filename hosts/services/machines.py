@@ -28,6 +28,7 @@ from .uptime import online_span_close
 
 RETURN_AFTER = timedelta(minutes=10)
 BENCHMARKS_KEPT = 20  # per device and model: a host cannot grow its page without end
+FAILED_BUILDS_KEPT = 5  # failed loads kept per device and model (the latest builds)
 
 
 class KeyMismatch(Exception):
@@ -97,8 +98,11 @@ def machine_hello(
     lease ``lease_id`` (None: by its recorded heartbeats only) and ``stale`` until
     its first heartbeat (``hosts.liveness``). Closes the online span of a previous
     connection still counted online (a process that died: at its lease's end).
-    A device back after more than 10 min gone gets a spot check due (DESIGN.md
-    "Spot checks"). Returns the channel of the connection it replaces ('' if
+    A device back after more than 10 min gone, or back after being retired, gets
+    a spot check due (DESIGN.md "Spot checks"). Devices of the machine missing
+    from this ``hello`` are retired (``retired_at``; kept in the records, no
+    slot, no model loaded: never eligible nor rentable) until a ``hello``
+    declares them again. Returns the channel of the connection it replaces ('' if
     none), which the caller closes. Raises KeyMismatch when a key is already
     pinned and differs (DESIGN.md: refused until the owner resets it).
     """
@@ -124,15 +128,43 @@ def machine_hello(
     machine.lease_id = lease_id
     machine.stale = True
     machine.save()
+    retired = set(
+        Device.objects.filter(machine=machine, retired_at__isnull=False).values_list(
+            "index", flat=True
+        )
+    )
     for dev in hello["devices"]:
         device, _ = Device.objects.update_or_create(
             machine=machine,
             index=dev["index"],
-            defaults={"name": dev["name"], "vram_total_mb": dev["vram_total_mb"]},
+            defaults={
+                "name": dev["name"],
+                "vram_total_mb": dev["vram_total_mb"],
+                "retired_at": None,
+            },
         )
-        if came_back:
+        if came_back or dev["index"] in retired:
             spot_check_mark_due(device_id=device.id, reason="return", now=now)
+    devices_retire(
+        machine_id=machine.id,
+        keep=[dev["index"] for dev in hello["devices"]],
+        now=now,
+    )
     return previous_channel
+
+
+def devices_retire(*, machine_id, keep: list[int], now: datetime) -> int:
+    """Retire the machine's devices whose index is not in ``keep`` (those of its
+    latest ``hello``): ``retired_at`` set, no slots, no model loaded. Returns how
+    many were retired now. Call inside the hello's transaction."""
+    gone = Device.objects.filter(
+        machine_id=machine_id, retired_at__isnull=True
+    ).exclude(index__in=keep)
+    ids = list(gone.values_list("id", flat=True))
+    if ids:
+        Device.objects.filter(id__in=ids).update(retired_at=now, slots_total=0)
+        DeviceModel.objects.filter(device_id__in=ids).update(loaded=False)
+    return len(ids)
 
 
 @transaction.atomic
@@ -168,7 +200,9 @@ def capability_failed_record(*, machine_id: str, report: dict) -> FailedCapabili
     """Record a ``model_load_failed`` for the machine's current build.
 
     Keeps the engine's error text, counts repeats; the model is marked not loaded on
-    that device so it is not offered there.
+    that device so it is not offered there. Only the ``FAILED_BUILDS_KEPT`` (5)
+    builds last reported are kept per device and model (a host changing its
+    build string cannot grow the table).
     """
     machine = Machine.objects.get(id=machine_id)
     capability, created = FailedCapability.objects.get_or_create(
@@ -187,6 +221,15 @@ def capability_failed_record(*, machine_id: str, report: dict) -> FailedCapabili
         device__index=report["device"],
         model_id=report["model"],
     ).update(loaded=False)
+    same = FailedCapability.objects.filter(
+        machine=machine, device_index=report["device"], model_id=report["model"]
+    )
+    keep = list(
+        same.order_by("-last_at", "-id").values_list("id", flat=True)[
+            :FAILED_BUILDS_KEPT
+        ]
+    )
+    same.exclude(id__in=keep).delete()
     return capability
 
 

@@ -41,6 +41,7 @@ from .budget import OutputBudget
 from .channels import cancel_message, offer_message, slots_announce_soon
 from .events import Failed, Finished, Segment, Token, usage_of
 from .inbox import JobInbox
+from .lease import LEASE_LOST, job_lease_keep
 
 log = logging.getLogger("ballast.jobs")
 
@@ -89,6 +90,7 @@ class JobRun:
         self.ending: asyncio.Future | None = None
         self.segment_ending: asyncio.Future | None = None
         self.inbox = JobInbox(channel)
+        self.lease_lost = False
 
     @property
     def delivered_text(self) -> str:
@@ -102,7 +104,9 @@ class JobRun:
             self.model = await db_call(CatalogModel.objects.get)(id=self.job.model_id)
         self.inbox = JobInbox(self.channel)
         reader = asyncio.create_task(self._read_channel())
-        lease = asyncio.create_task(self._keep_lease())
+        lease = asyncio.create_task(
+            job_lease_keep(job_id=self.job_id, lost=self._lease_lost)
+        )
         local.reader_add(self.channel, self.inbox.deliver)
         failure: Exception | None = None
         try:
@@ -127,10 +131,12 @@ class JobRun:
         while True:
             self.inbox.put(await self.layer.receive(self.channel))
 
-    async def _keep_lease(self) -> None:
-        while True:
-            await asyncio.sleep(services.JOB_LEASE_S / 3)
-            await db_call(services.job_lease_renew)(job_id=self.job_id)
+    def _lease_lost(self) -> None:
+        """The job's lease was lost (``job_lease_keep``): its coroutine stops at
+        the next message (the host is told to cancel)."""
+        if not self.finished:
+            self.lease_lost = True
+            self.inbox.put({"type": "job.lease_lost"})
 
     # --- the job ----------------------------------------------------------------
     async def _run(self) -> AsyncIterator[Token | Finished | Failed]:
@@ -147,6 +153,9 @@ class JobRun:
                 # made in the transaction that stored the job: a slot freed before
                 # it committed woke nobody, so look once more before waiting
                 dispatch = None
+            if self.lease_lost:
+                yield await self._fail_as(LEASE_LOST)
+                return
             if dispatch is None:
                 dispatch = await db_call_retried(services.job_dispatch)(
                     job=self.job,
@@ -194,6 +203,9 @@ class JobRun:
                 yield await self._succeed(segment)
                 return
             await self._end_segment(segment)
+            if self.lease_lost:
+                yield await self._fail_as(LEASE_LOST)
+                return
             decision, state = after_failed_attempt(
                 state,
                 outcome=segment.outcome,
@@ -219,7 +231,7 @@ class JobRun:
                 message = await self.inbox.next(left)
             except TimeoutError:
                 return
-            if message.get("type") == "slot.free":
+            if message.get("type") in ("slot.free", "job.lease_lost"):
                 return
 
     async def _follow(self, segment: Segment) -> AsyncIterator[str]:
@@ -237,6 +249,10 @@ class JobRun:
             except TimeoutError:
                 segment.outcome = TIMEOUT_OUTCOMES[stage]
                 segment.error = f"no frame within the deadline ({segment.outcome})"
+                return
+            if message.get("type") == "job.lease_lost":
+                segment.outcome = Attempt.Outcome.CANCELLED
+                segment.error = "the job's lease was lost"
                 return
             if message.get("attempt") != attempt_id:
                 continue  # late frames of an earlier attempt, or a stray wake-up

@@ -141,10 +141,14 @@ def job_create(
     )
 
 
-def job_lease_renew(*, job_id: str) -> None:
-    """Extend the lease of an open job (its coroutine is alive)."""
-    Job.objects.filter(id=job_id, status__in=Job.OPEN_STATUSES).update(
-        lease_until=timezone.now() + timedelta(seconds=JOB_LEASE_S)
+def job_lease_renew(*, job_id: str) -> bool:
+    """Extend the lease of an open job (its coroutine is alive) to
+    ``JOB_LEASE_S`` from now. Returns False when the job is no longer open (the
+    lease was lost: ``attempts_reap`` closed it), True when renewed."""
+    return bool(
+        Job.objects.filter(id=job_id, status__in=Job.OPEN_STATUSES).update(
+            lease_until=timezone.now() + timedelta(seconds=JOB_LEASE_S)
+        )
     )
 
 

@@ -23,6 +23,7 @@ def e2e_env(tmp_path) -> Iterator[dict[str, str]]:
     """The environment of the children, with a database of their own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["DJANGO_SETTINGS_MODULE"] = "ballast.settings"
+    env.setdefault("BALLAST_DEV", "1")
     env["BALLAST_VAR_DIR"] = str(tmp_path / "var")
     env.setdefault("BALLAST_HEARTBEAT_INTERVAL_S", "1")
     database_url = os.environ.get("DATABASE_URL", "")
