@@ -17,7 +17,7 @@ from agent import __version__
 from agent.engines.base import GenerationRequest, GenerationResult
 from agent.frames import frame_parse, frame_summary, request_from_offer
 from agent.outbox import Outbox, first_piece, sendable
-from agent.receipts import public_key_b64, receipt_sign
+from agent.receipts import challenge_sign, public_key_b64, receipt_sign
 
 if TYPE_CHECKING:
     from agent.client import HostAgent
@@ -54,22 +54,45 @@ class Session:
             for frame in frames:
                 log.debug("sent %s", frame_summary(frame))
 
+    async def challenge(self) -> str | None:
+        """The coordinator's ``challenge`` nonce, its first frame; None when none
+        comes within ``welcome_timeout_s`` (a coordinator of before 2026-12-01).
+        Raises ``ConnectionClosed`` when the connection closes first."""
+        try:
+            async with asyncio.timeout(self.agent.config.welcome_timeout_s):
+                while True:
+                    frame = frame_parse(await self.ws.recv())
+                    if frame is None:
+                        continue
+                    if frame["type"] == "challenge" and isinstance(
+                        frame.get("nonce"), str
+                    ):
+                        return frame["nonce"]
+                    log.warning("ignoring %r before the challenge", frame["type"])
+        except TimeoutError:
+            log.warning("no challenge from the coordinator; hello without proof")
+            return None
+
     async def open(self) -> bool:
-        """Send ``hello`` and wait for ``welcome``; False on timeout or close."""
+        """Answer the ``challenge``, send ``hello`` (with ``proof``: the nonce
+        signed with the receipt key) and wait for ``welcome``; False on timeout
+        or close."""
         agent = self.agent
-        await self.send(
-            {
-                "type": "hello",
-                "agent_version": __version__,
-                "engine": {"name": agent.engine.name, "version": agent.engine.version},
-                "public_key": public_key_b64(agent.key),
-                "accepts_serverless": agent.config.accepts_serverless,
-                "devices": [
-                    {"index": d.index, "name": d.name, "vram_total_mb": d.vram_total_mb}
-                    for d in agent.telemetry.devices()
-                ],
-            }
-        )
+        nonce = await self.challenge()
+        hello = {
+            "type": "hello",
+            "agent_version": __version__,
+            "engine": {"name": agent.engine.name, "version": agent.engine.version},
+            "public_key": public_key_b64(agent.key),
+            "accepts_serverless": agent.config.accepts_serverless,
+            "devices": [
+                {"index": d.index, "name": d.name, "vram_total_mb": d.vram_total_mb}
+                for d in agent.telemetry.devices()
+            ],
+        }
+        if nonce is not None:
+            hello["proof"] = challenge_sign(agent.key, nonce)
+        await self.send(hello)
         try:
             async with asyncio.timeout(agent.config.welcome_timeout_s):
                 while True:

@@ -26,17 +26,25 @@ ERROR_TYPES = {
 class ApiError(Exception):
     """An error to answer in OpenAI's shape with ``status`` (HTTP code).
 
-    ``param`` names the bad field of a 400.
+    ``param`` names the bad field of a 400; ``retry_after`` (s) is the
+    ``Retry-After`` of a 429.
     """
 
     def __init__(
-        self, status: int, message: str, code: str, param: str | None = None
+        self,
+        status: int,
+        message: str,
+        code: str,
+        param: str | None = None,
+        *,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
         self.param = param
+        self.retry_after = retry_after
 
     def body(self) -> dict:
         """The JSON body: ``{"error": {"message", "type", "code", "param"}}``."""
@@ -81,8 +89,22 @@ def failure_error(exc: Exception, where: str) -> ApiError:
 
 
 def error_response(exc: ApiError) -> JsonResponse:
-    """A JsonResponse for an ApiError."""
-    return JsonResponse(exc.body(), status=exc.status)
+    """A JsonResponse for an ApiError (with ``Retry-After`` when it has one)."""
+    response = JsonResponse(exc.body(), status=exc.status)
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+def rate_limited(what: str, retry_after: int) -> ApiError:
+    """The 429 of a request past a limit (``what`` names it), to retry after
+    ``retry_after`` s (DESIGN.md "Limits and abuse")."""
+    return ApiError(
+        429,
+        f"{what}; retry after {retry_after} s",
+        "rate_limit_exceeded",
+        retry_after=retry_after,
+    )
 
 
 def openai_exception_handler(exc: Exception, context: dict):
@@ -96,7 +118,8 @@ def openai_exception_handler(exc: Exception, context: dict):
     from rest_framework.views import exception_handler
 
     if isinstance(exc, ApiError):
-        return Response(exc.body(), status=exc.status)
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return Response(exc.body(), status=exc.status, headers=headers)
     response = exception_handler(exc, context)
     if response is None:
         if isinstance(exc, DatabaseError):
