@@ -95,8 +95,13 @@ async def client(ws_url: str, tokens_file: str, interval: float) -> None:
                                compression=None)
             import base64
 
-            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-            from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+                Ed25519PrivateKey,
+            )
+            from cryptography.hazmat.primitives.serialization import (
+                Encoding,
+                PublicFormat,
+            )
 
             key = Ed25519PrivateKey.generate()
             public = base64.b64encode(
