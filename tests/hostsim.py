@@ -170,6 +170,26 @@ class HostSim:
             }
         )
 
+    async def cancelled(
+        self, job: str, completion_tokens: int | None = None, *, receipt=None
+    ) -> None:
+        """Answer a ``cancel`` as the reference agent does: the usage and a
+        receipt over the text this host sent for ``job`` (counted by the
+        tokenizer unless ``completion_tokens`` says otherwise)."""
+        text = self.sent_text.get(job, "")
+        if completion_tokens is None:
+            completion_tokens = token_count(MODEL, text) if text else 0
+        await self.send(
+            {
+                "type": "cancelled",
+                "job": job,
+                "usage": {"prompt_tokens": 10, "completion_tokens": completion_tokens},
+                "receipt": self.receipt(job, completion_tokens)
+                if receipt is None
+                else receipt,
+            }
+        )
+
     async def answer(
         self, offer: dict, pieces: list[str], tokens: int | None = None
     ) -> None:
