@@ -10,12 +10,14 @@ worker thread) on storages of its own, without a Django cache to configure.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
 
 import limits
 from django.conf import settings
+from django.shortcuts import render
 from limits import storage, strategies
 
 _lock = threading.Lock()
@@ -60,3 +62,39 @@ def limits_hit(checks: list[tuple[str, str, object]]) -> int | None:
         if wait is not None:
             return wait
     return None
+
+
+def post_limited(rate_setting: str, scope: str, *, field: str | None = None):
+    """Decorate a page view: a POST past the rate named by ``rate_setting`` (a
+    setting such as ``BALLAST_LOGIN_RATE``), counted per client address and
+    per account (the logged-in user, else the form's ``field`` lower-cased,
+    e.g. the email a login or reset names), is answered ``429`` with
+    ``Retry-After`` (s) and the page ``429.html``; the view does not run."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def limited(request, *args, **kwargs):
+            if request.method == "POST":
+                wait = _post_wait(
+                    request, getattr(settings, rate_setting), scope, field
+                )
+                if wait is not None:
+                    response = render(
+                        request, "429.html", {"retry_after": wait}, status=429
+                    )
+                    response["Retry-After"] = str(wait)
+                    return response
+            return view(request, *args, **kwargs)
+
+        return limited
+
+    return decorate
+
+
+def _post_wait(request, rate: str, scope: str, field: str | None) -> int | None:
+    checks = [(rate, f"{scope}.address", request.META.get("REMOTE_ADDR", ""))]
+    if request.user.is_authenticated:
+        checks.append((rate, f"{scope}.account", request.user.pk))
+    elif field and (named := str(request.POST.get(field, "")).strip().lower()):
+        checks.append((rate, f"{scope}.account", named))
+    return limits_hit(checks)

@@ -112,13 +112,20 @@ class JobRun:
             failure = exc
             raise
         finally:
-            local.reader_remove(self.channel, self.inbox.deliver)
             lease.cancel()
-            try:
-                if not self.finished:
-                    await asyncio.shield(self._cancel(failure))
-            finally:
-                reader.cancel()
+            # the close goes on even when this task is cancelled (the renter
+            # went away), and keeps reading the channel until it is done: it
+            # may wait for the host's receipt (``_receipt_wait``)
+            await asyncio.shield(self._close(reader, failure))
+
+    async def _close(self, reader: asyncio.Task, failure: Exception | None) -> None:
+        """End a job left unfinished (``_cancel``), then stop reading its channel."""
+        try:
+            if not self.finished:
+                await self._cancel(failure)
+        finally:
+            local.reader_remove(self.channel, self.inbox.deliver)
+            reader.cancel()
 
     async def _read_channel(self) -> None:
         """Move every message of the job's channel into its inbox. One receive
