@@ -126,7 +126,7 @@ async def test_one_renter_cannot_fill_a_models_queue(
         await asyncio.sleep(0.01)
     await host.answer(offer, ["ok"])
     assert (await busy).status_code == 200
-    for request in (queued, other):
+    for _ in (queued, other):
         await host.answer(await host.recv_type("offer"), ["ok"])
     assert (await queued).status_code == 200 and (await other).status_code == 200
     await host.close()
