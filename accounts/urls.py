@@ -1,8 +1,11 @@
 """Account routes under /accounts/: sign up, and django.contrib.auth's log in/out and
-password reset views (templates in templates/registration/)."""
+password reset views (templates in templates/registration/). Sign-ups, logins and
+password resets are rate limited per address and account (``ballast.ratelimits``)."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+
+from ballast.ratelimits import post_limited
 
 from . import views
 from .forms import EmailAuthenticationForm
@@ -11,8 +14,17 @@ urlpatterns = [
     path("signup/", views.signup, name="signup"),
     path(
         "login/",
-        auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm),
+        post_limited("BALLAST_LOGIN_RATE", "login", field="username")(
+            auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm)
+        ),
         name="login",
+    ),
+    path(
+        "password_reset/",
+        post_limited("BALLAST_PASSWORD_RESET_RATE", "password_reset", field="email")(
+            auth_views.PasswordResetView.as_view()
+        ),
+        name="password_reset",
     ),
     path("", include("django.contrib.auth.urls")),
 ]

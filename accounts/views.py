@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from ballast.ratelimits import post_limited
 from billing.services import renter_balance_nano
 from jobs.rentals import rental_price_per_hour_nano
 from jobs.services import api_key_create
@@ -22,8 +23,10 @@ from .forms import ApiKeyCreateForm, SignUpForm
 NEW_KEY_SESSION_KEY = "ballast_new_api_key"
 
 
+@post_limited("BALLAST_SIGNUP_RATE", "signup", field="email")
 def signup(request: HttpRequest) -> HttpResponse:
-    """Create an account (email + password) and log in."""
+    """Create an account (email + password) and log in (rate limited per
+    address and email: ``BALLAST_SIGNUP_RATE``)."""
     if request.user.is_authenticated:
         return redirect("hosts:dashboard")
     form = SignUpForm(request.POST or None)

@@ -34,6 +34,7 @@ SUBPROTOCOL = Subprotocol("ballast.host.v1")
 WS_PATH = "/ws/host/"
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_REPLACED = 4409  # another connection of this machine took over
+CLOSE_NO_PROOF = 4426  # a hello without the challenge's proof (an older agent)
 """Close code of a coordinator that refuses the machine token after accepting."""
 
 
@@ -243,6 +244,12 @@ class HostAgent:
             log.error(
                 "another agent connected as this machine and took over (close code "
                 "4409): run one agent per machine token; this one backs off"
+            )
+        elif code == CLOSE_NO_PROOF:
+            log.error(
+                "the coordinator wants the hello to sign its challenge (close code "
+                "4426 %s): upgrade this agent",
+                reason,
             )
         elif code is not None and 4000 <= code < 5000:
             log.error("the coordinator closed the connection: code %s %s", code, reason)

@@ -121,3 +121,11 @@ def key_load_or_create(path: Path) -> Ed25519PrivateKey:
         handle.write(pem)
     log.info("created a new receipt key at %s", path)
     return key
+
+
+def challenge_sign(key: Ed25519PrivateKey, nonce: str) -> str:
+    """The ``hello``'s ``proof``: base64 signature of
+    ``ballast-hello/v1\\n{nonce}\\n{public key, base64}`` (the coordinator's
+    ``challenge`` nonce), proving this agent holds the key it announces."""
+    message = f"ballast-hello/v1\n{nonce}\n{public_key_b64(key)}".encode()
+    return base64.b64encode(key.sign(message)).decode("ascii")

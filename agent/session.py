@@ -17,7 +17,7 @@ from agent import __version__
 from agent.engines.base import GenerationRequest, GenerationResult
 from agent.frames import frame_parse, frame_summary, request_from_offer
 from agent.outbox import Outbox, first_piece, sendable
-from agent.receipts import public_key_b64, receipt_sign
+from agent.receipts import challenge_sign, public_key_b64, receipt_sign
 
 if TYPE_CHECKING:
     from agent.client import HostAgent
@@ -35,6 +35,11 @@ class Session:
         self.agent = agent
         self.ws = ws
         self.jobs: dict[str, asyncio.Task[None]] = {}
+        # per running job: the text of its token frames written, and its
+        # engine's pieces (about one token each), for the receipt of a cancel
+        self.sent: dict[str, list[str]] = {}
+        self.pieces: dict[str, int] = {}
+        self.answers: set[asyncio.Task[None]] = set()  # ``cancelled`` on their way
         self._send_lock = asyncio.Lock()
         self._heartbeat: asyncio.Task[None] | None = None
 
@@ -48,28 +53,55 @@ class Session:
         data = [json.dumps(frame, ensure_ascii=False) for frame in frames]
         async with self._send_lock:
             with _corked(self.ws, len(data) > 1):
-                for text in data:
+                for frame, text in zip(frames, data, strict=True):
+                    if frame["type"] == "token" and frame["job"] in self.sent:
+                        # a text frame is written before ``send`` first waits:
+                        # from here on it has left (what a cancel's receipt signs)
+                        self.sent[frame["job"]].append(frame["text"])
                     await self.ws.send(text)
         if log.isEnabledFor(logging.DEBUG):  # the summary is a JSON encoding
             for frame in frames:
                 log.debug("sent %s", frame_summary(frame))
 
+    async def challenge(self) -> str | None:
+        """The coordinator's ``challenge`` nonce, its first frame; None when none
+        comes within ``welcome_timeout_s`` (a coordinator of before 2026-12-01).
+        Raises ``ConnectionClosed`` when the connection closes first."""
+        try:
+            async with asyncio.timeout(self.agent.config.welcome_timeout_s):
+                while True:
+                    frame = frame_parse(await self.ws.recv())
+                    if frame is None:
+                        continue
+                    if frame["type"] == "challenge" and isinstance(
+                        frame.get("nonce"), str
+                    ):
+                        return frame["nonce"]
+                    log.warning("ignoring %r before the challenge", frame["type"])
+        except TimeoutError:
+            log.warning("no challenge from the coordinator; hello without proof")
+            return None
+
     async def open(self) -> bool:
-        """Send ``hello`` and wait for ``welcome``; False on timeout or close."""
+        """Answer the ``challenge``, send ``hello`` (with ``proof``: the nonce
+        signed with the receipt key) and wait for ``welcome``; False on timeout
+        or close."""
         agent = self.agent
-        await self.send(
-            {
-                "type": "hello",
-                "agent_version": __version__,
-                "engine": {"name": agent.engine.name, "version": agent.engine.version},
-                "public_key": public_key_b64(agent.key),
-                "accepts_serverless": agent.config.accepts_serverless,
-                "devices": [
-                    {"index": d.index, "name": d.name, "vram_total_mb": d.vram_total_mb}
-                    for d in agent.telemetry.devices()
-                ],
-            }
-        )
+        nonce = await self.challenge()
+        hello = {
+            "type": "hello",
+            "agent_version": __version__,
+            "engine": {"name": agent.engine.name, "version": agent.engine.version},
+            "public_key": public_key_b64(agent.key),
+            "accepts_serverless": agent.config.accepts_serverless,
+            "devices": [
+                {"index": d.index, "name": d.name, "vram_total_mb": d.vram_total_mb}
+                for d in agent.telemetry.devices()
+            ],
+        }
+        if nonce is not None:
+            hello["proof"] = challenge_sign(agent.key, nonce)
+        await self.send(hello)
         try:
             async with asyncio.timeout(agent.config.welcome_timeout_s):
                 while True:
@@ -129,7 +161,7 @@ class Session:
 
     async def shutdown(self) -> None:
         """Stop the heartbeat and every running job of this session."""
-        tasks = list(self.jobs.values())
+        tasks = list(self.jobs.values()) + list(self.answers)
         if self._heartbeat is not None:
             tasks.append(self._heartbeat)
         self.jobs.clear()
@@ -191,14 +223,38 @@ class Session:
         )
 
     def cancel(self, frame: dict[str, Any]) -> None:
-        """Stop a job at once: no frame is sent for it afterwards; its slot frees."""
+        """Stop a job at once: its slot frees, no ``token`` of it is sent
+        afterwards, and a ``cancelled`` answers with the usage and a receipt
+        over the text sent (so the host is paid for what the renter got)."""
         job = frame.get("job")
         task = self.jobs.pop(job, None) if isinstance(job, str) else None
         if task is None:
             log.debug("cancel for a job that is not running: %r", job)
             return
         task.cancel()
+        answer = asyncio.create_task(self._cancelled_send(job, task))
+        self.answers.add(answer)
+        answer.add_done_callback(self.answers.discard)
         log.info("job %s cancelled by the coordinator", job)
+
+    async def _cancelled_send(self, job: str, task: asyncio.Task[None]) -> None:
+        """Once the cancelled job's task has ended (nothing more leaves for
+        it), send ``cancelled``: ``usage.completion_tokens`` counts the
+        engine's pieces sent (about one token each; never above the
+        characters), ``receipt`` signs them over the exact text sent."""
+        await asyncio.gather(task, return_exceptions=True)
+        text = "".join(self.sent.pop(job, ()))
+        tokens = min(self.pieces.pop(job, 0), len(text))
+        signed = text if self.agent.engine.signs_honestly else text + "\u2063"
+        with contextlib.suppress(ConnectionClosed):
+            await self.send(
+                {
+                    "type": "cancelled",
+                    "job": job,
+                    "usage": {"prompt_tokens": 0, "completion_tokens": tokens},
+                    "receipt": receipt_sign(self.agent.key, job, tokens, signed),
+                }
+            )
 
     async def _job_run(self, job: str, request: GenerationRequest) -> None:
         """Claim, stream the engine's pieces as ``token`` frames, then ``done``
@@ -208,6 +264,8 @@ class Session:
         result = GenerationResult()
         claim = {"type": "claim", "job": job}
         outbox = Outbox(self, job)
+        self.sent[job] = []
+        self.pieces[job] = 0
         try:
             async with _closing(engine.stream(request, result)) as pieces:
                 first = await first_piece(pieces, self, claim)
@@ -218,11 +276,13 @@ class Session:
                 )
                 if first:
                     sent.append(first)
+                    self.pieces[job] += 1
                 async for piece in pieces:
                     piece = sendable(piece)
                     if not piece:
                         continue
                     sent.append(piece)
+                    self.pieces[job] += 1
                     outbox.add(piece)
                     if outbox.full():
                         await outbox.flush()
@@ -268,7 +328,9 @@ class Session:
         finally:
             outbox.cancel()
             if self.jobs.get(job) is asyncio.current_task():
-                del self.jobs[job]
+                del self.jobs[job]  # not cancelled: its receipt is the done's
+                self.sent.pop(job, None)
+                self.pieces.pop(job, None)
 
     async def _heartbeat_loop(self, interval_s: float) -> None:
         """A heartbeat every ``interval_s`` (the first one is sent by ``open``)."""

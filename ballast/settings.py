@@ -420,3 +420,34 @@ BALLAST_HOST_SHARE = env_decimal("BALLAST_HOST_SHARE", "0.80")
 BALLAST_HOLD_HOURS = env_float("BALLAST_HOLD_HOURS", 24.0)
 BALLAST_OFFLINE_ALERT_AFTER_S = env_float("BALLAST_OFFLINE_ALERT_AFTER_S", 300.0)
 BALLAST_REAPER_INTERVAL_S = env_float("BALLAST_REAPER_INTERVAL_S", 30.0, minimum=1.0)
+
+
+# --- limits and abuse (DESIGN.md "Limits and abuse"; ballast/ratelimits.py) --------
+def env_rate(name: str, default: str) -> str:
+    """A rate like ``60/minute`` or ``5/hour`` (the ``limits`` library's notation).
+
+    Raises ImproperlyConfigured naming the variable when it is not one.
+    """
+    import limits
+
+    raw = os.environ.get(name, default).strip()
+    try:
+        limits.parse(raw)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name} must be a rate like '60/minute', got {raw!r}"
+        ) from None
+    return raw
+
+
+BALLAST_KEY_RATE = env_rate("BALLAST_KEY_RATE", "120/minute")
+BALLAST_KEY_MAX_JOBS = env_int("BALLAST_KEY_MAX_JOBS", 16, minimum=1)
+BALLAST_QUEUE_SHARE = env_decimal("BALLAST_QUEUE_SHARE", "0.5")
+BALLAST_QUEUE_SHARE_MIN = env_int("BALLAST_QUEUE_SHARE_MIN", 4, minimum=1)
+BALLAST_LOGIN_RATE = env_rate("BALLAST_LOGIN_RATE", "10/minute")
+BALLAST_SIGNUP_RATE = env_rate("BALLAST_SIGNUP_RATE", "5/hour")
+BALLAST_PASSWORD_RESET_RATE = env_rate("BALLAST_PASSWORD_RESET_RATE", "5/hour")
+BALLAST_TICKET_RATE = env_rate("BALLAST_TICKET_RATE", "10/hour")
+# how long (s) a job whose segment the coordinator ended waits for the host's
+# ``cancelled`` receipt before it closes (docs/protocol-notes.md)
+BALLAST_CANCEL_RECEIPT_WAIT_S = env_float("BALLAST_CANCEL_RECEIPT_WAIT_S", 2.0)

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -206,9 +207,12 @@ class FastHost:
 
         self.ws = await connect(self.ws_url, additional_headers={"Authorization": f"Bearer {self.token}"},
                                 subprotocols=["ballast.host.v1"], max_size=None, open_timeout=60)
+        nonce = json.loads(await self.ws.recv())["nonce"]  # the challenge
+        proof = self.key.sign(f"ballast-hello/v1\n{nonce}\n{self.public_key}".encode())
         await self.send({"type": "hello", "agent_version": "bench-1",
                          "engine": {"name": "benchsim", "version": "1"},
                          "public_key": self.public_key, "accepts_serverless": True,
+                         "proof": base64.b64encode(proof).decode(),
                          "devices": [{"index": 0, "name": "Bench GPU", "vram_total_mb": 24576}]})
         while json.loads(await self.ws.recv())["type"] != "welcome":
             pass

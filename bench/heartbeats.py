@@ -93,9 +93,25 @@ async def client(ws_url: str, tokens_file: str, interval: float) -> None:
             ws = await connect(ws_url, additional_headers={"Authorization": f"Bearer {token}"},
                                subprotocols=["ballast.host.v1"], open_timeout=120, ping_interval=None,
                                compression=None)
+            import base64
+
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+                Ed25519PrivateKey,
+            )
+            from cryptography.hazmat.primitives.serialization import (
+                Encoding,
+                PublicFormat,
+            )
+
+            key = Ed25519PrivateKey.generate()
+            public = base64.b64encode(
+                key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+            nonce = json.loads(await asyncio.wait_for(ws.recv(), 120))["nonce"]
+            proof = base64.b64encode(
+                key.sign(f"ballast-hello/v1\n{nonce}\n{public}".encode())).decode()
             await ws.send(json.dumps({"type": "hello", "agent_version": "bench-1",
                                       "engine": {"name": "benchsim", "version": "1"},
-                                      "public_key": "11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=",
+                                      "public_key": public, "proof": proof,
                                       "accepts_serverless": True,
                                       "devices": [{"index": 0, "name": "Bench GPU", "vram_total_mb": 24576}]}))
             await asyncio.wait_for(ws.recv(), 120)

@@ -41,3 +41,26 @@ def receipt_verify(
     except (InvalidSignature, ValueError, binascii.Error):
         return False
     return True
+
+
+def challenge_message(nonce: str, public_key_b64: str) -> bytes:
+    """The bytes a ``hello``'s ``proof`` signs: ``ballast-hello/v1\\n{nonce}\\n
+    {public_key}`` (the connection's ``challenge`` nonce and the key announced;
+    its own prefix, so no proof can pass for a receipt)."""
+    return f"ballast-hello/v1\n{nonce}\n{public_key_b64}".encode()
+
+
+def challenge_verify(*, public_key_b64: str, proof_b64: str, nonce: str) -> bool:
+    """True when ``proof_b64`` is the signature of ``challenge_message`` by the
+    key ``public_key_b64`` (base64, raw 32 bytes). Never raises."""
+    try:
+        key = Ed25519PublicKey.from_public_bytes(
+            base64.b64decode(public_key_b64, validate=True)
+        )
+        key.verify(
+            base64.b64decode(proof_b64, validate=True),
+            challenge_message(nonce, public_key_b64),
+        )
+    except (InvalidSignature, ValueError, binascii.Error):
+        return False
+    return True

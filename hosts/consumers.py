@@ -13,22 +13,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 
 from django.utils import timezone
 
 from ballast import local
 from ballast.consumers import DirectDispatchConsumer
 from ballast.db import db_call, db_call_retried, lock_conflict
+from billing.receipts import challenge_verify
 from catalog.selectors import catalog_model_ids, catalog_vram_needs_mb
 
 from . import liveness as liveness_lease
 from . import protocol, services
+from .models import token_hash
 
 log = logging.getLogger("ballast.hosts")
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_KEY_MISMATCH = 4403
 CLOSE_PROTOCOL = 4400
+CLOSE_NO_PROOF = 4426  # a hello without the challenge's proof (an agent to upgrade)
 MAX_FRAME_BYTES = 256 * 1024
 
 
@@ -54,14 +58,16 @@ class HostConsumer(DirectDispatchConsumer):
     host_paused = False
 
     async def connect(self) -> None:
-        machine = await db_call(services.machine_authenticate)(
-            token=bearer_token(self.scope)
-        )
+        """Authenticate the token (its owner active), accept, and send the
+        ``challenge`` the ``hello`` must sign (docs/protocol-notes.md)."""
+        token = bearer_token(self.scope)
+        machine = await db_call(services.machine_authenticate)(token=token)
         if machine is None:
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
         self.machine_id = str(machine.id)
         self.machine_name = machine.name
+        self.token_hash = token_hash(token)
         self.greeted = False
         self.background_tasks: set[asyncio.Task] = set()
         subprotocols = self.scope.get("subprotocols") or []
@@ -70,6 +76,8 @@ class HostConsumer(DirectDispatchConsumer):
             if protocol.PROTOCOL_NAME in subprotocols
             else None
         )
+        self.nonce = secrets.token_urlsafe(24)
+        await self.send_json({"type": "challenge", "nonce": self.nonce})
 
     async def disconnect(self, code: int) -> None:
         self.disconnecting = True
@@ -124,7 +132,26 @@ class HostConsumer(DirectDispatchConsumer):
             await self.send_error(str(exc))
 
     async def frame_hello(self, frame: dict) -> None:
+        """Check the ``hello``: its ``proof`` signs this connection's challenge
+        with the key it announces (none: 4426; a wrong one: 4403), the key is
+        the pinned one (4403), the token still the machine's and its owner
+        active (4401); then record it and send ``welcome``. A connection of
+        the machine it replaces is closed (4409)."""
         hello = protocol.parse_hello(frame)
+        proof = protocol.parse_hello_proof(frame)
+        if not proof:
+            await self.send_error(
+                "hello: no proof of the challenge; this coordinator needs an agent "
+                "that signs it (docs/protocol-notes.md, 2026-12-01)"
+            )
+            await self.close(code=CLOSE_NO_PROOF)
+            return
+        if not challenge_verify(
+            public_key_b64=hello["public_key"], proof_b64=proof, nonce=self.nonce
+        ):
+            await self.send_error("hello: the proof does not sign this challenge")
+            await self.close(code=CLOSE_KEY_MISMATCH)
+            return
         lease = await liveness_lease.process_lease()
         try:
             # sent again (up to twice) when chosen as a deadlock's victim: two
@@ -138,10 +165,15 @@ class HostConsumer(DirectDispatchConsumer):
                 channel_name=self.channel_name,
                 hello=hello,
                 lease_id=lease.id,
+                token_hash=self.token_hash,
             )
         except services.KeyMismatch as exc:
             await self.send_error(str(exc))
             await self.close(code=CLOSE_KEY_MISMATCH)
+            return
+        except services.MachineRefused as exc:
+            await self.send_error(str(exc))
+            await self.close(code=CLOSE_UNAUTHORIZED)
             return
         if previous and previous != self.channel_name:
             # one connection per machine: the newer one wins, the older is closed
@@ -279,6 +311,14 @@ class HostConsumer(DirectDispatchConsumer):
             "another connection of this machine took over; closing this one"
         )
         await self.close(code=4409)
+
+    async def machine_revoked(self, message: dict) -> None:
+        """The machine's token was rotated or revoked, or its owner deactivated
+        (``services.machine_connections_close``): close at once (4401)."""
+        await self.send_error(
+            "this machine's token was rotated or revoked, or its owner deactivated"
+        )
+        await self.close(code=CLOSE_UNAUTHORIZED)
 
     # --- helpers ---------------------------------------------------------------------
     async def send_json(self, content: dict) -> None:

@@ -264,6 +264,40 @@ def parse_error_message(frame: dict[str, Any]) -> str:
     return message.encode("utf-8", errors="replace").decode("utf-8")
 
 
+def parse_hello_proof(frame: dict[str, Any]) -> str:
+    """Return the ``proof`` of a ``hello`` (base64 Ed25519 signature over the
+    connection's ``challenge``, ``billing.receipts.challenge_message``); ''
+    when the hello carries none (a ``ballast.host.v1`` agent of before
+    2026-12-01, refused: docs/protocol-notes.md)."""
+    proof = frame.get("proof", "")
+    if not isinstance(proof, str) or len(proof) > 200:
+        raise FrameError("hello: proof must be a base64 string")
+    return proof
+
+
+def parse_cancelled(frame: dict[str, Any]) -> dict[str, Any]:
+    """Check a ``cancelled`` (the answer to a ``cancel``): usage and receipt
+    over the text sent for the job.
+
+    Returns ``{"prompt_tokens", "completion_tokens", "receipt"}``.
+    """
+    usage = _require(frame, "usage", dict)
+    prompt = _nonneg_int(
+        usage.get("prompt_tokens", 0), "cancelled: usage.prompt_tokens"
+    )
+    completion = _nonneg_int(
+        usage.get("completion_tokens"), "cancelled: usage.completion_tokens"
+    )
+    receipt = frame.get("receipt", "")
+    if not isinstance(receipt, str) or len(receipt) > 200:
+        raise FrameError("cancelled: receipt must be a base64 string")
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "receipt": receipt,
+    }
+
+
 def parse_model_load_failed(frame: dict[str, Any]) -> dict[str, Any]:
     """Check a ``model_load_failed``: ``{"device", "model", "error"}``."""
     return {

@@ -26,4 +26,14 @@ urlpatterns = [
         views.machine_key_reset,
         name="machine_key_reset",
     ),
+    path(
+        "machines/<uuid:machine_id>/token/rotate/",
+        views.machine_token_rotate,
+        name="machine_token_rotate",
+    ),
+    path(
+        "machines/<uuid:machine_id>/token/revoke/",
+        views.machine_token_revoke,
+        name="machine_token_revoke",
+    ),
 ]

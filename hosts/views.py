@@ -193,3 +193,35 @@ def machine_key_reset(request: HttpRequest, machine_id) -> HttpResponse:
     else:
         messages.info(request, "No key was pinned.")
     return redirect("hosts:machine", machine_id=machine.id)
+
+
+@login_required
+@require_POST
+def machine_token_rotate(request: HttpRequest, machine_id) -> HttpResponse:
+    """Give the machine a new token (shown once on its page); the old one stops
+    at once and its connection closes. Needs the ``confirm`` box ticked."""
+    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if request.POST.get("confirm") != "1":
+        messages.error(request, "Tick the box to confirm: the agent must restart.")
+        return redirect("hosts:machine", machine_id=machine.id)
+    token = web_services.machine_token_rotate(machine=machine)
+    request.session[NEW_TOKEN_SESSION_KEY] = {
+        "machine": str(machine.id),
+        "token": token,
+    }
+    messages.success(request, "New token made: the old one no longer connects.")
+    return redirect("hosts:machine", machine_id=machine.id)
+
+
+@login_required
+@require_POST
+def machine_token_revoke(request: HttpRequest, machine_id) -> HttpResponse:
+    """Revoke the machine's token (no agent connects until a rotation gives a
+    new one); its connection closes. Needs the ``confirm`` box ticked."""
+    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if request.POST.get("confirm") != "1":
+        messages.error(request, "Tick the box to confirm the revocation.")
+        return redirect("hosts:machine", machine_id=machine.id)
+    web_services.machine_token_revoke(machine=machine)
+    messages.success(request, "Token revoked: the machine is disconnected.")
+    return redirect("hosts:machine", machine_id=machine.id)

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from . import emails
 from .liveness import live_q
-from .models import Device, Machine, ScoreSample
+from .models import Device, Machine, ScoreSample, token_hash, token_new
+from .services import machine_connections_close
 
 log = logging.getLogger("ballast.hosts")
 
@@ -52,6 +53,35 @@ def machine_key_reset(*, machine: Machine) -> bool:
         .exclude(public_key="")
         .update(public_key="")
     )
+
+
+@transaction.atomic
+def machine_token_rotate(*, machine: Machine) -> str:
+    """Give the machine a new token and return it (plain, shown once); the old
+    one stops at once: refused at connect and at ``hello``
+    (``services.machine_hello``), and the connection open with it is closed
+    (``services.machine_connections_close``, through the channel layer)."""
+    token = token_new("bm")
+    _token_replace(machine, token_hash(token), token[:10])
+    return token
+
+
+@transaction.atomic
+def machine_token_revoke(*, machine: Machine) -> None:
+    """Revoke the machine's token with no new one (rotate to get one back): the
+    stored hash becomes a value no token hashes to (``revoked:…``), and the
+    open connection is closed as on a rotation."""
+    _token_replace(machine, f"revoked:{machine.id.hex}", "")
+
+
+def _token_replace(machine: Machine, new_hash: str, prefix: str) -> None:
+    locked = Machine.objects.select_for_update().get(id=machine.id)
+    Machine.objects.filter(id=machine.id).update(
+        token_hash=new_hash, token_prefix=prefix
+    )
+    machine.token_hash, machine.token_prefix = new_hash, prefix
+    if locked.connected:
+        machine_connections_close(channel_names=[locked.channel_name])
 
 
 # --- offline alerts (DESIGN.md "What hosts and staff see") -------------------------

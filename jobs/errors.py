@@ -118,6 +118,17 @@ def error_response(exc: ApiError) -> JsonResponse:
     return response
 
 
+def rate_limited(what: str, retry_after: int) -> ApiError:
+    """The 429 of a request past a limit (``what`` names it), to retry after
+    ``retry_after`` s (DESIGN.md "Limits and abuse")."""
+    return ApiError(
+        429,
+        f"{what}; retry after {retry_after} s",
+        "rate_limit_exceeded",
+        retry_after_s=retry_after,
+    )
+
+
 def openai_exception_handler(exc: Exception, context: dict):
     """DRF exception handler that answers every API error in OpenAI's shape:
     a database that cannot be reached is a 503 to retry, anything unexpected a

@@ -7,13 +7,17 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from ballast.ratelimits import post_limited
+
 from . import selectors, services
 from .forms import TicketOpenForm, TicketReplyForm
 
 
 @login_required
+@post_limited("BALLAST_TICKET_RATE", "ticket")
 def tickets(request: HttpRequest) -> HttpResponse:
-    """The user's tickets and a form to open one."""
+    """The user's tickets and a form to open one (each emails staff: rate
+    limited per address and account, ``BALLAST_TICKET_RATE``)."""
     form = TicketOpenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         ticket = services.ticket_open(
@@ -34,6 +38,7 @@ def tickets(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@post_limited("BALLAST_TICKET_RATE", "ticket")
 def ticket(request: HttpRequest, ticket_id: int) -> HttpResponse:
     """One ticket's conversation; the author replies here (another user's is a 404)."""
     ticket = selectors.ticket_of(user=request.user, ticket_id=ticket_id)

@@ -194,3 +194,11 @@ def canaries(catalog, settings):
             ("What is the opposite of up?", "down"),
         ]
     ]
+
+
+@pytest.fixture(autouse=True)
+def _limits_reset(request):
+    """Every test starts with no rate-limit hits counted (ballast.ratelimits)."""
+    from ballast.ratelimits import limits_reset
+
+    limits_reset()

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ballast.asgi import application
-from billing.receipts import receipt_message
+from billing.receipts import challenge_message, receipt_message
 from jobs.tokens import token_count
 
 MODEL = "smollm2-135m-instruct"
@@ -33,6 +33,7 @@ class HostSim:
         self.vram_total_mb = vram_total_mb
         self.sent_text: dict[str, str] = {}
         self.ws: WebsocketCommunicator | None = None
+        self.nonce = ""  # the connection's challenge
 
     @property
     def public_key(self) -> str:
@@ -40,6 +41,8 @@ class HostSim:
         return base64.b64encode(raw).decode()
 
     async def connect(self, *, hello: bool = True) -> dict | None:
+        """Open the host websocket, read its ``challenge`` and (with ``hello``)
+        say a signed ``hello``; return the ``welcome``."""
         self.ws = WebsocketCommunicator(
             application,
             "/ws/host/",
@@ -48,27 +51,40 @@ class HostSim:
         )
         connected, _ = await self.ws.connect()
         assert connected, "host websocket refused"
+        challenge = await self.recv()
+        assert challenge["type"] == "challenge", challenge
+        self.nonce = challenge["nonce"]
         if hello:
-            await self.send(
-                {
-                    "type": "hello",
-                    "agent_version": "sim-1",
-                    "engine": {"name": "scripted", "version": "1"},
-                    "public_key": self.public_key,
-                    "accepts_serverless": True,
-                    "devices": [
-                        {
-                            "index": 0,
-                            "name": self.name,
-                            "vram_total_mb": self.vram_total_mb,
-                        }
-                    ],
-                }
-            )
+            await self.send(self.hello_frame())
             welcome = await self.recv()
             assert welcome["type"] == "welcome", welcome
             return welcome
         return None
+
+    def proof(self, nonce: str | None = None, key=None) -> str:
+        """The hello's proof: ``nonce`` (the connection's) signed with ``key``
+        (this host's), over this host's announced public key."""
+        message = challenge_message(
+            self.nonce if nonce is None else nonce, self.public_key
+        )
+        return base64.b64encode((key or self.key).sign(message)).decode()
+
+    def hello_frame(self, **overrides) -> dict:
+        """A ``hello`` of this host with its proof; ``overrides`` replace fields
+        (``proof=None`` leaves it out, as an agent of before the challenge)."""
+        frame = {
+            "type": "hello",
+            "agent_version": "sim-1",
+            "engine": {"name": "scripted", "version": "1"},
+            "public_key": self.public_key,
+            "accepts_serverless": True,
+            "devices": [
+                {"index": 0, "name": self.name, "vram_total_mb": self.vram_total_mb}
+            ],
+            "proof": self.proof(),
+        }
+        frame.update(overrides)
+        return {k: v for k, v in frame.items() if v is not None}
 
     async def heartbeat(
         self,
@@ -147,6 +163,26 @@ class HostSim:
                 "type": "done",
                 "job": job,
                 "finish_reason": finish_reason,
+                "usage": {"prompt_tokens": 10, "completion_tokens": completion_tokens},
+                "receipt": self.receipt(job, completion_tokens)
+                if receipt is None
+                else receipt,
+            }
+        )
+
+    async def cancelled(
+        self, job: str, completion_tokens: int | None = None, *, receipt=None
+    ) -> None:
+        """Answer a ``cancel`` as the reference agent does: the usage and a
+        receipt over the text this host sent for ``job`` (counted by the
+        tokenizer unless ``completion_tokens`` says otherwise)."""
+        text = self.sent_text.get(job, "")
+        if completion_tokens is None:
+            completion_tokens = token_count(MODEL, text) if text else 0
+        await self.send(
+            {
+                "type": "cancelled",
+                "job": job,
                 "usage": {"prompt_tokens": 10, "completion_tokens": completion_tokens},
                 "receipt": self.receipt(job, completion_tokens)
                 if receipt is None

@@ -6,8 +6,12 @@ Every write is a transaction; consumers call them through ``db_call``.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
@@ -26,6 +30,8 @@ from ..models import (
 from .spot_checks import spot_check_mark_due
 from .uptime import online_span_close
 
+log = logging.getLogger("ballast.hosts")
+
 RETURN_AFTER = timedelta(minutes=10)
 BENCHMARKS_KEPT = 20  # per device and model: a host cannot grow its page without end
 FAILED_BUILDS_KEPT = 5  # failed loads kept per device and model (the latest builds)
@@ -33,6 +39,11 @@ FAILED_BUILDS_KEPT = 5  # failed loads kept per device and model (the latest bui
 
 class KeyMismatch(Exception):
     """The ``hello`` announced a public key other than the one pinned for the machine."""
+
+
+class MachineRefused(Exception):
+    """The connection's token is no longer the machine's (rotated or revoked), or
+    the machine's owner is deactivated."""
 
 
 def user_get_or_create(*, email: str) -> AbstractBaseUser:
@@ -77,10 +88,42 @@ def machine_create(
 
 
 def machine_authenticate(*, token: str) -> Machine | None:
-    """Return the machine whose token this is, or None."""
+    """Return the machine whose token this is (its owner active), or None."""
     if not token:
         return None
-    return Machine.objects.filter(token_hash=token_hash(token)).first()
+    return Machine.objects.filter(
+        token_hash=token_hash(token), owner__is_active=True
+    ).first()
+
+
+def machine_connections_close(*, channel_names: Iterable[str]) -> None:
+    """Once the caller's transaction commits, close these machine connections
+    (a ``machine.revoked`` message to each, through the channel layer, so on
+    whichever coordinator process holds it). Outside a transaction, at once. A
+    layer that cannot be reached is logged."""
+    channels = [name for name in channel_names if name]
+    if not channels:
+        return
+
+    def send() -> None:
+        layer = get_channel_layer()
+        for channel in channels:
+            try:
+                async_to_sync(layer.send)(channel, {"type": "machine.revoked"})
+            except Exception:
+                log.exception("closing machine connection %s failed", channel)
+
+    transaction.on_commit(send)
+
+
+def machines_of_owner_close(*, owner_id: int) -> None:
+    """Close every open connection of the owner's machines (a deactivated
+    owner's machines stop at once; ``machine_authenticate`` refuses them)."""
+    machine_connections_close(
+        channel_names=Machine.objects.filter(owner_id=owner_id, connected=True)
+        .exclude(channel_name="")
+        .values_list("channel_name", flat=True)
+    )
 
 
 @transaction.atomic
@@ -91,6 +134,7 @@ def machine_hello(
     hello: dict,
     now: datetime | None = None,
     lease_id=None,
+    token_hash: str | None = None,
 ) -> str:
     """Record a ``hello``: pin or check the key, store the build, upsert devices.
 
@@ -104,10 +148,24 @@ def machine_hello(
     slot, no model loaded: never eligible nor rentable) until a ``hello``
     declares them again. Returns the channel of the connection it replaces ('' if
     none), which the caller closes. Raises KeyMismatch when a key is already
-    pinned and differs (DESIGN.md: refused until the owner resets it).
+    pinned and differs (DESIGN.md: refused until the owner resets it), and
+    MachineRefused when ``token_hash`` (the hash of the token the connection
+    authenticated with) is no longer the machine's, or its owner is inactive.
+    The caller checked the hello's ``proof`` of the key (``billing.receipts.
+    challenge_verify``).
     """
     now = now or timezone.now()
-    machine = Machine.objects.select_for_update().get(id=machine_id)
+    machine = (
+        Machine.objects.select_for_update(of=("self",))
+        .select_related("owner")
+        .get(id=machine_id)
+    )
+    if not machine.owner.is_active or (
+        token_hash is not None and machine.token_hash != token_hash
+    ):
+        raise MachineRefused(
+            "this machine's token was rotated or revoked, or its owner deactivated"
+        )
     if machine.public_key and machine.public_key != hello["public_key"]:
         raise KeyMismatch(
             "this machine's key differs from the pinned one; the owner must reset it"

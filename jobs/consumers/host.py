@@ -32,6 +32,14 @@ log = logging.getLogger("ballast.jobs")
 _late_replies: set[asyncio.Task] = set()
 # how many cancelled attempts a connection remembers (HostRelayConsumer.cancelled)
 CANCELLED_KEPT = 64
+# the text a connection keeps of one attempt for its receipt (characters): past
+# it the host's ``cancelled`` receipt is not checked (and not paid)
+SENT_KEPT_CHARS = 1_000_000
+
+
+def _no_receipt(attempt_id: str) -> dict:
+    """The answer to a job waiting for a cancel receipt that will not come."""
+    return {"type": "host.cancelled", "attempt": attempt_id, "cancelled": None}
 
 
 def _host_gone(attempt_id: str) -> dict:
@@ -51,9 +59,10 @@ class HostRelayConsumer(HostConsumer):
         # attempt id -> {"reply": channel of the job's coroutine, "claimed": bool}
         self.open_attempts: dict[str, dict[str, Any]] = {}
         # the last attempts cancelled here: the host's frames of them that cross
-        # the cancel are dropped without an error
-        self.cancelled: collections.deque[str] = collections.deque(
-            maxlen=CANCELLED_KEPT
+        # the cancel are dropped without an error; attempt id -> its info while
+        # the host's ``cancelled`` (its receipt) is awaited, else None
+        self.cancelled: collections.OrderedDict[str, dict | None] = (
+            collections.OrderedDict()
         )
         await super().connect()
 
@@ -63,6 +72,12 @@ class HostRelayConsumer(HostConsumer):
                 self.channel_layer, info["reply"], _host_gone(attempt_id)
             )
         self.open_attempts.clear()
+        for attempt_id, info in list(self.cancelled.items()):
+            if info is not None and info.get("receipt_wanted"):
+                await local.channel_send(
+                    self.channel_layer, info["reply"], _no_receipt(attempt_id)
+                )
+        self.cancelled.clear()
 
     def undelivered(self, message: dict) -> None:
         """An offer that reached this connection after it closed (a dispatch
@@ -166,6 +181,9 @@ class HostRelayConsumer(HostConsumer):
         """
         attempt_id, info = self._open(frame)
         text = await self._parsed(protocol.parse_token, frame, attempt_id, info)
+        if info is None and self.cancelled.get(attempt_id) is not None:
+            _sent_add(self.cancelled[attempt_id], text)  # crossed the cancel
+            return
         if info is None or not info["claimed"]:
             await self._stray_frame(
                 attempt_id,
@@ -174,6 +192,7 @@ class HostRelayConsumer(HostConsumer):
             return
         if info.get("relay_failed"):
             return  # never relay a token after a lost one: the connection is closing
+        _sent_add(info, text)
         outbox = info.get("outbox")
         if outbox is None:
             outbox = info["outbox"] = []
@@ -241,6 +260,10 @@ class HostRelayConsumer(HostConsumer):
     async def frame_done(self, frame: dict) -> None:
         attempt_id, info = self._open(frame)
         done = await self._parsed(protocol.parse_done, frame, attempt_id, info)
+        if info is None and self.cancelled.get(attempt_id) is not None:
+            # the host finished as the cancel crossed: its receipt is as good
+            await self._receipt_relay(attempt_id, done)
+            return
         if info is None or not info["claimed"]:
             await self._stray_frame(
                 attempt_id,
@@ -290,6 +313,44 @@ class HostRelayConsumer(HostConsumer):
             return
         await local.channel_send(self.channel_layer, info["reply"], last)
 
+    async def frame_cancelled(self, frame: dict) -> None:
+        """The host's answer to a ``cancel``: its usage and a receipt over the
+        text it sent for the job, relayed to the job's coroutine (which pays
+        the host for the part the renter received, ``services.attempt_end``)."""
+        attempt_id = protocol.parse_job_frame(frame)
+        cancelled = protocol.parse_cancelled(frame)
+        if attempt_id not in self.cancelled:
+            await self.send_error(
+                f"cancelled: job {attempt_id[:40]} was not cancelled on this machine"
+            )
+            return
+        if self.cancelled[attempt_id] is not None:
+            await self._receipt_relay(attempt_id, cancelled)
+
+    async def _receipt_relay(self, attempt_id: str, answer: dict) -> None:
+        """Relay the first receipt answer (``cancelled`` or a ``done`` that
+        crossed the cancel) of a cancelled attempt, with the exact text its
+        host sent; later ones change nothing."""
+        info = self.cancelled[attempt_id]
+        self.cancelled[attempt_id] = None
+        if not info.get("receipt_wanted"):
+            return
+        sent = None if info.get("sent_overflow") else "".join(info.get("sent", ()))
+        await local.channel_send(
+            self.channel_layer,
+            info["reply"],
+            {
+                "type": "host.cancelled",
+                "attempt": attempt_id,
+                "cancelled": {
+                    "prompt_tokens": answer["prompt_tokens"],
+                    "completion_tokens": answer["completion_tokens"],
+                    "receipt": answer["receipt"],
+                    "text": sent,
+                },
+            },
+        )
+
     # --- messages from the job coroutines (channel layer) -----------------------------
     async def attempt_offer(self, message: dict) -> None:
         """Send an ``offer`` to the host and open the attempt on this connection."""
@@ -303,18 +364,51 @@ class HostRelayConsumer(HostConsumer):
         """Tell the host to stop an attempt; later frames of it are ignored.
 
         Sent for every failed or cancelled attempt, even one the host itself
-        reported as failed, so a host never keeps generating for nobody.
+        reported as failed, so a host never keeps generating for nobody. With
+        ``receipt`` (the coordinator ended a segment the renter received part
+        of), the host's ``cancelled`` is relayed to the job as
+        ``host.cancelled``; an attempt not open here is answered at once with
+        none.
         """
-        await self._attempt_drop(message["attempt"])
+        attempt_id = message["attempt"]
+        wanted = bool(message.get("receipt"))
+        if not await self._attempt_drop(attempt_id, receipt_wanted=wanted) and wanted:
+            await local.channel_send(
+                self.channel_layer, message["reply"], _no_receipt(attempt_id)
+            )
 
-    async def _attempt_drop(self, attempt_id: str) -> None:
-        """Close an attempt on this connection and tell the host to stop it."""
-        if self.open_attempts.pop(attempt_id, None) is not None:
-            self.cancelled.append(attempt_id)
+    async def _attempt_drop(self, attempt_id: str, *, receipt_wanted=False) -> bool:
+        """Close an attempt on this connection and tell the host to stop it;
+        True when it was open here (it is remembered among ``cancelled``)."""
+        info = self.open_attempts.pop(attempt_id, None)
+        if info is not None:
+            info["receipt_wanted"] = receipt_wanted
+            self.cancelled[attempt_id] = info
+            while len(self.cancelled) > CANCELLED_KEPT:
+                dropped, old = self.cancelled.popitem(last=False)
+                if old is not None and old.get("receipt_wanted"):
+                    await local.channel_send(
+                        self.channel_layer, old["reply"], _no_receipt(dropped)
+                    )
         await self.send_json({"type": "cancel", "job": attempt_id})
+        return info is not None
 
     async def _stray_frame(self, attempt_id: str, error: str) -> None:
         """A frame for an attempt not open (or not claimed) on this connection:
         an ``error`` frame, unless this connection cancelled it lately."""
         if attempt_id not in self.cancelled:
             await self.send_error(error)
+
+
+def _sent_add(info: dict, text: str) -> None:
+    """Keep ``text`` among what the host sent for the attempt (for the receipt
+    of a cancel), up to ``SENT_KEPT_CHARS``."""
+    if info.get("sent_overflow"):
+        return
+    sent = info.setdefault("sent", [])
+    info["sent_chars"] = info.get("sent_chars", 0) + len(text)
+    if info["sent_chars"] > SENT_KEPT_CHARS:
+        info["sent_overflow"] = True
+        sent.clear()
+        return
+    sent.append(text)

@@ -5,7 +5,11 @@ Send one chat request as JSON; receive the same chunks as JSON messages, then
 Closing the socket cancels the running job (billed for what was delivered).
 The key is checked when the socket opens and again with every request (in the
 request's transaction, ``services.job_open``): a key revoked meanwhile, or a
-renter deactivated, gets a 401 error message and the socket is closed.
+renter deactivated, gets a 401 error message and the socket is closed. A key
+revoked (or its renter deactivated) while the socket is open closes it at once,
+its running job cancelled: the socket is in its key's group
+(``services.api_key_group``), which ``services.api_keys_connections_close``
+tells, from any coordinator process.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ..chunks import ChunkWriter
 from ..errors import ApiError, error_body, failure_error
 from ..orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from ..requests import completion_request_parse
-from ..services import api_key_authenticate, job_open, unauthorized
+from ..services import api_key_authenticate, api_key_group, job_open, unauthorized
 
 
 class RenterChatConsumer(DirectDispatchConsumer):
@@ -32,15 +36,34 @@ class RenterChatConsumer(DirectDispatchConsumer):
         self.plain_key = bearer_token(self.scope)
         key = await db_call(api_key_authenticate)(plain=self.plain_key)
         self.task: asyncio.Task | None = None
+        self.key_group = ""
+        if key is not None:
+            # joined before the accept and re-checked after: a revoke that
+            # committed in between is seen by one or the other
+            self.key_group = api_key_group(key.id)
+            await self.channel_layer.group_add(self.key_group, self.channel_name)
+            key = await db_call(api_key_authenticate)(plain=self.plain_key)
         await self.accept()
         if key is None:
             await self._refused()
 
     async def disconnect(self, code: int) -> None:
+        await self._task_stop()
+        if getattr(self, "key_group", ""):
+            await self.channel_layer.group_discard(self.key_group, self.channel_name)
+
+    async def _task_stop(self) -> None:
+        """Cancel the running request, if any (its job billed for what was delivered)."""
         task = getattr(self, "task", None)
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+    async def key_revoked(self, message: dict) -> None:
+        """The key was revoked or its renter deactivated: stop the running
+        request, say so (401) and close (4401)."""
+        await self._task_stop()
+        await self._refused()
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None
@@ -135,7 +158,10 @@ class RenterChatConsumer(DirectDispatchConsumer):
         await self.send(text_data=json.dumps(content))
 
     async def _error(self, error: ApiError, **extra) -> None:
-        """Send ``{"type": "error", "status", **extra, "error": {...}}``."""
+        """Send ``{"type": "error", "status", **extra, "error": {...}}`` (and
+        ``retry_after``, s, with a 429 of a limit)."""
+        if error.retry_after_s is not None:
+            extra["retry_after"] = error.retry_after_s
         await self._send(
             {"type": "error", "status": error.status, **extra, **error.body()}
         )

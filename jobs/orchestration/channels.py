@@ -34,8 +34,17 @@ def offer_message(attempt_id: str, reply: str, frame: dict) -> dict:
     }
 
 
-def cancel_message(attempt_id: str) -> dict:
-    """The message that has a machine's connection tell its host to stop."""
+def cancel_message(attempt_id: str, *, reply: str = "") -> dict:
+    """The message that has a machine's connection tell its host to stop; with
+    ``reply`` (the job's channel) the host's receipt over what it sent comes
+    back there as ``host.cancelled`` (``JobRun._receipt_wait``)."""
+    if reply:
+        return {
+            "type": "attempt.cancel",
+            "attempt": attempt_id,
+            "receipt": True,
+            "reply": reply,
+        }
     return {"type": "attempt.cancel", "attempt": attempt_id}
 
 

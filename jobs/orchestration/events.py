@@ -45,6 +45,9 @@ class Segment:
     outcome: str = ""
     error: str = ""
     done: dict | None = None
+    # the host's answer to a cancel the coordinator sent while the renter had
+    # its text (``JobRun._receipt_wait``): usage, receipt and the text it sent
+    cancel_receipt: dict | None = None
     claimed_at: datetime | None = None
     first_token_at: datetime | None = None
     received: int = 0  # characters of the host's text that reached the job

@@ -116,13 +116,20 @@ class JobRun:
             failure = exc
             raise
         finally:
-            local.reader_remove(self.channel, self.inbox.deliver)
             lease.cancel()
-            try:
-                if not self.finished:
-                    await asyncio.shield(self._cancel(failure))
-            finally:
-                reader.cancel()
+            # the close goes on even when this task is cancelled (the renter
+            # went away), and keeps reading the channel until it is done: it
+            # may wait for the host's receipt (``_receipt_wait``)
+            await asyncio.shield(self._close(reader, failure))
+
+    async def _close(self, reader: asyncio.Task, failure: Exception | None) -> None:
+        """End a job left unfinished (``_cancel``), then stop reading its channel."""
+        try:
+            if not self.finished:
+                await self._cancel(failure)
+        finally:
+            local.reader_remove(self.channel, self.inbox.deliver)
+            reader.cancel()
 
     async def _read_channel(self) -> None:
         """Move every message of the job's channel into its inbox. One receive
@@ -279,7 +286,9 @@ class JobRun:
                 if text:
                     segment.pieces.append(text)
                     yield text
-                if over:  # the host ignores max_tokens: end the answer there, unpaid
+                if over:
+                    # past max_tokens: the answer ends there; the host is paid
+                    # for what the renter received against its cancel receipt
                     segment.outcome = Attempt.Outcome.SUCCEEDED
                     segment.done = {
                         "finish_reason": "length",
@@ -288,11 +297,9 @@ class JobRun:
                             self.job.model_id, segment.text
                         )
                         or 0,
-                        "receipt": "",
+                        "receipt": None,  # asked for: ``cancel_receipt``
                     }
-                    await local.channel_send(
-                        self.layer, segment.machine_channel, cancel_message(attempt_id)
-                    )
+                    segment.cancel_receipt = await self._receipt_wait(segment)
                     return
                 stage = NEXT_TOKEN
                 deadline = loop.time() + stage_timeout_s(stage)
@@ -314,10 +321,48 @@ class JobRun:
                 return
 
     # --- ends -------------------------------------------------------------------
+    async def _receipt_wait(self, segment: Segment) -> dict | None:
+        """Tell the host to stop a segment the renter received text of, and
+        wait (at most ``BALLAST_CANCEL_RECEIPT_WAIT_S``) for its answer: its
+        usage and receipt over the text it sent (``cancelled``), relayed with
+        that text by its connection. None when none comes (a host that died,
+        or one that does not answer)."""
+        attempt_id = str(segment.attempt.id)
+        await local.channel_send(
+            self.layer,
+            segment.machine_channel,
+            cancel_message(attempt_id, reply=self.channel),
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.BALLAST_CANCEL_RECEIPT_WAIT_S
+        while (left := deadline - loop.time()) > 0:
+            try:
+                message = await self.inbox.next(left)
+            except TimeoutError:
+                break
+            if message.get("attempt") != attempt_id:
+                continue
+            if message["type"] == "host.cancelled":
+                return message["cancelled"]
+            if message["type"] == "host.gone":
+                return None
+        log.info("job %s: no receipt for the cancelled %s", self.job_id, attempt_id)
+        return None
+
     async def _end_segment(self, segment: Segment) -> None:
         """End a failed or cancelled attempt: record it, tell the host, free the
-        slot. Shielded: a renter going away meanwhile must not leave the attempt
-        to the job's close, which would end it with no text (``_cancel``)."""
+        slot. A segment the renter received text of and the coordinator ended
+        (the renter went away) first asks the host for its receipt
+        (``_receipt_wait``), so the host is paid for what was received.
+        Shielded: a renter going away meanwhile must not leave the attempt to
+        the job's close, which would end it with no text (``_cancel``)."""
+        receipt_wanted = (
+            segment.outcome == Attempt.Outcome.CANCELLED
+            and bool(segment.pieces)
+            and not self.whole_at_end
+        )
+        if receipt_wanted:
+            segment.cancel_receipt = await self._receipt_wait(segment)
         self.segment_ending = asyncio.ensure_future(
             db_call_retried(services.attempt_end, when=retry_worthy)(
                 attempt_id=str(segment.attempt.id),
@@ -326,12 +371,16 @@ class JobRun:
                 error=segment.error,
                 claimed_at=segment.claimed_at,
                 first_token_at=segment.first_token_at,
+                cancel_receipt=segment.cancel_receipt,
             )
         )
         await asyncio.shield(self.segment_ending)
-        await local.channel_send(
-            self.layer, segment.machine_channel, cancel_message(str(segment.attempt.id))
-        )
+        if not receipt_wanted:
+            await local.channel_send(
+                self.layer,
+                segment.machine_channel,
+                cancel_message(str(segment.attempt.id)),
+            )
         slots_announce_soon([self.job.model_id])
 
     async def _succeed(self, segment: Segment) -> Finished:
@@ -357,6 +406,7 @@ class JobRun:
             answer_text=self.delivered_text,
             claimed_at=segment.claimed_at,
             first_token_at=segment.first_token_at,
+            cancel_receipt=segment.cancel_receipt,
         )
         slots_announce_soon([self.job.model_id])
         return job

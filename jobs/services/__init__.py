@@ -33,7 +33,9 @@ from .keys import (
     API_KEY_LAST_USED_EVERY,
     api_key_authenticate,
     api_key_create,
+    api_key_group,
     api_key_mark_used,
+    api_keys_connections_close,
 )
 from .requests import (
     JOB_LEASE_S,
@@ -52,7 +54,9 @@ __all__ = [
     "Dispatch",
     "api_key_authenticate",
     "api_key_create",
+    "api_key_group",
     "api_key_mark_used",
+    "api_keys_connections_close",
     "attempt_claim",
     "attempt_end",
     "attempts_reap",

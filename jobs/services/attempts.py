@@ -93,6 +93,7 @@ def attempt_end(
     claimed_at: datetime | None = None,
     first_token_at: datetime | None = None,
     now: datetime | None = None,
+    cancel_receipt: dict | None = None,
 ) -> Attempt | None:
     """End an open attempt with ``outcome``; free its slot; record the outcome
     for the device's score (not a cancel, not an empty answer, not a spot check:
@@ -105,7 +106,13 @@ def attempt_end(
     token reached the coordinator. ``done``: the host's done frame
     (``finish_reason``, ``prompt_tokens``, ``completion_tokens``, ``receipt``):
     its receipt is checked against the machine's pinned key over that exact
-    text and its count for believability.
+    text and its count for believability. ``cancel_receipt``: the host's answer
+    to a cancel of a segment the renter received (``prompt_tokens``,
+    ``completion_tokens``, ``receipt``, ``text``: all the host sent, of which
+    ``output_text`` is the start; None when its connection could not keep it),
+    checked the same way over ``text`` (``cancel_receipt_check``) when ``done``
+    carries no receipt: a valid one pays the host for ``output_text`` as a
+    ``done`` would (``billing.services.charge_plan``).
     """
     now = now or timezone.now()
     ended = Attempt.objects.filter(id=attempt_id, state__in=Attempt.OPEN_STATES).update(
@@ -131,6 +138,12 @@ def attempt_end(
     attempt.tokens_billed, attempt.token_count_flagged = segment_tokens(
         model_id=attempt.job.model_id, text=output_text, reported=reported
     )
+    if done and done.get("receipt") is None:
+        attempt.completion_tokens_reported = done["completion_tokens"]
+        attempt.prompt_tokens_reported = done["prompt_tokens"]
+        done = None  # the coordinator's own end (a max_tokens cut): no receipt
+    if cancel_receipt is not None and done is None:
+        cancel_receipt_check(attempt, output_text=output_text, answer=cancel_receipt)
     if done:
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
@@ -185,3 +198,38 @@ def attempt_end(
             now=now,
         )
     return attempt
+
+
+def cancel_receipt_check(attempt: Attempt, *, output_text: str, answer: dict) -> None:
+    """Judge the receipt of a cancelled segment (``attempt_end``'s
+    ``cancel_receipt``) and set ``attempt.receipt`` and ``receipt_valid`` (not
+    saved). Valid only when the text the host sent starts with what the
+    renter received, its count is not inflated for that text (else the attempt
+    is flagged) and the signature verifies (``billing.services.receipt_check``,
+    stored once per attempt)."""
+    sent = answer.get("text")
+    attempt.prompt_tokens_reported = answer["prompt_tokens"]
+    attempt.receipt = (answer.get("receipt") or "")[:200]
+    attempt.receipt_valid = False
+    if sent is None or not sent.startswith(output_text):
+        log.warning("attempt %s: cancel receipt without its text; unpaid", attempt.id)
+        return
+    model_id = attempt.job.model_id
+    if token_count_inflated(
+        reported=answer["completion_tokens"],
+        text=sent,
+        recount=token_count(model_id, sent),
+    ):
+        attempt.token_count_flagged = True
+        return
+    verdict = receipt_check(
+        attempt_id=attempt.id,
+        device_id=attempt.device_id,
+        public_key_b64=attempt.device.machine.public_key,
+        signature_b64=attempt.receipt,
+        completion_tokens=answer["completion_tokens"],
+        text=sent,
+    )
+    attempt.receipt_valid = verdict == ReceiptCheck.Verdict.VALID
+    if not attempt.receipt_valid:
+        log.warning("attempt %s: cancel receipt %s; host not paid", attempt.id, verdict)

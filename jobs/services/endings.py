@@ -29,6 +29,7 @@ def job_succeed(
     answer_text: str,
     claimed_at: datetime | None = None,
     first_token_at: datetime | None = None,
+    cancel_receipt: dict | None = None,
 ) -> Job:
     """End a job's last attempt as succeeded and close the job, in one transaction:
     the receipt and the count checked, the attempt closed, the slot freed, the
@@ -37,7 +38,9 @@ def job_succeed(
 
     ``segment_text``: what that attempt delivered; ``answer_text``: the whole
     answer (a continuation's prefix included); ``done``: the host's done frame
-    (see ``attempts.attempt_end``). Returns the finished job.
+    (see ``attempts.attempt_end``); ``cancel_receipt``: the host's receipt of a
+    segment cut at ``max_tokens`` (its ``done`` then carries ``receipt`` None).
+    Returns the finished job.
     """
     attempt_end(
         attempt_id=attempt_id,
@@ -46,6 +49,7 @@ def job_succeed(
         done=done,
         claimed_at=claimed_at,
         first_token_at=first_token_at,
+        cancel_receipt=cancel_receipt,
     )
     return job_finish(
         job_id=job_id,

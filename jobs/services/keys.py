@@ -3,16 +3,22 @@ abuse": a key is checked on every request, whatever the transport)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from datetime import timedelta
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from hosts.models import token_hash, token_new
 
 from ..models import ApiKey
+
+log = logging.getLogger("ballast.jobs")
 
 # a key's ``last_used_at`` is written at most this often
 API_KEY_LAST_USED_EVERY = timedelta(minutes=1)
@@ -62,3 +68,32 @@ def api_key_mark_used(*, key: ApiKey, now=None) -> None:
     if key.last_used_at is None or key.last_used_at < now - API_KEY_LAST_USED_EVERY:
         ApiKey.objects.filter(id=key.id).update(last_used_at=now)
         key.last_used_at = now
+
+
+def api_key_group(key_id: int) -> str:
+    """The channel-layer group of the renter websockets open with key ``key_id``."""
+    return f"apikey.{key_id}"
+
+
+def api_keys_connections_close(*, key_ids: Iterable[int]) -> None:
+    """Once the caller's transaction commits, close every renter websocket open
+    with one of these keys, on every coordinator process (a ``key.revoked``
+    message to each key's group, through the channel layer): a revoked key or a
+    deactivated renter stops at once, not only at its next request. Outside a
+    transaction it is sent at once. A layer that cannot be reached is logged
+    (the key is refused at the next request anyway)."""
+    ids = list(key_ids)
+    if not ids:
+        return
+
+    def send() -> None:
+        layer = get_channel_layer()
+        for key_id in ids:
+            try:
+                async_to_sync(layer.group_send)(
+                    api_key_group(key_id), {"type": "key.revoked"}
+                )
+            except Exception:
+                log.exception("closing the websockets of API key %s failed", key_id)
+
+    transaction.on_commit(send)

@@ -12,16 +12,18 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from ballast.db import commit_unflushed
+from ballast.ratelimits import limit_hit
 from billing.money import nano_to_usd_str
 from catalog.models import CatalogModel
 from catalog.selectors import catalog_model_active
 
-from ..errors import ApiError
+from ..errors import ApiError, rate_limited
 from ..models import ApiKey, Job, Rental
 from ..requests import CompletionRequest
 from ..tokens import prompt_token_count, prompt_tokens_least, prompt_tokens_most
@@ -51,18 +53,74 @@ def job_open(
     request, whatever the transport); ``waiting_channel``: the channel of the
     coroutine that will run the job. Raises ApiError 401 (key), 404 (model or
     rental), 409 (rental not live), 400 (the prompt and ``max_tokens`` past the
-    context) or 402 (credit); then nothing is stored.
+    context), 402 (credit) or 429 (``key_rate_check``, ``key_jobs_check``,
+    ``queue_share_check``: DESIGN.md "Limits and abuse"); then nothing is stored
+    and no slot is held.
     """
     commit_unflushed()  # it stores no money (ballast.db.commit_unflushed)
     key = api_key_authenticate(plain=api_key)
     if key is None:
         raise unauthorized()
+    key_rate_check(key=key)
     api_key_mark_used(key=key)
     job, model = job_submit(
         api_key=key, request=request, waiting_channel=waiting_channel
     )
     dispatch = job_dispatch(job=job, model=model, waiting_channel=waiting_channel)
+    if dispatch.wait:
+        queue_share_check(job=job)
     return job, model, dispatch
+
+
+def key_rate_check(*, key: ApiKey) -> None:
+    """ApiError 429 when the key is past ``BALLAST_KEY_RATE`` requests (a rate
+    such as ``120/minute``, counted through ``ballast.ratelimits``: in Redis,
+    shared by every coordinator process)."""
+    wait = limit_hit(settings.BALLAST_KEY_RATE, "key", key.id)
+    if wait is not None:
+        raise rate_limited(
+            f"this API key is past {settings.BALLAST_KEY_RATE} requests", wait
+        )
+
+
+def key_jobs_check(*, key: ApiKey) -> None:
+    """ApiError 429 when the key already has ``BALLAST_KEY_MAX_JOBS`` open jobs.
+
+    Counted from the jobs table under the renter's credit lock (the caller
+    holds it), so parallel requests on any process cannot pass it together,
+    and a job that ends (or is reaped) frees its place: no counter to leak.
+    """
+    open_jobs = Job.objects.filter(api_key=key, status__in=Job.OPEN_STATUSES).count()
+    if open_jobs >= settings.BALLAST_KEY_MAX_JOBS:
+        raise rate_limited(
+            f"this API key has {open_jobs} jobs running or queued (at most "
+            f"{settings.BALLAST_KEY_MAX_JOBS} at once)",
+            1,
+        )
+
+
+def queue_share_check(*, job: Job) -> None:
+    """ApiError 429 when ``job`` (about to wait for a slot) would give its renter
+    more than ``BALLAST_QUEUE_SHARE`` of its model's queue, once the renter has
+    ``BALLAST_QUEUE_SHARE_MIN`` jobs waiting there: one renter cannot fill a
+    model's first-come-first-served queue and push every other renter into
+    504s. Waiting jobs: serverless, queued, with a live lease (as
+    ``dispatch.jobs_ahead_count``). Called under the renter's credit lock."""
+    waiting = Job.objects.filter(
+        model_id=job.model_id,
+        status=Job.Status.QUEUED,
+        target_device__isnull=True,
+        lease_until__gt=timezone.now(),
+    ).exclude(id=job.id)
+    mine = waiting.filter(renter_id=job.renter_id).count()
+    if mine < settings.BALLAST_QUEUE_SHARE_MIN:
+        return
+    if mine + 1 > settings.BALLAST_QUEUE_SHARE * (waiting.count() + 1):
+        raise rate_limited(
+            f"you have {mine} requests waiting for {job.model_id}, past your "
+            f"share ({settings.BALLAST_QUEUE_SHARE}) of its queue",
+            1,
+        )
 
 
 def job_submit(
@@ -79,6 +137,7 @@ def job_submit(
     request_fits(model, request)
     worst_case = request.params["max_tokens"] * model.price_completion_nano
     account = credit_lock(renter=api_key.user)
+    key_jobs_check(key=api_key)
     available = credit_available_nano(renter=api_key.user, account=account)
     if available < worst_case:
         raise _credit_refused(available, request, model)

@@ -33,6 +33,7 @@ class FakeCoordinator:
     ``refuse_http``: answer the handshake with HTTP 403. ``close_code``: accept,
     then close at once with this code (no welcome). ``replace``: send
     ``welcome``, then close with 4409 (another agent took the machine over).
+    Each connection first gets a ``challenge`` (``nonces``), as the real one.
     ``heartbeat_interval_s`` is sent in ``welcome``.
     """
 
@@ -54,6 +55,7 @@ class FakeCoordinator:
         self.attempts: list[float] = []
         self.attempt_times: asyncio.Queue[float] = asyncio.Queue()
         self.hellos: list[dict[str, Any]] = []
+        self.nonces: list[str] = []  # the challenge sent on each connection
         self.headers: list[dict[str, str]] = []
         self.frames: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.heartbeats: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -97,6 +99,9 @@ class FakeCoordinator:
         if self.close_code is not None:
             await ws.close(self.close_code, "unauthorized")
             return
+        nonce = f"nonce-{len(self.attempts)}"
+        self.nonces.append(nonce)
+        await ws.send(json.dumps({"type": "challenge", "nonce": nonce}))
         hello = json.loads(await ws.recv())
         self.hellos.append(hello)
         self.ws = ws

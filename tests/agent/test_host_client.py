@@ -235,6 +235,8 @@ async def test_cancel_stops_the_stream_and_frees_the_slot(
         if frame["job"] == "next":
             assert frame["type"] == "claim"
             break
+        if frame["type"] == "cancelled":  # the answer to the cancel (its receipt)
+            continue
         assert frame == {"type": "token", "job": "long", "text": frame["text"]}
     text, done = await coordinator.stream_collect("next")  # no "long" frame in between
     assert text == " w0 w1 w2 w3 w4"
@@ -252,6 +254,7 @@ async def test_an_offer_without_a_free_slot_gets_an_error_and_no_claim(
     error = await coordinator.expect("error", job="extra")
     assert "slot" in error["message"]
     await coordinator.send({"type": "cancel", "job": "busy"})
+    await coordinator.expect("cancelled", job="busy")  # nothing sent: an empty receipt
     await coordinator.send(offer_frame("after"))
     await coordinator.expect("claim", job="after")
 
@@ -461,3 +464,46 @@ async def test_the_real_llamacpp_engine_serves_an_offer(
     assert 0 < done["usage"]["completion_tokens"] <= len(text)
     assert done["usage"]["prompt_tokens"] > 0
     assert_receipt(coordinator.hellos[0], "real", done, text)
+
+
+@pytest.mark.asyncio
+async def test_it_signs_the_coordinators_challenge_in_its_hello(
+    coordinator, agent_start
+) -> None:
+    from billing.receipts import challenge_verify
+
+    await agent_start(coordinator)
+    hello = coordinator.hellos[0]
+    assert challenge_verify(
+        public_key_b64=hello["public_key"],
+        proof_b64=hello["proof"],
+        nonce=coordinator.nonces[0],
+    )
+
+
+@pytest.mark.asyncio
+async def test_it_answers_a_cancel_with_a_receipt_over_the_text_it_sent(
+    coordinator, agent_start, offer_frame
+) -> None:
+    """``cancelled`` follows the job's last token: usage and a receipt over
+    exactly the text of its token frames (docs/protocol-notes.md)."""
+    await agent_start(
+        coordinator, script={"pieces": [f" w{i}" for i in range(200)], "delay_s": 0.02}
+    )
+    await coordinator.send(offer_frame("long"))
+    await coordinator.expect("claim", job="long")
+    sent = [(await coordinator.expect("token", job="long"))["text"]]
+    await coordinator.send({"type": "cancel", "job": "long"})
+    while True:
+        frame = await asyncio.wait_for(coordinator.frames.get(), 10)
+        if frame["type"] == "cancelled":
+            break
+        assert frame["type"] == "token" and frame["job"] == "long"
+        sent.append(frame["text"])
+    text = "".join(sent)
+    tokens = frame["usage"]["completion_tokens"]
+    assert 1 <= tokens <= len(text)
+    assert receipt_verify(
+        coordinator.hellos[0]["public_key"], frame["receipt"], "long", tokens, text
+    )
+    await coordinator.receive_nothing()

@@ -16,6 +16,7 @@ from .services import services_missing
 
 pytestmark = pytest.mark.chaos
 
+
 def test_nothing_is_lost_charged_twice_or_leaked_under_faults(tmp_path):
     missing = services_missing()
     if missing:

@@ -149,3 +149,17 @@ def sessions_waiting_on_locks(count: int = 1, timeout_s: float = 10.0) -> None:
                 return
             time.sleep(0.005)
     raise AssertionError(f"{count} session(s) never waited on a lock")
+
+
+async def job_closed(job_id, *, timeout: float = 5.0):
+    """Wait until the job is closed (a state, polled); return it with its attempts."""
+    from jobs.models import Job
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        job = await Job.objects.filter(id=job_id).afirst()
+        if job is not None and job.status not in Job.OPEN_STATUSES:
+            return job
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"job {job_id} never closed")

@@ -19,7 +19,14 @@ from billing.services import renter_balance_nano
 from hosts.models import DeviceOutcome
 from jobs.models import Attempt, Job
 
-from .helpers import chat_request, host_online, read_body, sse_events, sse_text
+from .helpers import (
+    chat_request,
+    host_online,
+    job_closed,
+    read_body,
+    sse_events,
+    sse_text,
+)
 from .helpers import renter_ws as renter_ws_open
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -287,6 +294,11 @@ async def test_it_frees_the_slot_and_cancels_when_the_renter_goes_away(
     await renter_ws.disconnect()
     cancel = await host.recv_type("cancel")
     assert cancel["job"] == offer["job"]
+    await host.cancelled(offer["job"])  # its receipt (docs/protocol-notes.md)
+    attempt = await Attempt.objects.select_related("job", "device").aget(
+        id=offer["job"]
+    )
+    await job_closed(attempt.job_id)
     attempt = await Attempt.objects.select_related("job", "device").aget(
         id=offer["job"]
     )

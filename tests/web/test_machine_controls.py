@@ -91,9 +91,13 @@ def test_it_requires_csrf_on_every_form(owner, machine):
         "hosts:machine_pause",
         "hosts:machine_settings",
         "hosts:machine_key_reset",
+        "hosts:machine_token_rotate",
+        "hosts:machine_token_revoke",
     ):
         assert (
-            client.post(reverse(name, args=[machine.id]), {"paused": "1"}).status_code
+            client.post(
+                reverse(name, args=[machine.id]), {"paused": "1", "confirm": "1"}
+            ).status_code
             == 403
         )
     assert (

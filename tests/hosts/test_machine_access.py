@@ -1,0 +1,155 @@
+"""Machine tokens and the hello's challenge (issue 23 item 2; DESIGN.md "Limits
+and abuse"): a token rotated or revoked from the machine's page stops at once
+(its open connection closed through the channel layer), a deactivated owner's
+machines are refused and closed, and ``hello`` must sign the connection's
+challenge with the pinned key, so a token alone cannot take a machine over.
+On the real ASGI application (``tests.hostsim.HostSim``)."""
+
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.test import AsyncClient
+from django.urls import reverse
+
+from ballast.asgi import application
+from hosts.models import Machine
+from tests.hostsim import HostSim
+from tests.jobs.helpers import chat_request, host_online
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+async def _closed_with(host: HostSim, code: int) -> dict:
+    """The error frame then the close (with ``code``) the host receives."""
+    error = await host.recv_type("error")
+    closed = await host.ws.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": code}, closed
+    return error
+
+
+async def _refused_at_connect(token: str) -> None:
+    ws = WebsocketCommunicator(
+        application,
+        "/ws/host/",
+        headers=[(b"authorization", f"Bearer {token}".encode())],
+        subprotocols=["ballast.host.v1"],
+    )
+    connected, code = await ws.connect()
+    assert not connected and code == 4401
+
+
+async def _owner_client(owner) -> AsyncClient:
+    client = AsyncClient()
+    await client.aforce_login(owner)
+    return client
+
+
+async def test_a_rotated_token_closes_its_connection_and_stops(
+    catalog, owner, machine_token
+):
+    host = await host_online(machine_token, "rig")
+    client = await _owner_client(owner)
+    url = reverse("hosts:machine_token_rotate", args=[host.machine.id])
+    response = await client.post(url, {"confirm": "1"})
+    assert response.status_code == 302
+    await _closed_with(host, 4401)
+    await _refused_at_connect(host.machine_token)
+    page = (await client.get(response["Location"])).content.decode()
+    new_token = page.split('id="agent-command">')[1].split("</pre>")[0].split()[-1]
+    assert new_token.startswith("bm_") and new_token != host.machine_token
+    renewed = HostSim(new_token)
+    renewed.key = host.key  # the same agent, restarted with the new token
+    assert (await renewed.connect())["type"] == "welcome"
+    await renewed.close()
+
+
+async def test_a_revoked_token_closes_its_connection_and_stops(
+    catalog, owner, machine_token
+):
+    host = await host_online(machine_token, "rig")
+    client = await _owner_client(owner)
+    url = reverse("hosts:machine_token_revoke", args=[host.machine.id])
+    assert (await client.post(url, {"confirm": "1"})).status_code == 302
+    await _closed_with(host, 4401)
+    await _refused_at_connect(host.machine_token)
+    machine = await Machine.objects.aget(id=host.machine.id)
+    assert machine.token_prefix == "" and machine.token_hash.startswith("revoked:")
+
+
+async def test_rotation_needs_the_owner_and_the_confirmation(
+    catalog, owner, stranger, machine_token
+):
+    host = await host_online(machine_token, "rig")
+    url = reverse("hosts:machine_token_rotate", args=[host.machine.id])
+    stranger_client = await _owner_client(stranger)
+    assert (await stranger_client.post(url, {"confirm": "1"})).status_code == 404
+    owner_client = await _owner_client(owner)
+    assert (await owner_client.post(url, {})).status_code == 302  # not confirmed
+    assert (await owner_client.get(url)).status_code == 405
+    assert await host.ws.receive_nothing(timeout=0.2)
+    before = host.machine.token_hash
+    assert (await Machine.objects.aget(id=host.machine.id)).token_hash == before
+    await host.close()
+
+
+async def test_a_deactivated_owners_machine_is_closed_and_refused(
+    catalog, owner, machine_token
+):
+    host = await host_online(machine_token, "rig")
+    owner.is_active = False
+    await owner.asave()
+    await _closed_with(host, 4401)
+    await _refused_at_connect(host.machine_token)
+
+
+async def test_a_hello_without_the_challenges_proof_is_refused(catalog, machine_token):
+    """An agent of before the challenge (docs/protocol-notes.md 2026-12-01)."""
+    _, token = await database_sync_to_async(machine_token)("rig")
+    host = HostSim(token)
+    await host.connect(hello=False)
+    await host.send(host.hello_frame(proof=None))
+    error = await _closed_with(host, 4426)
+    assert "proof" in error["message"]
+
+
+@pytest.mark.parametrize("forgery", ["other_nonce", "other_key"])
+async def test_a_hello_with_a_wrong_proof_is_refused(catalog, machine_token, forgery):
+    _, token = await database_sync_to_async(machine_token)("rig")
+    host = HostSim(token)
+    await host.connect(hello=False)
+    proof = (
+        host.proof(nonce="a nonce of another connection")
+        if forgery == "other_nonce"
+        else host.proof(key=Ed25519PrivateKey.generate())
+    )
+    await host.send(host.hello_frame(proof=proof))
+    await _closed_with(host, 4403)
+
+
+async def test_a_token_alone_cannot_take_the_machine_over(
+    catalog, api_key, machine_token
+):
+    """Another process with the token but not the pinned key neither replaces
+    the agent's connection nor receives renters' prompts."""
+    host = await host_online(machine_token, "rig")
+    thief = HostSim(host.machine_token)  # the same token, its own key
+    await thief.connect(hello=False)
+    await thief.send(thief.hello_frame())  # proves its own key: not the pinned one
+    await _closed_with(thief, 4403)
+    replayed = HostSim(host.machine_token)
+    replayed.key = Ed25519PrivateKey.generate()
+    await replayed.connect(hello=False)
+    # the real key's public half, with a proof it cannot make
+    await replayed.send(
+        replayed.hello_frame(public_key=host.public_key, proof=replayed.proof())
+    )
+    await _closed_with(replayed, 4403)
+    answer = chat_request(api_key, stream=False, content="for the real agent")
+    offer = await host.recv_type("offer")
+    assert offer["messages"][0]["content"] == "for the real agent"
+    await host.answer(offer, ["ok"])
+    assert (await answer).status_code == 200
+    await host.close()
