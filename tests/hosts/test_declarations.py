@@ -26,6 +26,7 @@ def _hello(host: HostSim, indexes, *, agent_version: str = "sim-1") -> dict:
         "agent_version": agent_version,
         "engine": {"name": "scripted", "version": "1"},
         "public_key": host.public_key,
+        "proof": host.proof(),  # the connection's challenge, signed
         "accepts_serverless": True,
         "devices": [
             {"index": i, "name": f"Sim GPU {i}", "vram_total_mb": 24576}
