@@ -89,3 +89,36 @@ def test_a_plain_request_after_the_session_ended_is_still_redirected(client, db)
     answer = client.get(reverse("hosts:dashboard"))
     assert answer.status_code == 302
     assert answer["Location"].startswith("/accounts/login/")
+
+
+def test_the_admin_login_asks_for_an_email(client, db):
+    body = client.get("/admin/login/").content.decode()
+    assert ">Email:</label>" in body and "Username" not in body
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user(
+        username="plain@example.com", email="plain@example.com", password="pw-12345678"
+    )
+    refused = client.post(
+        "/admin/login/", {"username": "plain@example.com", "password": "pw-12345678"}
+    )
+    assert b"staff account" in refused.content  # still the admin's staff-only form
+
+
+def test_destructive_buttons_ask_first(owner_client, owner, machine):
+    from jobs.services import api_key_create
+
+    api_key_create(user=owner, name="ci")
+    overview = owner_client.get(reverse("renter:overview")).content.decode()
+    assert "return confirm('Revoke the key ci?" in overview
+    page = owner_client.get(reverse("hosts:machine", args=[machine.id])).content
+    assert b"return confirm('Reset the pinned key?" in page
+
+
+def test_the_benchmark_hint_names_the_readme_s_command(owner_client, machine):
+    from hosts.models import Benchmark
+
+    Benchmark.objects.all().delete()
+    page = owner_client.get(reverse("hosts:machine", args=[machine.id])).content
+    assert b"./dev agent benchmark --server http://testserver" in page
+    assert b"python -m agent benchmark" not in page
