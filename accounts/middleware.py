@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
@@ -29,11 +30,25 @@ class HtmxLoginRedirectMiddleware:
     responses pass unchanged.
     """
 
+    sync_capable = True
+    async_capable = True  # a sync middleware would push every async view to a thread
+
     def __init__(self, get_response) -> None:
         self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
+    def __call__(self, request: HttpRequest):
+        if self.is_async:
+            return self.__acall__(request)
+        return self.rewrite(request, self.get_response(request))
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        return self.rewrite(request, await self.get_response(request))
+
+    def rewrite(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        """The response, or its HX-Redirect when it sends an htmx request to log in."""
         if not getattr(request, "htmx", False) or response.status_code not in (
             301,
             302,

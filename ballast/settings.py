@@ -114,7 +114,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # --- static files (WhiteNoise): served by the application in every mode ---
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "ballast.staticfiles.AsyncWhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -122,3 +122,16 @@ def test_the_benchmark_hint_names_the_readme_s_command(owner_client, machine):
     page = owner_client.get(reverse("hosts:machine", args=[machine.id])).content
     assert b"./dev agent benchmark --server http://testserver" in page
     assert b"python -m agent benchmark" not in page
+
+
+def test_every_middleware_is_async_capable(settings):
+    """One sync-only middleware (WhiteNoise's own) sends every async view to a
+    thread of its own, off the loop its job's coroutine runs on."""
+    from django.utils.module_loading import import_string
+
+    sync_only = [
+        m
+        for m in settings.MIDDLEWARE
+        if not getattr(import_string(m), "async_capable", False)
+    ]
+    assert sync_only == []
