@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from django.apps import apps
 from django.contrib import admin
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.db import models
+
+from accounts.forms import EmailAuthenticationForm
 
 BALLAST_APPS = ("hosts", "jobs", "billing", "support")
 FILTER_TYPES = (models.BooleanField, models.DateTimeField, models.DateField)
@@ -41,3 +44,14 @@ for app_label in BALLAST_APPS:
     for model in apps.get_app_config(app_label).get_models():
         if not admin.site.is_registered(model):
             admin.site.register(model, generic_admin(model))
+
+
+class EmailAdminAuthenticationForm(AdminAuthenticationForm):
+    """The admin's login (staff accounts only) asking for the email, as the site's
+    own login page does (the email is the username)."""
+
+    username = EmailAuthenticationForm.base_fields["username"]
+    clean_username = EmailAuthenticationForm.clean_username
+
+
+admin.site.login_form = EmailAdminAuthenticationForm

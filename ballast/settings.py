@@ -184,6 +184,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # --- static files (WhiteNoise): served by the application in every mode ---
+    "ballast.staticfiles.AsyncWhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -191,6 +193,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # an htmx request after the session ended: HX-Redirect to the login page
+    "accounts.middleware.HtmxLoginRedirectMiddleware",
 ]
 
 ROOT_URLCONF = "ballast.urls"
@@ -310,9 +314,24 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+
+# --- static files (WhiteNoise) ---------------------------------------------------
+# The application serves its own static files in every mode (the demo, the README's
+# production command, the tests): WhiteNoise from STATIC_ROOT, which
+# ``collectstatic`` fills with compressed files under content-hashed names
+# (``ballast.3f2a….css``, cached for ever). ./dev runs collectstatic before the
+# demo and the tests; a page naming a file collectstatic has not seen fails loudly
+# (ValueError from the manifest) instead of linking a 404.
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(os.environ.get("BALLAST_STATIC_ROOT", BASE_DIR / "var" / "static"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_AUTOREFRESH = False  # the files of STATIC_ROOT only, as in production
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["jobs.auth.ApiKeyAuthentication"],

@@ -1,12 +1,22 @@
 """URL routes: renter API under /v1/, pages, admin, OpenAPI schema."""
 
 from django.contrib import admin
+from django.shortcuts import redirect
+from django.templatetags.static import static
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from jobs.views import not_found
 
+
+def favicon(request):
+    """``/favicon.ico``, which browsers ask for on pages that name no icon (the
+    admin's): the static icon under its hashed name."""
+    return redirect(static("favicon.svg"), permanent=True)
+
+
 urlpatterns = [
+    path("favicon.ico", favicon),
     path("admin/", admin.site.urls),
     path("v1/", include("jobs.urls")),
     # a client's base URL ending in a slash asks for //v1/…: the API's JSON 404,

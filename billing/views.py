@@ -6,6 +6,8 @@ signed-in user's own money.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -13,22 +15,88 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
+from catalog.models import CatalogModel
+
 from . import selectors, services
-from .forms import PayoutRequestForm
-from .models import PayoutRequest
+from .forms import PayoutRequestForm, payout_limit_words
+from .models import Earning, Entry, LedgerTransaction, PayoutRequest
+from .templatetags.billing_money import usd_text
+
+
+def statement_lines(entries: list[Entry]) -> list[dict]:
+    """What each statement entry was, in words: dicts of ``entry``, ``what`` (text),
+    ``hours`` (a rental's charged hours, Decimal-like float, or None).
+
+    A charge says its tokens and model (and a failover's continuation); a rental
+    says its device and hours at its hourly price, up to when; a top-up says
+    credit added. Rentals are found through the hold their charge paid the host
+    (``Earning.rental``): the ledger's key names the rental and the period's end
+    (``rental:<id>:<ISO time>``).
+    """
+    rental_ids = {
+        e.transaction.key.split(":")[1]
+        for e in entries
+        if e.transaction.kind == LedgerTransaction.Kind.RENTAL
+    }
+    rentals = {
+        str(earning.rental_id): earning.rental
+        for earning in Earning.objects.filter(rental_id__in=rental_ids).select_related(
+            "rental__device__machine"
+        )
+    }
+    lines = []
+    for entry in entries:
+        txn = entry.transaction
+        what = txn.get_kind_display()
+        if txn.kind == LedgerTransaction.Kind.CHARGE and txn.job is not None:
+            tokens = txn.job.tokens_billed
+            what = f"{tokens} output token{'s' if tokens != 1 else ''} of {txn.job.model_id}"
+            if txn.job.failed_over:
+                what += " (continued on another device after a failover)"
+        elif txn.kind == LedgerTransaction.Kind.RENTAL:
+            _, rental_id, upto = txn.key.split(":", 2)
+            rental = rentals.get(rental_id)
+            until = datetime.fromisoformat(upto)
+            until_text = f"{until.day} {until:%b %Y, %H:%M} UTC"
+            if rental is not None and rental.price_per_hour_nano:
+                hours = abs(entry.amount_nano) / rental.price_per_hour_nano
+                what = (
+                    f"Rental of {rental.device.machine.name} gpu{rental.device.index}: "
+                    f"{hours:.2f} h at {usd_text(rental.price_per_hour_nano)}/h, "
+                    f"up to {until_text}"
+                )
+            else:
+                what = f"Rental time up to {until_text}"
+        elif txn.kind == LedgerTransaction.Kind.TOP_UP:
+            what = "Credit added"
+        elif txn.memo:
+            what = f"{what}: {txn.memo}"
+        lines.append({"entry": entry, "what": what})
+    return lines
 
 
 @login_required
 @require_http_methods(["GET"])
 def statement(request: HttpRequest) -> HttpResponse:
-    """The renter's balance, charged usage per model and ledger statement."""
+    """The renter's balance, charged usage per model (with each model's price per
+    million tokens) and ledger statement, each line in words."""
+    usage = selectors.renter_usage_by_model(user=request.user)
+    prices = dict(
+        CatalogModel.objects.filter(id__in=[r["model"] for r in usage]).values_list(
+            "id", "price_completion_nano"
+        )
+    )
+    for row in usage:
+        row["price_nano"] = prices.get(row["model"])
     return render(
         request,
         "billing/statement.html",
         {
             "balance": selectors.renter_balance_nano(user=request.user),
-            "usage": selectors.renter_usage_by_model(user=request.user),
-            "entries": selectors.renter_statement(user=request.user),
+            "usage": usage,
+            "lines": statement_lines(
+                list(selectors.renter_statement(user=request.user))
+            ),
         },
     )
 
@@ -63,7 +131,8 @@ def earnings(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["POST"])
 def payout_create(request: HttpRequest) -> HttpResponse:
     """Request a payout of up to the available balance; staff decide in the admin."""
-    form = PayoutRequestForm(request.POST)
+    balances = selectors.host_balances_nano(user=request.user)
+    form = PayoutRequestForm(request.POST, requestable_nano=balances["requestable"])
     if form.is_valid():
         try:
             services.payout_request(
@@ -72,7 +141,12 @@ def payout_create(request: HttpRequest) -> HttpResponse:
                 note=form.cleaned_data["note"],
             )
         except services.PayoutError as exc:
-            form.add_error("amount_usd", str(exc))
+            # another request took the balance meanwhile: the same words
+            again = selectors.host_balances_nano(user=request.user)["requestable"]
+            form.add_error(
+                "amount_usd",
+                payout_limit_words(again) if "requested now" in str(exc) else str(exc),
+            )
         else:
             messages.success(request, "Payout requested; staff will review it.")
             return redirect("billing:earnings")

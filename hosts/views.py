@@ -14,10 +14,11 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from billing.templatetags.billing_money import usd_text
+
 from . import selectors, services, web_services
 from .charts import bar_chart, line_chart
 from .forms import MachineRegisterForm, MachineSettingsForm, PauseForm
-from .templatetags.ballast_web import usd
 
 NEW_TOKEN_SESSION_KEY = "ballast_new_machine_token"
 
@@ -98,7 +99,7 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
         for label, samples in history.items()
     ]
     earnings_chart = bar_chart(
-        [(day.strftime("%d %b"), total, usd(total)) for day, total in daily]
+        [(day.strftime("%d %b"), total, usd_text(total)) for day, total in daily]
     )
     context = {
         "machine": machine,

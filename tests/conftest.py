@@ -22,6 +22,25 @@ REFERENCE_MODEL = {
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _static_collected():
+    """Collect the static files (``collectstatic``) when STATIC_ROOT's manifest is
+    missing or older than a file of ``static/``: pages name them by their hashed
+    names from that manifest (WhiteNoise's CompressedManifestStaticFilesStorage),
+    as in production. ./dev runs collectstatic itself before the tests; this keeps
+    a bare ``python -m pytest`` working."""
+    from pathlib import Path
+
+    from django.conf import settings
+    from django.core.management import call_command
+
+    manifest = Path(settings.STATIC_ROOT) / "staticfiles.json"
+    sources = [p for d in settings.STATICFILES_DIRS for p in Path(d).rglob("*")]
+    newest = max((p.stat().st_mtime for p in sources if p.is_file()), default=0)
+    if not manifest.exists() or manifest.stat().st_mtime < newest:
+        call_command("collectstatic", "--noinput", verbosity=0)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _close_database_pools(django_db_setup, django_db_blocker):
     """Close pooled PostgreSQL connections (threads of the pool) before the test
     database is dropped, so the drop is not refused as still in use.

@@ -6,19 +6,14 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django import template
 
-from billing.money import nano_to_usd_str
+from billing.templatetags.billing_money import per_million, usd, when
 
 register = template.Library()
 
-
-@register.filter
-def usd(nano: int | None) -> str:
-    """Format integer nano-USD exactly as dollars: ``$0.00000192``, ``-$1.5``, ``$0``."""
-    if nano is None or nano == "":
-        return ""
-    nano = int(nano)
-    sign = "-" if nano < 0 else ""
-    return f"{sign}${nano_to_usd_str(abs(nano))}"
+# money and dates as the billing pages show them (one formatting rule)
+register.filter("usd", usd)
+register.filter("per_million", per_million)
+register.filter("when", when)
 
 
 @register.filter

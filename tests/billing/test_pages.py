@@ -47,7 +47,8 @@ def test_it_shows_the_renter_balance_usage_and_statement(rig, renter, paid_host)
     body = response.content.decode()
     assert "$4.999997669" in body  # 5 USD − 2331 nano-USD
     assert "-$0.000002331" in body
-    assert "test-13b" in body and "credit top-up" in body
+    assert "$5.00" in body  # the balance to the cent, the exact figure its title
+    assert "test-13b" in body and "Credit added" in body
 
 
 def test_it_escapes_what_it_shows(rig, renter):

@@ -1,59 +1,109 @@
 """Browser tests in headless Chromium (Debian's ``chromium`` + ``chromium-driver``,
-driven by Selenium) against a live server: a host logs in, watches a machine go
-offline and come back on the dashboard without a reload (htmx), and opens the
-machine page with a failed capability and a benchmark.
+driven by Selenium) against the server the README starts: ``uvicorn
+ballast.asgi:application`` (``ballast.stack.Stack``) with ``DJANGO_DEBUG=0``, its
+own database, the static files ``collectstatic`` made, and a real agent (scripted
+engine) connected. Not pytest-django's ``live_server``, which serves static files
+itself and so hid that the real server served none.
 
-Set ``BALLAST_SCREENSHOTS_DIR`` to save screenshots of the main pages there
-(``docs/screenshots/`` keeps them).
+Every page a host and a renter use is loaded and must show no console error and no
+failed request, have its stylesheet applied (a computed style), and not overflow
+sideways at 390 px. Screenshots of each at 1280 px and 390 px wide (full page) are
+kept in ``var/screenshots/`` (or ``BALLAST_SCREENSHOTS_DIR``); the path is printed.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
+import httpx
 import pytest
+from django.conf import settings
 
-from hosts.models import Machine
-from hosts.services import machine_disconnect
+from ballast.stack import ROOT, Stack
+from tests.e2e.conftest import e2e_env  # noqa: F401 - the site's own database
 
-from .conftest import PASSWORD, connect
+from .conftest import MODEL, PASSWORD
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 
 pytestmark = pytest.mark.skipif(
     not (CHROMIUM and CHROMEDRIVER),
-    reason="needs Debian's chromium and chromium-driver (./dev installs them as root)",
+    reason="needs Debian's chromium and chromium-driver (./dev test installs them as root)",
 )
 
-WAIT_S = 20  # the dashboard polls every 3 s
+POLL_S = 3.0  # the live tables' hx-trigger="every 3s"
+WAIT_S = 20
+SCREENSHOTS = Path(
+    os.environ.get("BALLAST_SCREENSHOTS_DIR") or ROOT / "var" / "screenshots"
+)
+# header.top's background (#14213d in static/ballast.css): the stylesheet applied
+HEADER_BACKGROUND = "rgb(20, 33, 61)"
+# the admin's #header (--header-bg in Django's admin/css/base.css)
+ADMIN_HEADER = ("#header", "rgb(65, 118, 144)")
+SCRIPT = json.dumps({"text": "The answer is 4.", "models": [MODEL]})
 
 
-def retry_locked(write, attempts: int = 50):
-    """Run a write from the test thread, retrying while the live server reads.
+def world(env: dict[str, str], *args: str) -> dict:
+    """Run a phase of ``tests.web.browser_world`` against the site's database."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.web.browser_world", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
 
-    The SQLite test database is a shared-cache in-memory one, which answers
-    "table is locked" at once instead of waiting; PostgreSQL never needs a retry.
-    """
-    import time
 
-    from django.db import OperationalError
+@pytest.fixture
+def site(e2e_env, tmp_path):  # noqa: F811 - the fixture imported above
+    """The README's server with the browser world in it and rig-1's agent running.
 
-    for attempt in range(attempts):
-        try:
-            return write()
-        except OperationalError as exc:
-            if "locked" not in str(exc) or attempt == attempts - 1:
-                raise
-            time.sleep(0.1)
+    Yields ``(stack, facts)``: facts from ``browser_world`` (ids, token, API key,
+    the renter's job ids after three real completions)."""
+    env = {
+        **e2e_env,
+        "DJANGO_DEBUG": "0",
+        "BALLAST_STATIC_ROOT": str(settings.STATIC_ROOT),
+        "BALLAST_SPOT_CHECKS": "0",
+    }
+    with Stack(env=env, log_dir=tmp_path / "logs") as stack:
+        stack.migrate()
+        stack.start_coordinator()
+        facts = world(env, "people")
+        stack.start_agent(
+            "rig-1", facts["token"], "--engine", "scripted", "--script", SCRIPT
+        )
+        stack.wait_for_capacity(facts["api_key"], MODEL, timeout_s=60)
+        for question in ("What is 2+2?", "And 3+3?", "Name a colour."):
+            answer = httpx.post(
+                stack.url + "/v1/chat/completions",
+                headers={"Authorization": f"Bearer {facts['api_key']}"},
+                json={
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": question}],
+                },
+                timeout=30,
+            )
+            assert answer.status_code == 200, answer.text
+        facts.update(world(env, "history", facts["rig_id"]))
+        yield stack, facts
 
 
 @pytest.fixture
 def browser():
-    """A headless Chromium with a throwaway profile; quit after the test."""
+    """A headless Chromium with a throwaway profile, its console kept; quit after."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -73,6 +123,7 @@ def browser():
         "--window-size=1280,900",
     ):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(
         service=Service(executable_path=CHROMEDRIVER), options=options
     )
@@ -84,218 +135,158 @@ def browser():
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def shoot(driver, name: str, height: int | None = None) -> None:
-    """Save a screenshot when BALLAST_SCREENSHOTS_DIR is set (full page height if asked)."""
-    folder = os.environ.get("BALLAST_SCREENSHOTS_DIR")
-    if not folder:
-        return
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    if height is None:
-        driver.set_window_size(1280, 4000)
-        height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, max(700, min(int(height) + 140, 4000)))
-    driver.save_screenshot(str(Path(folder) / f"{name}.png"))
-    driver.set_window_size(1280, 900)
-
-
-def history_make(machine) -> None:
-    """A week of score samples, earnings over several days and a failed-over job."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from billing.models import Earning
-    from hosts.models import ScoreSample
-    from jobs.models import Attempt
-
-    from .conftest import attempt_make
-
-    device = machine.devices.get()
-    now = timezone.now()
-    scores = [
-        60,
-        61,
-        63,
-        62,
-        66,
-        70,
-        72,
-        71,
-        58,
-        49,
-        52,
-        57,
-        63,
-        68,
-        74,
-        77,
-        79,
-        80,
-        81,
-        81,
-    ]
-    ScoreSample.objects.bulk_create(
-        ScoreSample(
-            device=device,
-            score=s,
-            taken_at=now - timedelta(hours=8 * (len(scores) - i)),
-        )
-        for i, s in enumerate(scores)
-    )
-    for days, nano in [
-        (1, 41_000),
-        (2, 29_500),
-        (3, 52_300),
-        (5, 18_000),
-        (6, 36_400),
-        (9, 12_000),
-    ]:
-        attempt = attempt_make(
-            device, renter=machine.owner, earn_nano=nano, tokens=nano // 160
-        )
-        Earning.objects.filter(attempt=attempt).update(
-            created_at=now - timedelta(days=days), status=Earning.Status.RELEASED
-        )
-    first = attempt_make(
-        device, renter=machine.owner, outcome="died_midstream", failed_over=True
-    )
-    Attempt.objects.create(
-        job=first.job,
-        device=device,
-        kind=Attempt.Kind.CONTINUATION,
-        state=Attempt.State.ENDED,
-        outcome="succeeded",
-        claim_deadline=now,
-        output_chars=90,
-        tokens_billed=22,
-    )
-
-
-def wait_for(driver, by: str, value: str):
-    """The element, once the page that has it has loaded (up to WAIT_S)."""
+def until(driver, check, what: str, timeout_s: float = WAIT_S):
+    """Wait for ``check(driver)`` (Selenium's wait: it polls the page); its value."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT_S).until(lambda d: d.find_elements(by, value))[0]
+    return WebDriverWait(
+        driver, timeout_s, ignored_exceptions=[StaleElementReferenceException]
+    ).until(check, what)
 
 
-def log_in(driver, live_server, email: str) -> None:
+def log_in(driver, url: str, email: str) -> None:
     from selenium.webdriver.common.by import By
 
-    driver.get(f"{live_server.url}/accounts/login/")
+    driver.get(f"{url}/accounts/login/")
     driver.find_element(By.NAME, "username").send_keys(email)
     driver.find_element(By.NAME, "password").send_keys(PASSWORD)
     driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
-    wait_for(driver, By.ID, "machine-rows")
+    until(driver, lambda d: "/accounts/login/" not in d.current_url, "logged in")
 
 
-def row_status(driver, machine) -> str:
-    """The machine row's ``data-status``, read again when htmx swapped the row
-    between finding and reading it (a stale element)."""
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.by import By
+def screenshot(driver, name: str, width: int) -> Path:
+    """A full-page screenshot at ``width`` CSS px (Chromium's device metrics)."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
+    )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}-{width}.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    return path
 
-    for _ in range(5):
-        try:
-            return driver.find_element(By.ID, f"machine-{machine.id}").get_attribute(
-                "data-status"
-            )
-        except StaleElementReferenceException:
-            continue
-    raise AssertionError("the machine's row kept being replaced")
+
+OVERFLOWING = """
+const width = document.documentElement.clientWidth;
+if (document.documentElement.scrollWidth <= width) return [];
+return [...document.querySelectorAll('body *')]
+  .filter(e => e.getBoundingClientRect().right > width + 1)
+  .map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+            (e.className && e.className.baseVal === undefined ? '.' + e.className : ''))
+  .slice(0, 8);
+"""
+
+FAILED_REQUESTS = """
+return performance.getEntriesByType('navigation').concat(
+         performance.getEntriesByType('resource'))
+  .filter(e => e.responseStatus >= 400)
+  .map(e => e.responseStatus + ' ' + e.name);
+"""
 
 
-def test_it_shows_a_machine_go_offline_and_back_without_reload(
-    browser, live_server, owner, busy_machine
-):
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+def page_check(
+    driver,
+    url: str,
+    name: str,
+    *,
+    status_ok: bool = True,
+    styled: tuple[str, str] = ("header.top", HEADER_BACKGROUND),
+) -> list[Path]:
+    """Load ``url``; assert it is styled, without console errors or failed requests,
+    and fits 390 px; return its screenshots (1280 px and 390 px)."""
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    driver.get(url)
+    until(
+        driver,
+        lambda d: d.execute_script("return document.readyState") == "complete",
+        f"{name} loaded",
+    )
+    selector, background = styled
+    style = driver.execute_script(
+        "return getComputedStyle(document.querySelector(arguments[0])).backgroundColor",
+        selector,
+    )
+    assert style == background, f"{name}: the stylesheet did not apply ({style})"
+    if status_ok:
+        assert driver.execute_script(FAILED_REQUESTS) == [], f"{name}: failed requests"
+    errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    if not status_ok:  # the page's own 404 is the one error it may show
+        errors = [
+            e for e in errors if "the server responded with a status of 404" not in e
+        ]
+    assert errors == [], f"{name}: console errors"
+    shots = [screenshot(driver, name, 1280), screenshot(driver, name, 390)]
+    assert driver.execute_script(OVERFLOWING) == [], f"{name}: wider than 390 px"
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return shots
 
-    log_in(browser, live_server, owner.email)
-    WebDriverWait(browser, WAIT_S).until(lambda d: d.current_url.endswith("/machines/"))
-    assert row_status(browser, busy_machine) == "online"
+
+def row_status(driver, machine_id: str) -> str:
+    return driver.execute_script(
+        "const r = document.getElementById(arguments[0]);return r && r.dataset.status;",
+        f"machine-{machine_id}",
+    )
+
+
+def test_a_host_s_pages_are_styled_live_and_fit_a_phone(site, browser):
+    stack, facts = site
+    url, rig = stack.url, facts["rig_id"]
+    shots = page_check(browser, f"{url}/", "home")
+    shots += page_check(browser, f"{url}/accounts/login/", "login")
+    log_in(browser, url, "host@example.com")
+    shots += page_check(browser, f"{url}/machines/", "machines")
     assert browser.execute_script("return typeof htmx") == "object", "htmx did not load"
+    assert row_status(browser, rig) == "online"
+    shots += page_check(browser, f"{url}/machines/{rig}/", "machine")
+    text = browser.find_element("id", "failed-capabilities").text
+    assert "CUDA error: out of memory" in text
+    shots += page_check(browser, f"{url}/machines/{facts['long_id']}/", "machine-new")
+    shots += page_check(browser, f"{url}/machines/new/", "machine-register")
+    shots += page_check(browser, f"{url}/billing/earnings/", "earnings")
+    shots += page_check(browser, f"{url}/support/", "support")
+    shots += page_check(browser, f"{url}/support/{facts['ticket_id']}/", "ticket")
+    shots += page_check(browser, f"{url}/no/such/page/", "not-found", status_ok=False)
+    print("\nscreenshots:", *shots, sep="\n  ")
+
+    # the live table: the agent stops, the row flips by itself within one poll
+    browser.get(f"{url}/machines/")
+    until(browser, lambda d: row_status(d, rig) == "online", "rig-1 online")
     browser.execute_script("window.__notReloaded = true")
-    shoot(browser, "dashboard")
-
-    retry_locked(
-        lambda: machine_disconnect(
-            machine_id=busy_machine.id, channel_name=busy_machine.channel_name
-        )
-    )
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: row_status(d, busy_machine) == "offline"
-    )
+    stack.kill("rig-1")
+    killed = time.monotonic()
+    until(browser, lambda d: row_status(d, rig) == "offline", "rig-1 offline")
+    took = time.monotonic() - killed
+    assert took <= POLL_S + 1.0, f"the row flipped after {took:.1f} s"
     assert browser.execute_script("return window.__notReloaded === true")
-    # htmx swaps the row every few seconds: an element found may go stale before
-    # it is read, so the badge is read inside a wait that tolerates that
-    badge = f"#machine-{busy_machine.id} .badge"
-    WebDriverWait(
-        browser, WAIT_S, ignored_exceptions=[StaleElementReferenceException]
-    ).until(lambda d: d.find_element(By.CSS_SELECTOR, badge).text == "offline")
-
-    retry_locked(lambda: connect(Machine.objects.get(id=busy_machine.id)))
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: row_status(d, busy_machine) == "online"
-    )
-    assert browser.execute_script("return window.__notReloaded === true")
-
-    browser.find_element(By.LINK_TEXT, "rig-1").click()
-    wait_for(browser, By.ID, "failed-capabilities")
-    failed = browser.find_element(By.ID, "failed-capabilities").text
-    assert "llama-3.1-70b" in failed and "CUDA error: out of memory" in failed
-    bench = browser.find_element(By.ID, "benchmarks").text
-    assert "142.5" in bench and "256 MiB (estimate)" in bench
-    shoot(browser, "machine")
-
-
-def test_it_takes_screenshots_of_the_other_pages(
-    browser, live_server, owner, busy_machine, renter
-):
-    """Renter overview, job log, support ticket, registration with the token shown once."""
-    if not os.environ.get("BALLAST_SCREENSHOTS_DIR"):
-        pytest.skip("set BALLAST_SCREENSHOTS_DIR to take screenshots")
-    from django.contrib.auth import get_user_model
-    from selenium.webdriver.common.by import By
-
-    from jobs.models import Job
-    from support.services import ticket_open, ticket_reply
-
-    Job.objects.update(renter=owner)
-    history_make(busy_machine)
-    ticket = ticket_open(
-        author=owner,
-        subject="rig-1 shows offline but the agent runs",
-        body="The agent prints 'connected' but the dashboard says offline.",
-    )
-    staff = get_user_model().objects.create_user(
-        username="staff@ballast", email="staff@ballast", is_staff=True
-    )
-    ticket_reply(
-        ticket=ticket,
-        author=staff,
-        body="Your agent could not reach us through the proxy. Set HTTPS_PROXY and restart it.",
+    badge = f"#machine-{rig} .badge"
+    until(
+        browser,
+        lambda d: d.find_element("css selector", badge).text == "offline",
+        "offline badge",
     )
 
-    browser.get(f"{live_server.url}/accounts/login/")
-    shoot(browser, "login", height=600)
-    log_in(browser, live_server, owner.email)
-    browser.find_element(By.NAME, "name").send_keys("gaming-pc")
-    browser.find_element(By.NAME, "region").send_keys("eu")
-    browser.find_element(
-        By.CSS_SELECTOR, "form[action='/machines/new/'] button"
-    ).click()
-    wait_for(browser, By.ID, "agent-command")
-    shoot(browser, "machine-registered", height=900)
-    browser.get(f"{live_server.url}/renter/")
-    browser.find_element(By.NAME, "name").clear()
-    browser.find_element(By.NAME, "name").send_keys("my-app")
-    browser.find_element(By.CSS_SELECTOR, "form[action='/renter/keys/'] button").click()
-    wait_for(browser, By.ID, "new-key")
-    shoot(browser, "renter-keys")
-    browser.get(f"{live_server.url}/renter/jobs/")
-    shoot(browser, "renter-jobs")
-    browser.get(f"{live_server.url}/support/{ticket.id}/")
-    shoot(browser, "support-ticket")
-    browser.get(f"{live_server.url}/machines/{busy_machine.id}/")
-    shoot(browser, "machine-with-history")
+    # the session ends: the next poll sends the browser to log in, not into the table
+    browser.delete_cookie("sessionid")
+    until(browser, lambda d: "/accounts/login/" in d.current_url, "sent to log in")
+    assert browser.current_url.endswith("/accounts/login/?next=%2Fmachines%2F")
+    assert browser.find_elements("id", "machine-rows") == []
+
+
+def test_a_renter_s_pages_are_styled_and_fit_a_phone(site, browser):
+    stack, facts = site
+    url = stack.url
+    log_in(browser, url, "renter@example.com")
+    shots = page_check(browser, f"{url}/renter/", "renter")
+    shots += page_check(browser, f"{url}/renter/jobs/", "renter-jobs")
+    shots += page_check(
+        browser, f"{url}/renter/jobs/{facts['job_ids'][0]}/", "renter-job"
+    )
+    shots += page_check(browser, f"{url}/billing/statement/", "statement")
+    shots += page_check(
+        browser, f"{url}/admin/login/", "admin-login", styled=ADMIN_HEADER
+    )
+    print("\nscreenshots:", *shots, sep="\n  ")

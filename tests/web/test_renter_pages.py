@@ -22,7 +22,9 @@ def renter_client(client, renter):
 
 def test_it_shows_the_balance_and_a_statement_link(renter_client):
     html = renter_client.get(reverse("renter:overview")).content.decode()
-    assert '<div class="figure" id="balance">$5</div>' in html
+    assert (
+        '<div class="figure" id="balance"><span class="usd">$5.00</span></div>' in html
+    )
     assert 'href="/billing/statement/"' in html
 
 

@@ -1,0 +1,151 @@
+"""The people and history the browser tests look at, written into the database of
+a running coordinator (``python -m tests.web.browser_world PHASE`` in its
+environment; prints one JSON object).
+
+Phases:
+
+- ``people``: a host (``host@example.com``) with two machines (``rig-1``, whose
+  token is printed for an agent, and one with a long name that never connected), a
+  renter (``renter@example.com``, 5 USD, an API key), a support ticket with staff's
+  answer. Passwords: ``tests.web.conftest.PASSWORD``.
+  → ``{"token", "rig_id", "long_id", "api_key", "ticket_id"}``
+- ``history MACHINE_ID``: once rig-1's agent has said hello: a week of scores,
+  earnings on several days, a failed-over job, a failed model load and a benchmark.
+  → ``{"job_ids": [...]}`` (the renter's jobs, newest first)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def people() -> dict:
+    from django.contrib.auth import get_user_model
+
+    from billing.money import usd_to_nano
+    from billing.services import renter_top_up
+    from hosts.services import machine_register, user_get_or_create
+    from jobs.services import api_key_create
+    from support.services import ticket_open, ticket_reply
+
+    from .conftest import PASSWORD
+
+    users = get_user_model()
+    host = user_get_or_create(email="host@example.com")
+    renter = user_get_or_create(email="renter@example.com")
+    for user in (host, renter):
+        user.set_password(PASSWORD)
+        user.save()
+    staff = users.objects.create_user(
+        username="staff@example.com", email="staff@example.com", is_staff=True
+    )
+    rig, token = machine_register(owner=host, name="rig-1", region="eu")
+    long, _ = machine_register(
+        owner=host,
+        name="the-big-gaming-pc-in-the-living-room-under-the-stairs-2024",
+        region="us",
+    )
+    renter_top_up(user=renter, amount_nano=usd_to_nano(5), key="browser-world")
+    _, api_key = api_key_create(user=renter, name="my-app")
+    ticket = ticket_open(
+        author=host,
+        subject="rig-1 shows offline but the agent runs",
+        body="The agent prints 'connected' but the dashboard says offline.",
+    )
+    ticket_reply(
+        ticket=ticket,
+        author=staff,
+        body="Your agent could not reach us through the proxy. Set HTTPS_PROXY "
+        "and restart it.",
+    )
+    return {
+        "token": token,
+        "rig_id": str(rig.id),
+        "long_id": str(long.id),
+        "api_key": api_key,
+        "ticket_id": ticket.id,
+    }
+
+
+def history(machine_id: str) -> dict:
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from billing.models import Earning
+    from hosts.models import Machine, ScoreSample
+    from hosts.services import benchmark_record, capability_failed_record
+    from jobs.models import Attempt, Job
+
+    from .conftest import MODEL, attempt_make
+
+    machine = Machine.objects.get(id=machine_id)
+    device = machine.devices.get(index=0)
+    renter = get_user_model().objects.get(email="renter@example.com")
+    now = timezone.now()
+    scores = [60, 61, 63, 62, 66, 70, 72, 71, 58, 49, 52, 57, 63, 68, 74, 77, 79, 80]
+    ScoreSample.objects.bulk_create(
+        ScoreSample(
+            device=device,
+            score=s,
+            taken_at=now - timedelta(hours=8 * (len(scores) - i)),
+        )
+        for i, s in enumerate(scores)
+    )
+    for days, nano in [(1, 41_000), (2, 29_500), (3, 52_300), (5, 18_000)]:
+        attempt = attempt_make(
+            device, renter=renter, earn_nano=nano, tokens=nano // 160
+        )
+        Earning.objects.filter(attempt=attempt).update(
+            created_at=now - timedelta(days=days), status=Earning.Status.RELEASED
+        )
+    first = attempt_make(
+        device, renter=renter, outcome="died_midstream", failed_over=True
+    )
+    Attempt.objects.create(
+        job=first.job,
+        device=device,
+        kind=Attempt.Kind.CONTINUATION,
+        state=Attempt.State.ENDED,
+        outcome="succeeded",
+        claim_deadline=now,
+        output_chars=90,
+        tokens_billed=22,
+    )
+    capability_failed_record(
+        machine_id=machine_id,
+        report={
+            "device": 0,
+            "model": "llama-3.1-70b",
+            "error": "CUDA error: out of memory (needed 40960 MiB)",
+        },
+    )
+    benchmark_record(
+        machine_id=machine_id,
+        report={
+            "device": 0,
+            "model": MODEL,
+            "tokens_per_s": 142.5,
+            "ttft_ms": 95.0,
+            "vram_used_mb": 310,
+        },
+    )
+    jobs = Job.objects.filter(renter=renter).order_by("-created_at")
+    return {"job_ids": [str(j) for j in jobs.values_list("id", flat=True)]}
+
+
+def main(argv: list[str]) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
+    import django
+
+    django.setup()
+    phase = argv[0]
+    out = people() if phase == "people" else history(argv[1])
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,105 @@
+"""Money as people read it: to the cent, sub-cent amounts at nine decimals and
+labelled, prices per million tokens, human dates, statement lines in words, payout
+errors in words."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.urls import reverse
+
+from billing.money import usd_to_nano
+from billing.services import renter_top_up
+from billing.templatetags.billing_money import per_million, usd, usd_text, when
+
+
+@pytest.mark.parametrize(
+    "nano,text",
+    [
+        (0, "$0.00"),
+        (usd_to_nano("4.9999976"), "$5.00"),
+        (994_086_791, "$0.99"),
+        (usd_to_nano(1250), "$1,250.00"),
+        (-usd_to_nano("1.5"), "-$1.50"),
+        (10_000_000, "$0.01"),
+        (800, "$0.000000800 (under 1¢)"),
+        (-5_808_009, "-$0.005808009 (under 1¢)"),
+    ],
+)
+def test_amounts_read_to_the_cent_and_sub_cent_amounts_are_labelled(nano, text):
+    assert usd_text(nano) == text
+
+
+def test_the_html_form_labels_sub_cent_and_keeps_the_exact_figure():
+    assert "&lt;1¢" in usd(800) and "$0.000000800" in usd(800)
+    rounded = usd(994_086_791)
+    assert ">$0.99<" in rounded and 'title="$0.994086791 exactly"' in rounded
+    assert "title" not in usd(usd_to_nano(5))
+
+
+def test_prices_read_per_million_tokens():
+    assert per_million(200) == "$0.20 / 1M tokens"
+    assert per_million(1_500) == "$1.50 / 1M tokens"
+
+
+def test_dates_read_as_people_read_them():
+    moment = datetime(2026, 3, 1, 9, 5, tzinfo=UTC)
+    assert when(moment) == (
+        '<time datetime="2026-03-01T09:05:00+00:00">1 Mar 2026, 09:05 UTC</time>'
+    )
+
+
+def test_the_statement_says_what_each_line_was(owner_client, owner, machine):
+    from django.utils import timezone
+
+    from billing.models import Account, LedgerTransaction
+    from billing.services import account_for, ledger_post, rental_charge
+    from jobs.models import Rental
+
+    from .conftest import attempt_make
+
+    renter_top_up(user=owner, amount_nano=usd_to_nano(5), key="statement-words")
+    job = attempt_make(machine.devices.get(), renter=owner, tokens=12).job
+    ledger_post(
+        kind=LedgerTransaction.Kind.CHARGE,
+        key=f"charge:{job.id}",
+        job_id=job.id,
+        legs=[
+            (account_for(kind=Account.Kind.RENTER_CREDIT, user=owner), -2_400),
+            (account_for(kind=Account.Kind.PLATFORM), 2_400),
+        ],
+        memo="12 tokens of smollm2-135m-instruct",
+    )
+    rental = Rental.objects.create(
+        renter=owner,
+        device=machine.devices.get(),
+        hours=2,
+        price_per_hour_nano=usd_to_nano("0.20"),
+    )
+    upto = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
+    rental_charge(
+        rental=rental, amount_nano=usd_to_nano("0.30"), upto=upto, now=timezone.now()
+    )
+    body = owner_client.get(reverse("billing:statement")).content.decode()
+    assert "12 output tokens of smollm2-135m-instruct" in body
+    assert (
+        "Rental of rig-1 gpu0: 1.50 h at $0.20/h, up to 1 Mar 2026, 09:30 UTC" in body
+    )
+    # no raw ISO time in the words (only in <time datetime="…">)
+    assert "T09:30:00" not in body.replace('datetime="2026-03-01T09:30:00', "")
+    assert "Credit added" in body
+    assert "-$0.30" in body and "-$0.000002400 <small>&lt;1¢</small>" in body
+    assert "charged per token as well" in " ".join(body.split())
+
+
+def test_a_payout_refusal_reads_in_words(owner_client, owner):
+    answer = owner_client.post(reverse("billing:payout_create"), {"amount_usd": "5"})
+    assert answer.status_code == 400
+    body = " ".join(answer.content.decode().split())
+    assert "at most 0 USD" not in body and "1E-9" not in body
+    assert "You have no earnings available to pay out yet" in body
+    answer = owner_client.post(reverse("billing:payout_create"), {"amount_usd": "0"})
+    body = " ".join(answer.content.decode().split())
+    assert "1E-9" not in body and "greater than or equal" not in body
+    assert "Enter an amount greater than $0.00." in body
