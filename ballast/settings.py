@@ -297,3 +297,13 @@ BALLAST_HOST_SHARE = env_decimal("BALLAST_HOST_SHARE", "0.80")
 BALLAST_HOLD_HOURS = env_float("BALLAST_HOLD_HOURS", 24.0)
 BALLAST_OFFLINE_ALERT_AFTER_S = env_float("BALLAST_OFFLINE_ALERT_AFTER_S", 300.0)
 BALLAST_REAPER_INTERVAL_S = env_float("BALLAST_REAPER_INTERVAL_S", 30.0, minimum=1.0)
+# Metrics (docs/metrics.md): GET /metrics for staff sessions, or for a scraper
+# sending "Authorization: Bearer $BALLAST_METRICS_TOKEN" (unset: staff only).
+# Several processes of one machine share their counters through prometheus-client's
+# own PROMETHEUS_MULTIPROC_DIR (an existing, empty folder at their start).
+BALLAST_METRICS_TOKEN = os.environ.get("BALLAST_METRICS_TOKEN", "")
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+if PROMETHEUS_MULTIPROC_DIR and not os.path.isdir(PROMETHEUS_MULTIPROC_DIR):
+    raise ImproperlyConfigured(
+        f"PROMETHEUS_MULTIPROC_DIR must be an existing folder, got {PROMETHEUS_MULTIPROC_DIR!r}"
+    )
