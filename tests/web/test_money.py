@@ -4,7 +4,7 @@ errors in words."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
@@ -79,7 +79,11 @@ def test_the_statement_says_what_each_line_was(owner_client, owner, machine):
     )
     upto = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
     rental_charge(
-        rental=rental, amount_nano=usd_to_nano("0.30"), upto=upto, now=timezone.now()
+        rental=rental,
+        amount_nano=usd_to_nano("0.30"),
+        since=upto - timedelta(hours=1.5),
+        upto=upto,
+        now=timezone.now(),
     )
     body = owner_client.get(reverse("billing:statement")).content.decode()
     assert "12 output tokens of smollm2-135m-instruct" in body
