@@ -54,7 +54,8 @@ def statement_lines(entries: list[Entry]) -> list[dict]:
             if txn.job.failed_over:
                 what += " (continued on another device after a failover)"
         elif txn.kind == LedgerTransaction.Kind.RENTAL:
-            _, rental_id, upto = txn.key.split(":", 2)
+            _, rental_id, period = txn.key.split(":", 2)
+            upto = period.rsplit("/", 1)[-1]  # the key names the period since/upto
             rental = rentals.get(rental_id)
             until = datetime.fromisoformat(upto)
             until_text = f"{until.day} {until:%b %Y, %H:%M} UTC"

@@ -26,6 +26,10 @@ def e2e_env(tmp_path) -> Iterator[dict[str, str]]:
     env.setdefault("BALLAST_DEV", "1")
     env["BALLAST_VAR_DIR"] = str(tmp_path / "var")
     env.setdefault("BALLAST_HEARTBEAT_INTERVAL_S", "1")
+    # one renter's key sends the load tests' hundreds of requests at once: past a
+    # key's default limits on purpose (the limits are tests/jobs/test_limits.py's)
+    env.setdefault("BALLAST_KEY_MAX_JOBS", "1000")
+    env.setdefault("BALLAST_KEY_RATE", "100000/minute")
     database_url = os.environ.get("DATABASE_URL", "")
     dbname = None
     if database_url.startswith(("postgres://", "postgresql://")):
