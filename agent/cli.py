@@ -1,4 +1,4 @@
-"""Command line: ``python -m agent run|benchmark``.
+"""Command line: ``ballast-agent run|benchmark`` (or ``python -m agent ...``).
 
 ``run`` connects the machine to the coordinator and serves jobs until stopped;
 ``benchmark`` measures the engine locally, prints the figures and, with
@@ -26,9 +26,9 @@ TOKEN_ENV = "BALLAST_MACHINE_TOKEN"
 
 
 def parser_build() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m agent``."""
+    """The argument parser of ``ballast-agent`` (the same as ``python -m agent``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m agent",
+        prog="ballast-agent",
         description="Ballast host agent: lend this machine's GPU.",
     )
     parser.add_argument(

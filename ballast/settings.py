@@ -470,3 +470,14 @@ BALLAST_TICKET_RATE = env_rate("BALLAST_TICKET_RATE", "10/hour")
 # how long (s) a job whose segment the coordinator ended waits for the host's
 # ``cancelled`` receipt before it closes (docs/protocol-notes.md)
 BALLAST_CANCEL_RECEIPT_WAIT_S = env_float("BALLAST_CANCEL_RECEIPT_WAIT_S", 2.0)
+
+# Metrics (docs/metrics.md): GET /metrics for staff sessions, or for a scraper
+# sending "Authorization: Bearer $BALLAST_METRICS_TOKEN" (unset: staff only).
+# Several processes of one machine share their counters through prometheus-client's
+# own PROMETHEUS_MULTIPROC_DIR (an existing, empty folder at their start).
+BALLAST_METRICS_TOKEN = os.environ.get("BALLAST_METRICS_TOKEN", "")
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+if PROMETHEUS_MULTIPROC_DIR and not os.path.isdir(PROMETHEUS_MULTIPROC_DIR):
+    raise ImproperlyConfigured(
+        f"PROMETHEUS_MULTIPROC_DIR must be an existing folder, got {PROMETHEUS_MULTIPROC_DIR!r}"
+    )

@@ -98,14 +98,19 @@ class Stack:
         self.stop_all()
 
     def spawn(
-        self, name: str, args: list[str], env: dict[str, str] | None = None
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> subprocess.Popen:
         """Start a child process ``name`` (its own process group), logging to a
-        file; ``env``: variables added to the stack's environment for it alone."""
+        file; ``env``: variables added to the stack's environment for it alone;
+        ``cwd``: where it runs (the checkout by default)."""
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the child
         process = subprocess.Popen(
             args,
-            cwd=self.root,
+            cwd=cwd or self.root,
             env={**self.env, **env} if env else self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

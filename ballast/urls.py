@@ -1,4 +1,4 @@
-"""URL routes: renter API under /v1/, pages, admin, OpenAPI schema."""
+"""URL routes: renter API under /v1/, pages, admin, OpenAPI schema, staff metrics."""
 
 from django.contrib import admin
 from django.shortcuts import redirect
@@ -6,6 +6,7 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
+from ballast.metrics_view import metrics
 from jobs.views import not_found
 
 
@@ -22,6 +23,7 @@ urlpatterns = [
     # a client's base URL ending in a slash asks for //v1/…: the API's JSON 404,
     # not an HTML page
     re_path(r"^/+v1/", not_found),
+    path("metrics", metrics, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("billing/", include(("billing.urls", "billing"))),
     path("accounts/", include("accounts.urls")),

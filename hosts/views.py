@@ -28,11 +28,16 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "hosts/home.html")
 
 
+# How a host installs the agent: its own distribution (agent/pyproject.toml), with
+# llama.cpp and the default model as the ``llamacpp`` extra
+AGENT_INSTALL = "pipx install 'ballast-agent[llamacpp]'"
+
+
 def agent_command(request: HttpRequest, token: str) -> str:
-    """The exact command a host pastes, in a checkout of Ballast on their machine
-    (``./dev`` sets up the agent and llama.cpp on its first run)."""
+    """The exact command a host pastes on their machine once the agent is
+    installed (``AGENT_INSTALL``): the console script of ``ballast-agent``."""
     base_url = request.build_absolute_uri("/").rstrip("/")
-    return f"./dev agent run --server {base_url} --token {token}"
+    return f"ballast-agent run --server {base_url} --token {token}"
 
 
 @login_required
@@ -122,6 +127,7 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
         ),
         "new_token": new_token,
         "agent_command": agent_command(request, new_token or "<this machine's token>"),
+        "agent_install": AGENT_INSTALL,
     }
     return render(request, "hosts/machine.html", context)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -20,7 +20,7 @@ from catalog.models import CatalogModel
 from . import schema
 from .errors import ApiError
 from .models import Attempt, Job
-from .selectors import devices_live
+from .selectors import model_capacity
 
 
 def _ts(value) -> int | None:
@@ -89,25 +89,8 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 def _model_object(model: CatalogModel, now) -> dict:
-    """A catalog model as ``/v1/models`` shows it, with live capacity.
-
-    ``devices_online``: live devices with the model loaded; ``slots_free``: the
-    free slots of those that can take serverless work now (not paused,
-    quarantined or rented).
-    """
-    from .selectors import devices_rented
-
-    live = devices_live(now=now).filter(models__model_id=model.id, models__loaded=True)
-    usable = live.filter(
-        paused=False,
-        quarantined=False,
-        machine__paused=False,
-        machine__host_paused=False,
-        machine__accepts_serverless=True,
-        machine__agent_accepts_serverless=True,
-    ).exclude(devices_rented())
-    online = live.aggregate(devices=Count("id", distinct=True))
-    slots = usable.aggregate(total=Sum("slots_total"), used=Sum("slots_used"))
+    """A catalog model as ``/v1/models`` shows it, with live capacity
+    (``selectors.model_capacity``)."""
     return {
         "id": model.id,
         "object": "model",
@@ -119,10 +102,7 @@ def _model_object(model: CatalogModel, now) -> dict:
             "prompt": nano_to_usd_str(model.price_prompt_nano),
             "completion": nano_to_usd_str(model.price_completion_nano),
         },
-        "capacity": {
-            "devices_online": online["devices"] or 0,
-            "slots_free": max(0, (slots["total"] or 0) - (slots["used"] or 0)),
-        },
+        "capacity": model_capacity(model_id=model.id, now=now),
     }
 
 

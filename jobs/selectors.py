@@ -10,7 +10,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 
 from ballast.db import skip_locked
 from catalog.models import CatalogModel
@@ -248,3 +248,25 @@ def requirement_unmet(
                 f"{placement[field]!r}"
             )
     return None
+
+
+def model_capacity(*, model_id: str, now: datetime) -> dict[str, int]:
+    """A model's live capacity: ``devices_online``, the live devices with it
+    loaded; ``slots_free``, the free slots of those that can take serverless work
+    now (not paused, quarantined or rented). Shown by ``/v1/models`` and graphed
+    (``ballast.metrics_view``)."""
+    live = devices_live(now=now).filter(models__model_id=model_id, models__loaded=True)
+    usable = live.filter(
+        paused=False,
+        quarantined=False,
+        machine__paused=False,
+        machine__host_paused=False,
+        machine__accepts_serverless=True,
+        machine__agent_accepts_serverless=True,
+    ).exclude(devices_rented())
+    online = live.aggregate(devices=Count("id", distinct=True))
+    slots = usable.aggregate(total=Sum("slots_total"), used=Sum("slots_used"))
+    return {
+        "devices_online": online["devices"] or 0,
+        "slots_free": max(0, (slots["total"] or 0) - (slots["used"] or 0)),
+    }

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from ballast import metrics
 from catalog.models import CatalogModel
 from hosts.models import Device, DeviceModel, DeviceOutcome
 from hosts.services import (
@@ -161,6 +162,7 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
     passed, detail = spot_check_verdict(job=check.job, check=check)
     check.passed, check.detail, check.judged_at = passed, detail, now
     check.save(update_fields=["passed", "detail", "judged_at"])
+    metrics.spot_check_judged(passed=passed)
     if passed:
         device_outcome_record(
             device_id=check.device_id,

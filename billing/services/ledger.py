@@ -11,6 +11,8 @@ from __future__ import annotations
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
+from ballast import metrics
+
 from ..models import Account, Entry, LedgerTransaction
 from ..money import NANO_PER_USD, nano_to_usd_str
 
@@ -92,6 +94,9 @@ def ledger_post(
         if LedgerTransaction.objects.filter(key=key).exists():
             return None
         raise
+    metrics.ledger_posted(
+        kind=kind, credits_nano=sum(amount for _, amount in legs if amount > 0)
+    )
     return txn
 
 

@@ -12,6 +12,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from ballast import metrics
 from billing.models import ReceiptCheck
 from billing.services import receipt_check
 from hosts.models import Device
@@ -134,6 +135,7 @@ def attempt_end(
     attempt = Attempt.objects.select_related("device__machine", "job").get(
         id=attempt_id
     )
+    metrics.attempt_ended(outcome=outcome, kind=attempt.kind)
     reported = done["completion_tokens"] if done else None
     attempt.tokens_billed, attempt.token_count_flagged = segment_tokens(
         model_id=attempt.job.model_id, text=output_text, reported=reported

@@ -10,6 +10,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from ballast import metrics
 from billing.models import ReceiptCheck
 from billing.services import Segment, charge_plan, charge_post
 from catalog.models import CatalogModel
@@ -108,6 +109,18 @@ def job_finish(
     job.finished_at = now
     job_charge(job=job, attempts=attempts, now=now)
     job.save()
+    if not job.is_spot_check:
+        metrics.job_ended(
+            model_id=job.model_id,
+            status=status,
+            failed_over=job.failed_over,
+            created_at=job.created_at,
+            finished_at=now,
+            first_offered_at=attempts[0].offered_at if attempts else None,
+            first_token_at=min(
+                (a.first_token_at for a in attempts if a.first_token_at), default=None
+            ),
+        )
     return job
 
 

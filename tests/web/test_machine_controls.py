@@ -21,7 +21,13 @@ def test_it_registers_a_machine_and_shows_its_token_once(owner_client, owner):
     html = owner_client.get(response["Location"]).content.decode()
     start = html.index('id="agent-command">') + len('id="agent-command">')
     command = html[start : html.index("</pre>", start)]
-    assert command.startswith("./dev agent run --server http://testserver --token bm_")
+    assert command.startswith(
+        "ballast-agent run --server http://testserver --token bm_"
+    )
+    start = html.index('id="agent-install">') + len('id="agent-install">')
+    assert html[start : html.index("</pre>", start)] == (
+        "pipx install &#x27;ballast-agent[llamacpp]&#x27;"
+    )
     token = command.rsplit(" ", 1)[1]
     assert machine_authenticate(token=token) == machine
     again = owner_client.get(response["Location"]).content.decode()
