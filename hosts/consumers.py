@@ -36,6 +36,14 @@ CLOSE_NO_PROOF = 4426  # a hello without the challenge's proof (an agent to upgr
 MAX_FRAME_BYTES = 256 * 1024
 
 
+def _utf8_size(text: str) -> int:
+    """The size of ``text`` on the wire, bytes (UTF-8): the frame bound counts
+    bytes, not characters (a character is up to 4)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def bearer_token(scope: dict) -> str:
     """The bearer token of the ``Authorization`` header of an ASGI scope, or ''."""
     for name, value in scope.get("headers", []):
@@ -107,7 +115,7 @@ class HostConsumer(DirectDispatchConsumer):
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None
     ) -> None:
-        if text_data is None or len(text_data) > MAX_FRAME_BYTES:
+        if text_data is None or _utf8_size(text_data) > MAX_FRAME_BYTES:
             await self.send_error("frames must be JSON text of at most 256 KiB")
             return
         try:

@@ -383,3 +383,14 @@ async def test_json_nested_past_the_recursion_limit_is_a_400_on_every_api(
         )
         assert response.status_code == 400, (path, response.content[:200])
         assert json.loads(response.content)["error"]["type"] == "invalid_request_error"
+
+
+async def test_the_frame_bound_counts_bytes_not_characters(catalog, machine_token):
+    """256 KiB of UTF-8 on the wire: 200,000 two-byte characters (400 KB) are
+    refused as a 300 KB ASCII frame is."""
+    host = await host_online(machine_token, "rig")
+    await host.ws.send_to(
+        text_data=json.dumps({"type": "heartbeat", "devices": [], "pad": "é" * 200_000})
+    )
+    assert "256 KiB" in (await host.recv_type("error"))["message"]
+    await host.close()
