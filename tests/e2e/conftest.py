@@ -30,6 +30,7 @@ def e2e_env(tmp_path) -> Iterator[dict[str, str]]:
     # key's default limits on purpose (the limits are tests/jobs/test_limits.py's)
     env.setdefault("BALLAST_KEY_MAX_JOBS", "1000")
     env.setdefault("BALLAST_KEY_RATE", "100000/minute")
+    env.setdefault("BALLAST_QUEUE_SHARE_MIN", "1000000")  # one renter may queue all
     database_url = os.environ.get("DATABASE_URL", "")
     dbname = None
     if database_url.startswith(("postgres://", "postgresql://")):
