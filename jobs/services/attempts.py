@@ -150,17 +150,9 @@ def attempt_end(
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
         attempt.receipt = done.get("receipt", "")[:200]
-        verdict = receipt_check(
-            attempt_id=attempt.id,
-            device_id=attempt.device_id,
-            public_key_b64=attempt.device.machine.public_key,
-            signature_b64=attempt.receipt,
-            completion_tokens=done["completion_tokens"],
-            text=output_text,
+        _receipt_judge(
+            attempt, completion_tokens=done["completion_tokens"], text=output_text
         )
-        attempt.receipt_valid = verdict == ReceiptCheck.Verdict.VALID
-        if not attempt.receipt_valid:
-            log.warning("attempt %s: receipt %s; host not paid", attempt.id, verdict)
     if attempt.token_count_flagged:
         log.warning("attempt %s: inflated token count %s", attempt.id, reported)
     attempt.save(
@@ -224,14 +216,24 @@ def cancel_receipt_check(attempt: Attempt, *, output_text: str, answer: dict) ->
     ):
         attempt.token_count_flagged = True
         return
+    _receipt_judge(
+        attempt, completion_tokens=answer["completion_tokens"], text=sent, of="cancel "
+    )
+
+
+def _receipt_judge(attempt: Attempt, *, completion_tokens: int, text: str, of=""):
+    """Check ``attempt.receipt`` over ``text`` and ``completion_tokens`` against
+    the machine's pinned key (``billing.services.receipt_check``, stored once per
+    attempt) and set ``attempt.receipt_valid`` (not saved); ``of``: which receipt,
+    for the log."""
     verdict = receipt_check(
         attempt_id=attempt.id,
         device_id=attempt.device_id,
         public_key_b64=attempt.device.machine.public_key,
         signature_b64=attempt.receipt,
-        completion_tokens=answer["completion_tokens"],
-        text=sent,
+        completion_tokens=completion_tokens,
+        text=text,
     )
     attempt.receipt_valid = verdict == ReceiptCheck.Verdict.VALID
     if not attempt.receipt_valid:
-        log.warning("attempt %s: cancel receipt %s; host not paid", attempt.id, verdict)
+        log.warning("attempt %s: %sreceipt %s; host not paid", attempt.id, of, verdict)
