@@ -13,7 +13,7 @@ from typing import TypeVar
 from channels.layers import get_channel_layer
 
 from ballast import local
-from ballast.db import db_call, db_call_retried
+from ballast.db import db_call, db_call_durable
 
 from .. import services
 from ..models import Job
@@ -135,7 +135,7 @@ async def _job_abandon(step: asyncio.Future) -> None:
         return
     job = opened[0]
     try:
-        await db_call_retried(services.job_finish)(
+        await db_call_durable(services.job_finish)(
             job_id=str(job.id),
             status=Job.Status.CANCELLED,
             output_text="",

@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from ballast import local
-from ballast.db import db_call, db_call_retried, retry_worthy
+from ballast.db import db_call, db_call_durable, db_call_retried
 from catalog.models import CatalogModel
 
 from .. import services
@@ -116,18 +116,22 @@ class JobRun:
             failure = exc
             raise
         finally:
-            lease.cancel()
             # the close goes on even when this task is cancelled (the renter
-            # went away), and keeps reading the channel until it is done: it
-            # may wait for the host's receipt (``_receipt_wait``)
-            await asyncio.shield(self._close(reader, failure))
+            # went away), keeps reading the channel until it is done (it may
+            # wait for the host's receipt, ``_receipt_wait``) and keeps the
+            # lease while it rides through a database outage (``db_call_durable``)
+            await asyncio.shield(self._close(reader, lease, failure))
 
-    async def _close(self, reader: asyncio.Task, failure: Exception | None) -> None:
-        """End a job left unfinished (``_cancel``), then stop reading its channel."""
+    async def _close(
+        self, reader: asyncio.Task, lease: asyncio.Task, failure: Exception | None
+    ) -> None:
+        """End a job left unfinished (``_cancel``), then stop renewing its lease
+        and reading its channel."""
         try:
             if not self.finished:
                 await self._cancel(failure)
         finally:
+            lease.cancel()
             local.reader_remove(self.channel, self.inbox.deliver)
             reader.cancel()
 
@@ -364,7 +368,7 @@ class JobRun:
         if receipt_wanted:
             segment.cancel_receipt = await self._receipt_wait(segment)
         self.segment_ending = asyncio.ensure_future(
-            db_call_retried(services.attempt_end, when=retry_worthy)(
+            db_call_durable(services.attempt_end)(
                 attempt_id=str(segment.attempt.id),
                 outcome=segment.outcome,
                 output_text=segment.text,
@@ -398,7 +402,7 @@ class JobRun:
         return self.ending
 
     async def _success_record(self, segment: Segment) -> Job:
-        job = await db_call_retried(services.job_succeed)(
+        job = await db_call_durable(services.job_succeed)(
             job_id=self.job_id,
             attempt_id=str(segment.attempt.id),
             segment_text=segment.text,
@@ -414,7 +418,7 @@ class JobRun:
     async def _fail_as(self, fail: Fail) -> Failed:
         """Close the job as ``fail`` says (billed for what was delivered)."""
         delivered = bool(self.delivered_text)
-        job = await db_call_retried(services.job_finish)(
+        job = await db_call_durable(services.job_finish)(
             job_id=self.job_id,
             status=fail.job_status,
             output_text=self.delivered_text,
@@ -470,7 +474,7 @@ class JobRun:
             )
             message = f"the coordinator failed: {failure}"[:500]
         try:
-            await db_call_retried(services.job_finish)(
+            await db_call_durable(services.job_finish)(
                 job_id=self.job_id,
                 status=status,
                 output_text=self.delivered_text,

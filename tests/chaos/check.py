@@ -25,6 +25,7 @@ import sys
 from collections import Counter
 
 CLEAN = (429, 502, 503, 504)
+CLOSE_S = 5.0  # how long a coordinator may take to close a job its renter left
 
 
 def record_ending(
@@ -34,16 +35,29 @@ def record_ending(
     answer (None for the real model's)."""
     text = record["text"]
     prefix_ok = expected is None or expected.startswith(text)
+    served_by_killed = record["coordinator"] in ("", "coordinator-b")
+
+    def died_within(after_end_s: float) -> bool:
+        return served_by_killed and any(
+            record["started"] - 0.5 <= t <= record["ended"] + after_end_s
+            for t in killed_at
+        )
+
     if record["cut"] == "renter disconnected":
+        # its coordinator died while closing the job (the host's receipt is
+        # awaited up to BALLAST_CANCEL_RECEIPT_WAIT_S): what it relayed was
+        # never stored
+        if died_within(CLOSE_S):
+            return (
+                "cut_by_coordinator_death",
+                "" if prefix_ok else "a disconnected renter got wrong text",
+            )
         return (
             "client_disconnect",
             "" if prefix_ok else "a disconnected renter got wrong text",
         )
     if record["cut"]:
-        in_flight = any(
-            record["started"] - 0.5 <= t <= record["ended"] + 0.5 for t in killed_at
-        )
-        if in_flight and record["coordinator"] in ("", "coordinator-b"):
+        if died_within(0.5):
             return (
                 "cut_by_coordinator_death",
                 "" if prefix_ok else "wrong text before the cut",
