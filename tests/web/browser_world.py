@@ -45,7 +45,7 @@ def people() -> dict:
     long, _ = machine_register(
         owner=host,
         name="the-big-gaming-pc-in-the-living-room-under-the-stairs-2024",
-        region="us",
+        region="us-east",
     )
     renter_top_up(user=renter, amount_nano=usd_to_nano(5), key="browser-world")
     _, api_key = api_key_create(user=renter, name="my-app")
