@@ -19,9 +19,9 @@ MINUTES = 1440  # a day's bar is drawn in minutes: x from 0 to 1440
 
 @dataclass
 class Stretch:
-    """Part of a day's bar: ``state`` ``on``, ``off`` or ``none`` (before the
-    machine was registered, or after now), from ``start`` to ``end`` (UTC), at
-    ``x`` minutes past midnight for ``width`` minutes."""
+    """Part of a day's bar: ``state`` ``on``, ``off``, ``none`` (before the
+    machine was registered) or ``later`` (after now), from ``start`` to ``end``
+    (UTC), at ``x`` minutes past midnight for ``width`` minutes."""
 
     state: str
     start: datetime
@@ -32,7 +32,12 @@ class Stretch:
     @property
     def title(self) -> str:
         """What the stretch was, in words: ``online 07:12–12:05 UTC``."""
-        words = {"on": "online", "off": "offline", "none": "not registered yet"}
+        words = {
+            "on": "online",
+            "off": "offline",
+            "none": "not registered yet",
+            "later": "to come",
+        }
         end = "24:00" if self.end.time() == time(0) else f"{self.end:%H:%M}"
         return f"{words[self.state]} {self.start:%H:%M}–{end} UTC"
 
@@ -67,8 +72,9 @@ def day_uptimes(
     """The last ``days`` UTC days up to ``now`` (oldest first), from the
     machine's online stretches (pure).
 
-    ``since``: when the machine was registered (before it: ``none``);
-    ``stretches_online``: (start, end) pairs, any order, overlaps allowed.
+    ``since``: when the machine was registered (before it: ``none``; after
+    ``now``: ``later``); ``stretches_online``: (start, end) pairs, any order,
+    overlaps allowed.
     """
     merged: list[list[datetime]] = []
     for start, end in sorted(stretches_online):
@@ -85,7 +91,6 @@ def day_uptimes(
         known_start = min(max(day_start, since), day_end)
         known_end = max(min(day_end, now), known_start)
         uptime = DayUptime(day=day, known_s=(known_end - known_start).total_seconds())
-        cursor = day_start
 
         def add(state: str, start: datetime, end: datetime) -> None:
             if end > start:
@@ -110,7 +115,7 @@ def day_uptimes(
             uptime.online_s += (end - start).total_seconds()
             cursor = end
         add("off", cursor, known_end)
-        add("none", known_end, day_end)
+        add("none" if known_end <= since else "later", known_end, day_end)
         result.append(uptime)
     return result
 
@@ -118,8 +123,12 @@ def day_uptimes(
 def machine_timeline(
     *, machine: Machine, now: datetime, days: int = 14
 ) -> list[DayUptime]:
-    """The machine's last ``days`` UTC days, oldest first (one or two queries;
-    reads ``machine.lease``: select_related it)."""
+    """The machine's last ``days`` UTC days, oldest first, from the day it was
+    registered if that is later (one or two queries; reads ``machine.lease``:
+    select_related it)."""
+    registered = machine.created_at.astimezone(timezone.utc).date()
+    today = now.astimezone(timezone.utc).date()
+    days = max(1, min(days, (today - registered).days + 1))
     start = datetime.combine(
         now.astimezone(timezone.utc).date() - timedelta(days=days - 1),
         time(0),

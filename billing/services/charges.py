@@ -55,7 +55,7 @@ class Segment:
         if self.tokens_billed <= 0:
             return "no tokens billed: the renter received none of this segment"
         if self.verdict is None:
-            return "no receipt was checked for this segment"
+            return "no receipt came for this segment"
         if self.verdict == ReceiptCheck.Verdict.MISSING:
             return "no receipt: the agent sent none with its answer"
         if self.verdict == ReceiptCheck.Verdict.REPLAYED:

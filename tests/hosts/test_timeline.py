@@ -42,7 +42,7 @@ def test_a_day_is_cut_into_online_offline_and_not_registered_stretches():
     assert first.stretches[3].title == "offline 13:00–24:00 UTC"
     assert [(s.state, s.width) for s in second.stretches] == [
         ("off", 720),
-        ("none", 720),  # after now
+        ("later", 720),  # after now
     ]
     assert second.share == 0
     assert timeline_share(days) == pytest.approx(5 / 30)

@@ -90,12 +90,20 @@ def test_the_live_part_shows_temperature_and_vram_as_gauges(
 
 
 def test_the_timeline_draws_each_day_as_a_bar(owner_client, machine):
+    """From the day it was registered, at most the last 14 UTC days."""
+    html = page(owner_client, machine)
+    timeline = html[html.index('id="uptime-timeline"') :]
+    assert timeline.count('class="day" data-day=') == 1  # registered today
+    Machine.objects.filter(id=machine.id).update(
+        created_at=timezone.now() - timedelta(days=30)
+    )
     html = page(owner_client, machine)
     timeline = html[html.index('id="uptime-timeline"') :]
     assert timeline.count('class="day" data-day=') == 14
     assert '<svg class="day-bar" viewBox="0 0 1440 10"' in timeline
     assert '<rect class="on"' in timeline and "<title>online " in timeline
-    assert '<rect class="none"' in timeline  # the days before it was registered
+    assert '<rect class="off"' in timeline  # the days before its first heartbeat
+    assert '<rect class="later"' in timeline  # the rest of today
     assert "Online <strong>" in timeline
 
 
