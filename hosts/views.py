@@ -38,6 +38,7 @@ def home(request: HttpRequest) -> HttpResponse:
 # How a host installs the agent: its own distribution (agent/pyproject.toml), with
 # llama.cpp and the default model as the ``llamacpp`` extra
 AGENT_INSTALL = "pipx install 'ballast-agent[llamacpp]'"
+PLACEHOLDER = "<this machine's token>"  # the token is shown once, at registration
 
 
 def agent_command(request: HttpRequest, token: str) -> str:
@@ -126,7 +127,8 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     )
     days = timeline.machine_timeline(machine=machine, now=now)
     context = {
-        **_live_context(request, machine, now, new_token),
+        **_live_context(request, machine, now),
+        "agent_command": agent_command(request, new_token or PLACEHOLDER),
         "earnings": earnings,
         "timeline": days,
         "timeline_share": timeline.timeline_share(days),
@@ -151,11 +153,10 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     return render(request, "hosts/machine.html", context)
 
 
-def _live_context(
-    request: HttpRequest, machine: Machine, now, new_token: str | None = None
-) -> dict:
+def _live_context(request: HttpRequest, machine: Machine, now) -> dict:
     """What the machine page's live part (``hosts/_machine_live.html``) shows:
-    status, last heartbeat, the waiting state with the agent command, devices."""
+    status, last heartbeat, the waiting state with the agent command (the
+    token left out: it is shown once, above it), devices."""
     return {
         "machine": machine,
         "status": selectors.machine_status(machine, now),
@@ -164,7 +165,7 @@ def _live_context(
         "heartbeat_max_age_s": f"{settings.BALLAST_HEARTBEAT_MAX_AGE_S:g}",
         "max_temp_c": f"{settings.BALLAST_MAX_GPU_TEMP_C:g}",
         "server_url": request.build_absolute_uri("/").rstrip("/"),
-        "agent_command": agent_command(request, new_token or "<this machine's token>"),
+        "waiting_command": agent_command(request, PLACEHOLDER),
         "devices": selectors.device_views(machine=machine, now=now, parts=False),
     }
 
