@@ -53,7 +53,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             "balance_nano": renter_balance_nano(user=request.user),
             "keys": selectors.api_keys_of(user=request.user),
             "rentals": selectors.rentals_of(user=request.user),
-            "rentable": _rentable_devices(),
+            "rentable": _rentable_devices(request.user),
             "rental_price_nano": rental_price_per_hour_nano(),
             "form": ApiKeyCreateForm(),
             "new_key": new_key,
@@ -105,12 +105,12 @@ def job_detail(request: HttpRequest, job_id) -> HttpResponse:
     return render(request, "accounts/job.html", {"job": job})
 
 
-def _rentable_devices():
+def _rentable_devices(user):
     from django.utils import timezone
 
     from jobs.selectors import devices_rentable
 
-    return devices_rentable(now=timezone.now())[:200]
+    return devices_rentable(now=timezone.now(), renter=user)[:200]
 
 
 @login_required

@@ -9,6 +9,7 @@ switch to the production services.
 from __future__ import annotations
 
 import os
+import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
@@ -420,6 +421,27 @@ liveness_settings_check(
     margin_s=BALLAST_LEASE_MARGIN_S,
 )
 BALLAST_MAX_GPU_TEMP_C = env_float("BALLAST_MAX_GPU_TEMP_C", 88.0)
+
+
+def env_codes(name: str) -> tuple[str, ...]:
+    """Return the comma-separated lower-case codes in ``name`` (empty: none given).
+
+    Raises ImproperlyConfigured naming the variable for a code that is not 1–32
+    of a-z, 0-9 and '-' (starting with a letter or digit).
+    """
+    codes = tuple(
+        c.strip().lower() for c in os.environ.get(name, "").split(",") if c.strip()
+    )
+    for code in codes:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", code):
+            raise ImproperlyConfigured(
+                f"{name} must list codes like eu,us-east; got {code!r}"
+            )
+    return codes
+
+
+# the regions machines may be in (hosts.regions); none given: all of hosts.regions.REGIONS
+BALLAST_REGIONS = env_codes("BALLAST_REGIONS")
 # what a host may declare (hosts.protocol): devices in a hello (indexes below it),
 # slots a device may report
 BALLAST_MAX_DEVICES_PER_MACHINE = env_int(

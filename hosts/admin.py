@@ -60,8 +60,10 @@ class MachineAdmin(admin.ModelAdmin):
         "agent_version",
         "engine_name",
         "offline_alert_sent_at",
+        "retired_at",
     ]
     list_filter = [
+        ("retired_at", admin.EmptyFieldListFilter),
         "connected",
         "paused",
         "host_paused",
@@ -87,6 +89,7 @@ class MachineAdmin(admin.ModelAdmin):
         "engine_name",
         "engine_version",
         "created_at",
+        "retired_at",
     ]
     list_select_related = ["owner"]
     inlines = [DeviceInline]

@@ -9,16 +9,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.db.models.functions import TruncDate
 from django.http import Http404
 
 from billing.models import Earning
 from catalog.models import CatalogModel
 
-from .models import Benchmark, Device, DeviceOutcome, Machine, ScoreSample
+from .models import Benchmark, Device, Machine, ScoreSample
 from .scoring import PRIOR, WINDOW, score_parts
+from .segments import segment_earned_nothing
 from .services import device_score_inputs
 
 
@@ -49,12 +51,16 @@ class MachineRow:
 
 
 def machine_status(machine: Machine, now: datetime) -> str:
-    """``offline`` (no fresh heartbeat or closed socket), ``paused`` (owner or agent), or ``online``.
+    """``retired`` (by its owner), ``waiting`` (no heartbeat ever: see
+    ``machine_waiting``), ``offline`` (no fresh heartbeat or closed socket),
+    ``paused`` (owner or agent), or ``online``.
 
     Liveness as in ``Machine.is_online`` (DESIGN.md rule 1, ``hosts.liveness``).
     """
+    if machine.retired_at is not None:
+        return "retired"
     if not machine.is_online(now):
-        return "offline"
+        return "waiting" if machine_waiting(machine) else "offline"
     if machine.paused or machine.host_paused:
         return "paused"
     return "online"
@@ -105,9 +111,10 @@ def host_earnings(*, user: AbstractBaseUser) -> Earnings:
 
 
 def machine_rows(*, user: AbstractBaseUser, now: datetime) -> list[MachineRow]:
-    """The dashboard's rows: each of the user's machines with its live state."""
+    """The dashboard's rows: each of the user's machines not retired, with its
+    live state."""
     machines = list(
-        Machine.objects.filter(owner_id=user.pk)
+        Machine.objects.filter(owner_id=user.pk, retired_at__isnull=True)
         .select_related("lease")
         .prefetch_related("devices")
         .order_by("name")
@@ -128,6 +135,24 @@ def machine_rows(*, user: AbstractBaseUser, now: datetime) -> list[MachineRow]:
             )
         )
     return rows
+
+
+def machines_retired(*, user: AbstractBaseUser) -> list[tuple[Machine, Earnings]]:
+    """The user's retired machines, last retired first, each with its earnings."""
+    machines = list(
+        Machine.objects.filter(owner_id=user.pk, retired_at__isnull=False).order_by(
+            "-retired_at"
+        )
+    )
+    earnings = earnings_by_machine(machines=machines)
+    return [(m, earnings[m.id]) for m in machines]
+
+
+def machine_waiting(machine: Machine) -> bool:
+    """True until the machine's first heartbeat was recorded (``last_heartbeat_at``
+    is set by the first, ``hosts.services.machine_heartbeat``), for a machine
+    not retired: its page says what to check."""
+    return machine.last_heartbeat_at is None and machine.retired_at is None
 
 
 @dataclass
@@ -177,35 +202,63 @@ def device_score_parts(*, device: Device, now: datetime) -> ScoreParts:
 
 @dataclass
 class DeviceView:
-    """A device on the machine page, with what the page shows about it."""
+    """A device on the machine page, with what the page shows about it.
+
+    No spot-check history: to its host a check is a job like any other
+    (DESIGN.md "Spot checks"); staff see checks in the admin. ``vram_used_pct``
+    and ``temp_pct`` (0–100, of the total VRAM and of ``BALLAST_MAX_GPU_TEMP_C``)
+    draw the live gauges; ``hot``: at or over that limit (no new jobs).
+    """
 
     device: Device
     loaded_models: list[str]
-    parts: ScoreParts
-    spot_checks: list[DeviceOutcome]
-    spot_checks_failed: int
+    parts: ScoreParts | None = None
+
+    @property
+    def vram_used_pct(self) -> int | None:
+        d = self.device
+        if d.vram_free_mb is None or not d.vram_total_mb:
+            return None
+        used = max(0, d.vram_total_mb - d.vram_free_mb)
+        return min(100, round(100 * used / d.vram_total_mb))
+
+    @property
+    def vram_used_mb(self) -> int | None:
+        d = self.device
+        if d.vram_free_mb is None:
+            return None
+        return max(0, d.vram_total_mb - d.vram_free_mb)
+
+    @property
+    def temp_pct(self) -> int | None:
+        if self.device.temp_c is None:
+            return None
+        limit = settings.BALLAST_MAX_GPU_TEMP_C
+        return max(0, min(100, round(100 * self.device.temp_c / limit)))
+
+    @property
+    def hot(self) -> bool:
+        temp = self.device.temp_c
+        return temp is not None and temp >= settings.BALLAST_MAX_GPU_TEMP_C
 
 
 def device_views(
-    *, machine: Machine, now: datetime, spot_checks: int = 20
+    *, machine: Machine, now: datetime, parts: bool = True
 ) -> list[DeviceView]:
-    """The machine's devices with loaded models, score parts and spot-check history."""
+    """The machine's devices (retired ones last) with loaded models and, when
+    ``parts``, score parts (the live fragment needs none)."""
     views = []
-    for device in machine.devices.prefetch_related("models").order_by("index"):
-        checks = list(
-            DeviceOutcome.objects.filter(
-                device=device, source=DeviceOutcome.Source.SPOT_CHECK
-            )[:spot_checks]
-        )
+    devices = machine.devices.prefetch_related("models").order_by(
+        F("retired_at").asc(nulls_first=True), "index"
+    )
+    for device in devices:
         views.append(
             DeviceView(
                 device=device,
                 loaded_models=sorted(
                     dm.model_id for dm in device.models.all() if dm.loaded
                 ),
-                parts=device_score_parts(device=device, now=now),
-                spot_checks=checks,
-                spot_checks_failed=sum(1 for c in checks if not c.success),
+                parts=device_score_parts(device=device, now=now) if parts else None,
             )
         )
     return views
@@ -213,16 +266,21 @@ def device_views(
 
 def machine_attempts(*, machine: Machine, limit: int = 25) -> list:
     """The machine's most recent attempts (``jobs``' rows, read through each
-    device's ``attempts``), newest first, with their job, device and earning."""
+    device's ``attempts``), newest first, with their job, device, earning and
+    receipt check, each with ``why_nothing``: why it earned nothing
+    (``hosts.segments.segment_earned_nothing``), or None."""
     attempts = [
         attempt
         for device in machine.devices.all()
         for attempt in device.attempts.select_related(
-            "job", "device", "earning"
+            "job", "device__machine", "earning", "receipt_check"
         ).order_by("-offered_at")[:limit]
     ]
     attempts.sort(key=lambda attempt: attempt.offered_at, reverse=True)
-    return attempts[:limit]
+    attempts = attempts[:limit]
+    for attempt in attempts:
+        attempt.why_nothing = segment_earned_nothing(attempt)
+    return attempts
 
 
 @dataclass

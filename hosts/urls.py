@@ -22,6 +22,16 @@ urlpatterns = [
         name="machine_settings",
     ),
     path(
+        "machines/<uuid:machine_id>/rename/",
+        views.machine_rename,
+        name="machine_rename",
+    ),
+    path(
+        "machines/<uuid:machine_id>/retire/",
+        views.machine_retire,
+        name="machine_retire",
+    ),
+    path(
         "machines/<uuid:machine_id>/reset-key/",
         views.machine_key_reset,
         name="machine_key_reset",

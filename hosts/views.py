@@ -16,9 +16,16 @@ from django.views.decorators.http import require_GET, require_POST
 
 from billing.templatetags.billing_money import usd_text
 
-from . import selectors, services, web_services
+from . import selectors, services, timeline, web_services
 from .charts import bar_chart, line_chart
-from .forms import MachineRegisterForm, MachineSettingsForm, PauseForm
+from .forms import (
+    ConfirmForm,
+    MachineRegisterForm,
+    MachineRenameForm,
+    MachineSettingsForm,
+    PauseForm,
+)
+from .models import Machine
 
 NEW_TOKEN_SESSION_KEY = "ballast_new_machine_token"
 
@@ -31,6 +38,7 @@ def home(request: HttpRequest) -> HttpResponse:
 # How a host installs the agent: its own distribution (agent/pyproject.toml), with
 # llama.cpp and the default model as the ``llamacpp`` extra
 AGENT_INSTALL = "pipx install 'ballast-agent[llamacpp]'"
+PLACEHOLDER = "<this machine's token>"  # the token is shown once, at registration
 
 
 def agent_command(request: HttpRequest, token: str) -> str:
@@ -50,6 +58,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "hosts/dashboard.html",
         {
             "rows": selectors.machine_rows(user=request.user, now=now),
+            "retired": selectors.machines_retired(user=request.user),
             "earnings": selectors.host_earnings(user=request.user),
             "form": MachineRegisterForm(),
         },
@@ -71,24 +80,34 @@ def machine_register(request: HttpRequest) -> HttpResponse:
     """Register a machine; its token is shown once, on the machine page that follows."""
     form = MachineRegisterForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        machine, token = services.machine_register(
-            owner=request.user,
-            name=form.cleaned_data["name"],
-            region=form.cleaned_data["region"],
-        )
-        request.session[NEW_TOKEN_SESSION_KEY] = {
-            "machine": str(machine.id),
-            "token": token,
-        }
-        return redirect("hosts:machine", machine_id=machine.id)
+        try:
+            machine, token = services.machine_register(
+                owner=request.user,
+                name=form.cleaned_data["name"],
+                region=form.cleaned_data["region"],
+            )
+        except services.MachineNameTaken:
+            form.add_error("name", NAME_TAKEN)
+        else:
+            request.session[NEW_TOKEN_SESSION_KEY] = {
+                "machine": str(machine.id),
+                "token": token,
+            }
+            return redirect("hosts:machine", machine_id=machine.id)
     return render(request, "hosts/machine_register.html", {"form": form})
+
+
+NAME_TAKEN = (
+    "You already have a machine of this name: pick another, or retire the old one."
+)
 
 
 @login_required
 @require_GET
 def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
-    """One machine: devices and telemetry, score parts, spot checks, jobs, earnings,
-    failed capabilities, benchmarks and charts."""
+    """One machine: its live part (status, waiting for the first heartbeat,
+    devices' telemetry), online timeline, score parts, jobs and why a segment
+    earned nothing, earnings, failed capabilities, benchmarks and charts."""
     machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
     now = timezone.now()
     new_token = None
@@ -106,14 +125,15 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     earnings_chart = bar_chart(
         [(day.strftime("%d %b"), total, usd_text(total)) for day, total in daily]
     )
+    days = timeline.machine_timeline(machine=machine, now=now)
     context = {
-        "machine": machine,
-        "status": selectors.machine_status(machine, now),
-        "last_seen": machine.seen_until(),
-        "heartbeat_max_age_s": f"{settings.BALLAST_HEARTBEAT_MAX_AGE_S:g}",
-        "devices": selectors.device_views(machine=machine, now=now),
-        "attempts": selectors.machine_attempts(machine=machine),
+        **_live_context(request, machine, now),
+        "agent_command": agent_command(request, new_token or PLACEHOLDER),
         "earnings": earnings,
+        "timeline": days,
+        "timeline_share": timeline.timeline_share(days),
+        "timeline_minutes": timeline.MINUTES,
+        "attempts": selectors.machine_attempts(machine=machine),
         "failed_capabilities": machine.failed_capabilities.order_by("-last_at"),
         "benchmarks": selectors.machine_benchmarks(machine=machine),
         "score_charts": score_charts,
@@ -125,30 +145,53 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
                 "accepts_serverless": machine.accepts_serverless,
             }
         ),
+        "rename_form": MachineRenameForm(initial={"name": machine.name}),
         "new_token": new_token,
-        "agent_command": agent_command(request, new_token or "<this machine's token>"),
         "agent_install": AGENT_INSTALL,
+        "parts": selectors.device_views(machine=machine, now=now),
     }
     return render(request, "hosts/machine.html", context)
+
+
+def _live_context(request: HttpRequest, machine: Machine, now) -> dict:
+    """What the machine page's live part (``hosts/_machine_live.html``) shows:
+    status, last heartbeat, the waiting state with the agent command (the
+    token left out: it is shown once, above it), devices."""
+    return {
+        "machine": machine,
+        "status": selectors.machine_status(machine, now),
+        "waiting": selectors.machine_waiting(machine),
+        "last_seen": machine.seen_until(),
+        "heartbeat_max_age_s": f"{settings.BALLAST_HEARTBEAT_MAX_AGE_S:g}",
+        "max_temp_c": f"{settings.BALLAST_MAX_GPU_TEMP_C:g}",
+        "server_url": request.build_absolute_uri("/").rstrip("/"),
+        "waiting_command": agent_command(request, PLACEHOLDER),
+        "devices": selectors.device_views(machine=machine, now=now, parts=False),
+    }
 
 
 @login_required
 @require_GET
 def device_rows(request: HttpRequest, machine_id) -> HttpResponse:
-    """The machine page's live telemetry rows alone (the htmx fragment)."""
+    """The machine page's live part alone (the htmx fragment, polled): status,
+    waiting for the first heartbeat, devices' temperature and VRAM."""
     machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
     if not request.htmx:
         return redirect("hosts:machine", machine_id=machine.id)
-    now = timezone.now()
     return render(
         request,
-        "hosts/_device_rows.html",
-        {
-            "machine": machine,
-            "status": selectors.machine_status(machine, now),
-            "devices": selectors.device_views(machine=machine, now=now),
-        },
+        "hosts/_machine_live.html",
+        _live_context(request, machine, timezone.now()),
     )
+
+
+def _retired_refused(request: HttpRequest, machine: Machine) -> HttpResponse | None:
+    """A redirect with an error for a change to a retired machine (kept only in
+    the records), else None."""
+    if machine.retired_at is None:
+        return None
+    messages.error(request, f"{machine.name} is retired: it can no longer change.")
+    return redirect("hosts:machine", machine_id=machine.id)
 
 
 @login_required
@@ -156,6 +199,8 @@ def device_rows(request: HttpRequest, machine_id) -> HttpResponse:
 def machine_pause(request: HttpRequest, machine_id) -> HttpResponse:
     """Pause or resume a machine (POST ``paused`` = 1 or 0)."""
     machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if refused := _retired_refused(request, machine):
+        return refused
     form = PauseForm(request.POST)
     if form.is_valid():
         paused = form.cleaned_data["paused"]
@@ -173,6 +218,8 @@ def machine_pause(request: HttpRequest, machine_id) -> HttpResponse:
 def machine_settings(request: HttpRequest, machine_id) -> HttpResponse:
     """Save the machine's region and serverless choice."""
     machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if refused := _retired_refused(request, machine):
+        return refused
     form = MachineSettingsForm(request.POST)
     if form.is_valid():
         web_services.machine_settings_update(
@@ -182,9 +229,58 @@ def machine_settings(request: HttpRequest, machine_id) -> HttpResponse:
         )
         messages.success(request, "Settings saved.")
     else:
-        errors = "; ".join(e for errs in form.errors.values() for e in errs)
-        messages.error(request, f"Settings not saved: {errors}")
+        messages.error(request, f"Settings not saved: {_errors(form)}")
     return redirect("hosts:machine", machine_id=machine.id)
+
+
+def _errors(form) -> str:
+    return "; ".join(e for errs in form.errors.values() for e in errs)
+
+
+@login_required
+@require_POST
+def machine_rename(request: HttpRequest, machine_id) -> HttpResponse:
+    """Rename the machine (POST ``name``): unique among the owner's machines."""
+    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if refused := _retired_refused(request, machine):
+        return refused
+    form = MachineRenameForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Not renamed: {_errors(form)}")
+        return redirect("hosts:machine", machine_id=machine.id)
+    old = machine.name
+    try:
+        web_services.machine_rename(machine=machine, name=form.cleaned_data["name"])
+    except services.MachineNameTaken:
+        messages.error(request, f"Not renamed: {NAME_TAKEN}")
+    else:
+        messages.success(request, f"{old} is now {machine.name}.")
+    return redirect("hosts:machine", machine_id=machine.id)
+
+
+@login_required
+@require_POST
+def machine_retire(request: HttpRequest, machine_id) -> HttpResponse:
+    """Retire the machine (POST ``confirm`` = 1): kept in the records, its token
+    stops and its devices are never offered work again."""
+    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if refused := _retired_refused(request, machine):
+        return refused
+    form = ConfirmForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Not retired: tick the box to confirm.")
+        return redirect("hosts:machine", machine_id=machine.id)
+    try:
+        web_services.machine_retire(machine=machine)
+    except web_services.MachineRetireRefused as exc:
+        messages.error(request, f"Not retired: {exc}.")
+        return redirect("hosts:machine", machine_id=machine.id)
+    messages.success(
+        request,
+        f"{machine.name} retired: its token no longer connects; its jobs and"
+        " earnings stay in your records.",
+    )
+    return redirect("hosts:dashboard")
 
 
 @login_required
@@ -192,6 +288,8 @@ def machine_settings(request: HttpRequest, machine_id) -> HttpResponse:
 def machine_key_reset(request: HttpRequest, machine_id) -> HttpResponse:
     """Forget the pinned key: the agent's next ``hello`` pins its new one."""
     machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if refused := _retired_refused(request, machine):
+        return refused
     if web_services.machine_key_reset(machine=machine):
         messages.success(
             request,
@@ -208,6 +306,8 @@ def machine_token_rotate(request: HttpRequest, machine_id) -> HttpResponse:
     """Give the machine a new token (shown once on its page); the old one stops
     at once and its connection closes. Needs the ``confirm`` box ticked."""
     machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if refused := _retired_refused(request, machine):
+        return refused
     if request.POST.get("confirm") != "1":
         messages.error(request, "Tick the box to confirm: the agent must restart.")
         return redirect("hosts:machine", machine_id=machine.id)
@@ -226,6 +326,8 @@ def machine_token_revoke(request: HttpRequest, machine_id) -> HttpResponse:
     """Revoke the machine's token (no agent connects until a rotation gives a
     new one); its connection closes. Needs the ``confirm`` box ticked."""
     machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    if refused := _retired_refused(request, machine):
+        return refused
     if request.POST.get("confirm") != "1":
         messages.error(request, "Tick the box to confirm the revocation.")
         return redirect("hosts:machine", machine_id=machine.id)

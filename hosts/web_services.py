@@ -1,8 +1,9 @@
 """Writes behind the hosts' web pages and their beat tasks (issue 7).
 
-The agent-facing writes (hello, heartbeats, outcomes) live in ``hosts.services``;
-these are the owner's own changes (register, pause, settings, key reset), the
-offline alerts and the score samples of the machine page's chart. Each is a
+The agent-facing writes (hello, heartbeats, outcomes) and registration live in
+``hosts.services``; these are the owner's own changes (pause, settings, rename,
+retire, key reset, token), the offline alerts and the score samples of the
+machine page's chart. Each is a
 transaction; races are settled with compare-and-set updates (row counts).
 """
 
@@ -19,7 +20,13 @@ from django.utils import timezone
 from . import emails
 from .liveness import live_q
 from .models import Device, Machine, ScoreSample, token_hash, token_new
-from .services import machine_connections_close
+from .regions import region_clean
+from .services import (
+    devices_retire,
+    machine_connections_close,
+    machine_name_clean,
+    machine_name_save,
+)
 
 log = logging.getLogger("ballast.hosts")
 
@@ -34,13 +41,77 @@ def machine_pause_set(*, machine: Machine, paused: bool) -> None:
 def machine_settings_update(
     *, machine: Machine, region: str, accepts_serverless: bool
 ) -> None:
-    """Store the owner's region (lower-cased, e.g. ``eu``) and serverless choice.
+    """Store the owner's region (a code of ``hosts.regions``, e.g. ``eu``, or
+    empty) and serverless choice. Raises ValueError for an unknown region.
 
     Note: the agent's next ``hello`` also announces ``accepts_serverless``.
     """
     Machine.objects.filter(id=machine.id).update(
-        region=region.strip().lower(), accepts_serverless=accepts_serverless
+        region=region_clean(region), accepts_serverless=accepts_serverless
     )
+
+
+@transaction.atomic
+def machine_rename(*, machine: Machine, name: str) -> str:
+    """Give the owner's machine a new name and return it (stripped).
+
+    Raises ValueError for a name ``machine_name_clean`` refuses,
+    MachineNameTaken when another of the owner's machines not retired has it
+    (case ignored). Renters' device labels (``rig-1/gpu0``) follow the name.
+    """
+    name = machine_name_clean(name)
+    machine_name_save(
+        owner_id=machine.owner_id,
+        name=name,
+        exclude_id=machine.id,
+        write=lambda: Machine.objects.filter(id=machine.id).update(name=name),
+    )
+    machine.name = name
+    return name
+
+
+class MachineRetireRefused(ValueError):
+    """The machine cannot be retired now (a renter's rental is open on it)."""
+
+
+@transaction.atomic
+def machine_retire(*, machine: Machine, now: datetime | None = None) -> bool:
+    """Retire the owner's machine: kept in the records (devices, jobs, earnings
+    reference it), never eligible nor connecting again.
+
+    One transaction on the locked row: ``retired_at`` set, the token revoked
+    (``revoked:…``, as ``machine_token_revoke``), every device retired
+    (``services.devices_retire``: no slot, no model loaded) and the open
+    connection closed once this commits. Its name is free for a new machine.
+    Returns False when it was retired already. Raises MachineRetireRefused
+    while a rental (pending or live) is open on one of its devices: the renter
+    paid for that device's time.
+    """
+    now = now or timezone.now()
+    locked = Machine.objects.select_for_update().get(id=machine.id)
+    if locked.retired_at is not None:
+        return False
+    rental_model = Device.rentals.rel.related_model  # jobs' Rental, a layer above
+    rented = rental_model.objects.filter(
+        device__machine_id=machine.id, status__in=rental_model.OPEN_STATUSES
+    ).first()
+    if rented is not None:
+        until = f" until {rented.ends_at:%Y-%m-%d %H:%M} UTC" if rented.ends_at else ""
+        raise MachineRetireRefused(
+            f"a renter has rented {rented.device.label}{until}: retire the machine"
+            " once the rental has ended"
+        )
+    Machine.objects.filter(id=machine.id).update(
+        retired_at=now,
+        token_hash=f"retired:{machine.id.hex}",
+        token_prefix="",
+        paused=True,
+    )
+    devices_retire(machine_id=machine.id, keep=[], now=now)
+    if locked.connected:
+        machine_connections_close(channel_names=[locked.channel_name])
+    machine.retired_at, machine.token_prefix, machine.paused = now, "", True
+    return True
 
 
 def machine_key_reset(*, machine: Machine) -> bool:
@@ -90,13 +161,13 @@ def silent_q(now: datetime) -> Q:
 
     Last seen (``Machine.seen_until``: the recorded heartbeat, or the lease's end
     for a connected machine it vouched for) before the cutoff; a machine that never
-    sent a heartbeat is not silent.
+    sent a heartbeat, or that its owner retired, is not silent.
     """
     cutoff = now - timedelta(seconds=settings.BALLAST_OFFLINE_ALERT_AFTER_S)
     vouched_since = Q(
         connected=True, stale=False, lease__isnull=False, lease__lease_until__gte=cutoff
     )
-    return Q(last_heartbeat_at__lt=cutoff) & ~vouched_since
+    return Q(last_heartbeat_at__lt=cutoff, retired_at__isnull=True) & ~vouched_since
 
 
 def back_q(now: datetime) -> Q:

@@ -239,13 +239,16 @@ class RentalSerializer(serializers.ModelSerializer):
 
 
 class DevicesApi(APIView):
-    """``GET /v1/devices``: live devices a renter may rent (not rented, not quarantined)."""
+    """``GET /v1/devices``: live devices a renter may rent (not rented, not
+    quarantined, not the renter's own)."""
 
     @extend_schema(responses=schema.DEVICE_LIST)
     def get(self, request: Request) -> Response:
         from .selectors import devices_rentable
 
-        devices = devices_rentable(now=timezone.now()).prefetch_related("models")
+        devices = devices_rentable(
+            now=timezone.now(), renter=request.user
+        ).prefetch_related("models")
         return Response(
             {
                 "data": [

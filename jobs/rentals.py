@@ -47,8 +47,9 @@ def rental_create(
 ) -> Rental:
     """Reserve a live device for ``hours``; it goes live after a passed spot check.
 
-    Raises ApiError 400 (hours), 404 (no such live device), 409 (already rented or
-    quarantined), 402 (balance below the whole period's price).
+    Raises ApiError 400 (hours), 404 (no such live device), 403 (the renter's
+    own device: a host cannot pay itself), 409 (already rented or quarantined),
+    402 (balance below the whole period's price).
     """
     now = now or timezone.now()
     if (
@@ -64,12 +65,20 @@ def rental_create(
         )
     device = (
         devices_live(now=now)
+        .select_related("machine")
         .select_for_update(of=("self",))  # SQLite: its one writer
         .filter(id=device_id)
         .first()
     )
     if device is None:
         raise ApiError(404, f"no live device {device_id}", "device_not_found", "device")
+    if device.machine.owner_id == renter.pk:
+        raise ApiError(
+            403,
+            f"device {device_id} is your own: you cannot rent your own device",
+            "own_device",
+            "device",
+        )
     if device.quarantined or device.paused:
         raise ApiError(
             409,

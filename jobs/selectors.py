@@ -192,14 +192,19 @@ def devices_eligible_count(*, job: Job, model: CatalogModel, now: datetime) -> i
         return cursor.fetchone()[0]
 
 
-def devices_rentable(*, now: datetime) -> QuerySet[Device]:
-    """Live devices a renter may rent: not paused, not quarantined, not rented."""
-    return (
+def devices_rentable(*, now: datetime, renter=None) -> QuerySet[Device]:
+    """Live devices a renter may rent: not paused, not quarantined, not rented,
+    and (with ``renter``, a user) not the renter's own (``rentals.rental_create``
+    refuses those)."""
+    devices = (
         devices_live(now=now)
         .filter(quarantined=False, paused=False)
         .exclude(devices_rented())
         .select_related("machine")
     )
+    if renter is not None:
+        devices = devices.exclude(machine__owner_id=renter.pk)
+    return devices
 
 
 def devices_untried_exist(*, job: Job, model: CatalogModel, now: datetime) -> bool:

@@ -129,12 +129,35 @@ def api_key(renter):
     return plain
 
 
+def machine_name_free(owner, name: str) -> str:
+    """``name``, or ``name-2``, ``name-3``… when the owner already has a machine
+    of that name (names are unique per owner): fixtures called twice with
+    their default name get two machines."""
+    from hosts.models import Machine
+
+    taken = {
+        n.lower()
+        for n in Machine.objects.filter(
+            owner=owner, retired_at__isnull=True
+        ).values_list("name", flat=True)
+    }
+    candidate, n = name, 1
+    while candidate.lower() in taken:
+        n += 1
+        candidate = f"{name}-{n}"
+    return candidate
+
+
 @pytest.fixture
 def machine_token(owner):
     """Register a machine for ``owner``; returns a factory giving (machine, token)."""
 
     def make(name: str = "rig", region: str = ""):
-        return machine_create(owner_email=owner.email, name=name, region=region)
+        return machine_create(
+            owner_email=owner.email,
+            name=machine_name_free(owner, name),
+            region=region,
+        )
 
     return make
 
@@ -173,7 +196,11 @@ def live_device(owner, catalog):
         accepts_serverless: bool = True,
         paused: bool = False,
     ) -> Device:
-        machine, _ = machine_create(owner_email=owner.email, name=name, region=region)
+        machine, _ = machine_create(
+            owner_email=owner.email,
+            name=machine_name_free(owner, name),
+            region=region,
+        )
         return device_online(
             machine,
             gpu=gpu,

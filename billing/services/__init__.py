@@ -7,7 +7,14 @@ ones: import them from ``billing.services``.
 """
 
 from ..selectors import account_balance_nano, host_balances_nano, renter_balance_nano
-from .charges import ChargePlan, Segment, charge_plan, charge_post, rental_charge
+from .charges import (
+    ChargePlan,
+    Segment,
+    charge_plan,
+    charge_post,
+    rental_charge,
+    segment_of,
+)
 from .holds import earnings_reverse_held, holds_release
 from .ledger import (
     TOP_UP_MAX_NANO,
@@ -48,4 +55,5 @@ __all__ = [
     "renter_balance_nano",
     "renter_top_up",
     "rental_charge",
+    "segment_of",
 ]

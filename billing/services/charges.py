@@ -45,12 +45,45 @@ class Segment:
     @property
     def paid(self) -> bool:
         """True when this segment's host is paid: a valid receipt and a believable count."""
-        return (
-            self.verdict == ReceiptCheck.Verdict.VALID
-            and self.receipt_valid is True
-            and not self.token_count_flagged
-            and self.tokens_billed > 0
-        )
+        return self.unpaid_reason is None
+
+    @property
+    def unpaid_reason(self) -> str | None:
+        """Why this segment's host is not paid, in words for the host, or None
+        when it is (DESIGN.md "Money": only against a valid receipt, a believable
+        count, and tokens the renter received)."""
+        if self.tokens_billed <= 0:
+            return "no tokens billed: the renter received none of this segment"
+        if self.verdict is None:
+            return "no receipt came for this segment"
+        if self.verdict == ReceiptCheck.Verdict.MISSING:
+            return "no receipt: the agent sent none with its answer"
+        if self.verdict == ReceiptCheck.Verdict.REPLAYED:
+            return "the receipt repeated one already used"
+        if self.verdict != ReceiptCheck.Verdict.VALID or self.receipt_valid is not True:
+            return "the receipt did not verify (signature, or hash of the text sent)"
+        if self.token_count_flagged:
+            return "the reported token count was not believable (flagged)"
+        return None
+
+
+def segment_of(attempt) -> Segment:
+    """The ``Segment`` of an ended attempt (``jobs.Attempt``, with its device,
+    machine and receipt check loaded): what billing needs of it."""
+    try:
+        verdict = attempt.receipt_check.verdict
+    except ReceiptCheck.DoesNotExist:
+        verdict = None
+    return Segment(
+        attempt_id=attempt.id,
+        device_id=attempt.device_id,
+        host_id=attempt.device.machine.owner_id,
+        tokens_billed=attempt.tokens_billed,
+        output_chars=attempt.output_chars,
+        token_count_flagged=attempt.token_count_flagged,
+        receipt_valid=attempt.receipt_valid,
+        verdict=verdict,
+    )
 
 
 @dataclass

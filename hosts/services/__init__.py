@@ -1,7 +1,7 @@
 """Writes for machines and devices (DESIGN.md's hosts side), by sub-domain.
 
-``machines``: registration, the agent's hello and disconnect, failed loads and
-benchmarks; ``heartbeats``: what of a heartbeat is written, the process lease;
+``registration``: a machine registered, its name's rules; ``machines``: the
+agent's hello and disconnect, failed loads and benchmarks; ``heartbeats``: what of a heartbeat is written, the process lease;
 ``uptime``: online spans and the online fraction; ``scores``: outcomes, the
 reliability score and quarantine; ``spot_checks``: when a check is due. Every
 write is a transaction; consumers call them through ``db_call``. Callers import
@@ -31,13 +31,19 @@ from .machines import (
     MachineRefused,
     benchmark_record,
     capability_failed_record,
+    devices_retire,
     machine_authenticate,
     machine_connections_close,
-    machine_create,
     machine_disconnect,
     machine_hello,
-    machine_register,
     machines_of_owner_close,
+)
+from .registration import (
+    MachineNameTaken,
+    machine_create,
+    machine_name_clean,
+    machine_name_save,
+    machine_register,
     user_get_or_create,
 )
 from .scores import (
@@ -52,9 +58,11 @@ from .scores import (
 from .spot_checks import machines_spot_check_due, spot_check_mark_due
 from .uptime import (
     device_online_fraction,
+    machine_spans,
     online_fraction,
     online_span_close,
     online_span_extend,
+    spans_online,
 )
 
 __all__ = [
@@ -68,11 +76,13 @@ __all__ = [
     "HeartbeatMemo",
     "HeartbeatResult",
     "KeyMismatch",
+    "MachineNameTaken",
     "MachineRefused",
     "ScoreInputs",
     "benchmark_record",
     "capability_failed_record",
     "device_online_fraction",
+    "devices_retire",
     "device_outcome_record",
     "device_quarantine_judge",
     "device_quarantine_release_judge",
@@ -88,14 +98,18 @@ __all__ = [
     "machine_disconnect",
     "machine_heartbeat",
     "machine_hello",
+    "machine_name_clean",
+    "machine_name_save",
     "machine_register",
     "machines_of_owner_close",
     "machines_spot_check_due",
+    "machine_spans",
     "machines_stale_mark",
     "online_fraction",
     "online_span_close",
     "online_span_extend",
     "spot_check_mark_due",
+    "spans_online",
     "spot_checks_recent",
     "telemetry_refresh",
     "user_get_or_create",

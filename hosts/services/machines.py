@@ -1,5 +1,5 @@
-"""A machine's registration, its agent's connection (hello, disconnect) and the
-reports it sends besides heartbeats (failed loads, benchmarks).
+"""A machine's agent's connection (authenticate, hello, disconnect, close) and
+the reports it sends besides heartbeats (failed loads, benchmarks).
 
 Every write is a transaction; consumers call them through ``db_call``.
 """
@@ -12,8 +12,6 @@ from datetime import datetime, timedelta
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.contrib.auth import get_user_model
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -25,7 +23,6 @@ from ..models import (
     FailedCapability,
     Machine,
     token_hash,
-    token_new,
 )
 from .spot_checks import spot_check_mark_due
 from .uptime import online_span_close
@@ -42,57 +39,17 @@ class KeyMismatch(Exception):
 
 
 class MachineRefused(Exception):
-    """The connection's token is no longer the machine's (rotated or revoked), or
-    the machine's owner is deactivated."""
-
-
-def user_get_or_create(*, email: str) -> AbstractBaseUser:
-    """Return the user with this email (username = email), creating it if needed."""
-    User = get_user_model()
-    user, _ = User.objects.get_or_create(username=email, defaults={"email": email})
-    return user
-
-
-@transaction.atomic
-def machine_register(
-    *, owner: AbstractBaseUser, name: str, region: str = ""
-) -> tuple[Machine, str]:
-    """Register a machine for ``owner``; return it and its plain token (shown once).
-
-    The token is stored hashed (sha256). Raises ValueError on an empty name.
-    """
-    if not name.strip():
-        raise ValueError("machine name must not be empty")
-    token = token_new("bm")
-    machine = Machine.objects.create(
-        owner=owner,
-        name=name.strip(),
-        region=region.strip().lower(),
-        token_hash=token_hash(token),
-        token_prefix=token[:10],
-    )
-    return machine, token
-
-
-@transaction.atomic
-def machine_create(
-    *, owner_email: str, name: str, region: str = ""
-) -> tuple[Machine, str]:
-    """Register a machine for the owner with this email (created if new).
-
-    Returns the machine and its plain token. Raises ValueError on an empty name.
-    """
-    return machine_register(
-        owner=user_get_or_create(email=owner_email), name=name, region=region
-    )
+    """The connection's token is no longer the machine's (rotated or revoked), the
+    machine is retired, or the machine's owner is deactivated."""
 
 
 def machine_authenticate(*, token: str) -> Machine | None:
-    """Return the machine whose token this is (its owner active), or None."""
+    """Return the machine whose token this is (its owner active, the machine not
+    retired), or None."""
     if not token:
         return None
     return Machine.objects.filter(
-        token_hash=token_hash(token), owner__is_active=True
+        token_hash=token_hash(token), owner__is_active=True, retired_at__isnull=True
     ).first()
 
 
@@ -150,7 +107,8 @@ def machine_hello(
     none), which the caller closes. Raises KeyMismatch when a key is already
     pinned and differs (DESIGN.md: refused until the owner resets it), and
     MachineRefused when ``token_hash`` (the hash of the token the connection
-    authenticated with) is no longer the machine's, or its owner is inactive.
+    authenticated with) is no longer the machine's, the machine is retired, or
+    its owner is inactive.
     The caller checked the hello's ``proof`` of the key (``billing.receipts.
     challenge_verify``).
     """
@@ -160,11 +118,14 @@ def machine_hello(
         .select_related("owner")
         .get(id=machine_id)
     )
-    if not machine.owner.is_active or (
-        token_hash is not None and machine.token_hash != token_hash
+    if (
+        not machine.owner.is_active
+        or machine.retired_at is not None
+        or (token_hash is not None and machine.token_hash != token_hash)
     ):
         raise MachineRefused(
-            "this machine's token was rotated or revoked, or its owner deactivated"
+            "this machine's token was rotated or revoked, the machine retired, or"
+            " its owner deactivated"
         )
     if machine.public_key and machine.public_key != hello["public_key"]:
         raise KeyMismatch(

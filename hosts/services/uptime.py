@@ -47,32 +47,72 @@ def online_span_close(*, machine_id: str, at: datetime) -> None:
     ).update(ended_at=at)
 
 
-def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
-    """Fraction (0..1, 6 places) of the last 24 h — or of the time since the device
-    was first seen, if shorter — that its machine was online.
-
-    One query, two when no span ended in the window (the newest span, which a
-    live machine keeps open, is then read alone). Reads ``device.machine`` and
-    its ``lease`` (select_related them).
-    """
-    start = max(now - UPTIME_WINDOW, device.first_seen_at)
+def machine_spans(*, machine_id, start: datetime) -> tuple[list[tuple], tuple | None]:
+    """The machine's spans for a window from ``start``: (spans ended after
+    ``start``, newest first; its newest span whatever its end, or None), each as
+    (id, started_at, ended_at). One query, two when no span ended after
+    ``start`` (the newest span, which a live machine keeps open, is then read
+    alone)."""
     spans = list(  # newest first: the newest of all when there is one
-        OnlineSpan.objects.filter(machine_id=device.machine_id, ended_at__gt=start)
+        OnlineSpan.objects.filter(machine_id=machine_id, ended_at__gt=start)
         .order_by("-ended_at", "-id")
         .values_list("id", "started_at", "ended_at")
     )
     if spans:
-        latest = spans[0]
-    else:
-        latest = (
-            OnlineSpan.objects.filter(machine_id=device.machine_id)
-            .order_by("-ended_at", "-id")
-            .values_list("id", "started_at", "ended_at")
-            .first()
-        )
+        return spans, spans[0]
+    latest = (
+        OnlineSpan.objects.filter(machine_id=machine_id)
+        .order_by("-ended_at", "-id")
+        .values_list("id", "started_at", "ended_at")
+        .first()
+    )
+    return spans, latest
+
+
+def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
+    """Fraction (0..1, 6 places) of the last 24 h — or of the time since the device
+    was first seen, if shorter — that its machine was online.
+
+    One or two queries (``machine_spans``). Reads ``device.machine`` and its
+    ``lease`` (select_related them).
+    """
+    start = max(now - UPTIME_WINDOW, device.first_seen_at)
+    spans, latest = machine_spans(machine_id=device.machine_id, start=start)
     return online_fraction(
         machine=device.machine, start=start, spans=spans, latest=latest, now=now
     )
+
+
+def spans_online(
+    *, machine: Machine, spans: list[tuple], latest: tuple | None, now: datetime
+) -> list[tuple[datetime, datetime]]:
+    """The stretches the machine counted as online (pure; DESIGN.md "Reliability
+    score": heartbeat gaps ≤ 30 s), as (start, end) newest first, none past ``now``.
+
+    ``spans`` and ``latest`` as ``machine_spans`` returns them. The newest span
+    of a machine live now lasts until ``now``; that of a machine still vouched
+    for by a lapsed lease, until it was last seen (``Machine.seen_until``).
+    Reads ``machine.lease``.
+    """
+    live = machine.is_online(now)
+    # a connected machine not marked stale whose lease lapsed: online until then
+    vouched = machine.connected and not machine.stale
+    seen = machine.seen_until() if vouched and not live else None
+    spans = list(spans)
+    # the latest span stays open (ended at its start) while the machine is live
+    if latest is not None and (not spans or spans[0][0] != latest[0]):
+        spans.insert(0, latest)
+    online = []
+    for i, (_, started_at, ended_at) in enumerate(spans):  # newest first
+        if i == 0 and live:
+            end = now
+        elif i == 0 and seen is not None:
+            end = min(max(ended_at, seen), now)
+        else:
+            end = min(ended_at, now)
+        if end > started_at:
+            online.append((started_at, end))
+    return online
 
 
 def online_fraction(
@@ -88,28 +128,16 @@ def online_fraction(
 
     ``spans`` are (id, started_at, ended_at) of the machine's spans ended after
     ``start``, newest first; ``latest`` is its newest span whatever its end (or
-    None). ``machine`` gives liveness (``is_online``, ``seen_until``: reads
-    ``machine.lease``). Returns 0..1 rounded to 6 places.
+    None). Online stretches as ``spans_online`` counts them. Returns 0..1
+    rounded to 6 places.
     """
     total = (now - start).total_seconds()
     if total <= 0:
         return Decimal(1)
-    online = 0.0
-    live = machine.is_online(now)
-    # a connected machine not marked stale whose lease lapsed: online until then
-    vouched = machine.connected and not machine.stale
-    seen = machine.seen_until() if vouched and not live else None
-    spans = list(spans)
-    # the latest span stays open (ended at its start) while the machine is live
-    if latest is not None and (not spans or spans[0][0] != latest[0]):
-        spans.insert(0, latest)
-    for i, (_, started_at, ended_at) in enumerate(spans):  # newest first
-        # the current span of a machine still online lasts until now
-        if i == 0 and live:
-            end = now
-        elif i == 0 and seen is not None:
-            end = min(max(ended_at, seen), now)
-        else:
-            end = min(ended_at, now)
-        online += max(0.0, (end - max(started_at, start)).total_seconds())
+    online = sum(
+        max(0.0, (end - max(began, start)).total_seconds())
+        for began, end in spans_online(
+            machine=machine, spans=spans, latest=latest, now=now
+        )
+    )
     return min(Decimal(1), Decimal(str(round(online / total, 6))))

@@ -22,3 +22,34 @@ def dec1(value) -> str:
     if value is None:
         return ""
     return f"{Decimal(str(value)).quantize(Decimal('0.1'), rounding=ROUND_HALF_UP)}"
+
+
+@register.filter
+def percent(value) -> str:
+    """A fraction (0..1) as a percentage with one decimal, ``97.3 %``; 100 % and
+    0 % only when exact (99.96 % reads ``99.9 %``, not ``100 %``); empty for None."""
+    if value is None:
+        return ""
+    pct = Decimal(str(value)) * 100
+    shown = pct.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
+    if shown == 100 and pct < 100:
+        shown = Decimal("99.9")
+    elif shown == 0 and pct > 0:
+        shown = Decimal("0.1")
+    return f"{shown.normalize():f} %" if shown in (0, 100) else f"{shown} %"
+
+
+@register.filter
+def duration(seconds) -> str:
+    """Seconds as a person reads a length of time: ``2 h 05 min``, ``12 min``,
+    ``40 s``; empty for None."""
+    if seconds is None:
+        return ""
+    total = int(round(float(seconds)))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min"
+    return f"{secs} s"

@@ -11,8 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ballast import metrics
-from billing.models import ReceiptCheck
-from billing.services import Segment, charge_plan, charge_post
+from billing.services import charge_plan, charge_post, segment_of
 from catalog.models import CatalogModel
 
 from ..models import Attempt, Job
@@ -161,25 +160,6 @@ def job_price_nano(job: Job) -> int:
     if job.price_completion_nano is not None:
         return job.price_completion_nano
     return CatalogModel.objects.get(id=job.model_id).price_completion_nano
-
-
-def segment_of(attempt: Attempt) -> Segment:
-    """What billing needs of an ended attempt (with its device, machine and
-    receipt check loaded): ``billing.services.Segment``."""
-    try:
-        verdict = attempt.receipt_check.verdict
-    except ReceiptCheck.DoesNotExist:
-        verdict = None
-    return Segment(
-        attempt_id=attempt.id,
-        device_id=attempt.device_id,
-        host_id=attempt.device.machine.owner_id,
-        tokens_billed=attempt.tokens_billed,
-        output_chars=attempt.output_chars,
-        token_count_flagged=attempt.token_count_flagged,
-        receipt_valid=attempt.receipt_valid,
-        verdict=verdict,
-    )
 
 
 def renter_prompt_tokens(

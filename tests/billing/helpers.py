@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from billing.models import Account, Entry
 from billing.receipts import receipt_message
-from billing.services import charge_plan
+from billing.services import charge_plan, segment_of
 from catalog.models import CatalogModel
 from hosts.models import Device, Machine
 from hosts.services import machine_create, machine_heartbeat, machine_hello
@@ -31,7 +31,7 @@ from jobs.services import (
     job_dispatch,
     job_finish,
 )
-from jobs.services.endings import job_price_nano, segment_of
+from jobs.services.endings import job_price_nano
 
 # A catalog model without a tokenizer: the host's count is believed up to the
 # number of characters. 333 nano-USD per token makes the 80 % share fractional.

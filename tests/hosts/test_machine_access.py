@@ -1,7 +1,8 @@
 """Machine tokens and the hello's challenge (issue 23 item 2; DESIGN.md "Limits
 and abuse"): a token rotated or revoked from the machine's page stops at once
 (its open connection closed through the channel layer), a deactivated owner's
-machines are refused and closed, and ``hello`` must sign the connection's
+machines are refused and closed, a retired machine is closed and refused, and
+``hello`` must sign the connection's
 challenge with the pinned key, so a token alone cannot take a machine over.
 On the real ASGI application (``tests.hostsim.HostSim``)."""
 
@@ -77,6 +78,29 @@ async def test_a_revoked_token_closes_its_connection_and_stops(
     await _refused_at_connect(host.machine_token)
     machine = await Machine.objects.aget(id=host.machine.id)
     assert machine.token_prefix == "" and machine.token_hash.startswith("revoked:")
+
+
+async def test_a_retired_machine_is_closed_refused_and_its_jobs_go_elsewhere(
+    catalog, owner, api_key, machine_token
+):
+    """Retiring from the machine's page (issue 24) closes the agent's connection
+    at once; its token is refused afterwards; renters' work goes to others."""
+    host = await host_online(machine_token, "old-rig")
+    other = await host_online(machine_token, "new-rig")
+    client = await _owner_client(owner)
+    url = reverse("hosts:machine_retire", args=[host.machine.id])
+    response = await client.post(url, {"confirm": "1"})
+    assert response.status_code == 302 and response["Location"] == "/machines/"
+    await _closed_with(host, 4401)
+    await _refused_at_connect(host.machine_token)
+    machine = await Machine.objects.aget(id=host.machine.id)
+    assert machine.retired_at is not None
+    answer = chat_request(api_key, stream=False, content="after the retirement")
+    offer = await other.recv_type("offer")
+    assert offer["messages"][0]["content"] == "after the retirement"
+    await other.answer(offer, ["ok"])
+    assert (await answer).status_code == 200
+    await other.close()
 
 
 async def test_rotation_needs_the_owner_and_the_confirmation(

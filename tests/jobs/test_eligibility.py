@@ -229,7 +229,7 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
             models=sometimes([("other-model",)], (catalog.id,)),
             vram_total_mb=rng.choice([8192, 24576]),
             gpu=rng.choice(["NVIDIA GeForce RTX 4090", "AMD Radeon 7900", "RTX_3090"]),
-            region=rng.choice(["", "eu", "EU", "us"]),
+            region=rng.choice(["", "eu", "EU", "us-east"]),
             accepts_serverless=sometimes([False], True),
             paused=sometimes([True], False),
         )

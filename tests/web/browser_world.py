@@ -5,12 +5,14 @@ environment; prints one JSON object).
 Phases:
 
 - ``people``: a host (``host@example.com``) with two machines (``rig-1``, whose
-  token is printed for an agent, and one with a long name that never connected), a
+  token is printed for an agent, and one with a long name that has not connected
+  yet, whose token is printed too), a
   renter (``renter@example.com``, 5 USD, an API key), a support ticket with staff's
   answer. Passwords: ``tests.web.conftest.PASSWORD``.
-  → ``{"token", "rig_id", "long_id", "api_key", "ticket_id"}``
+  → ``{"token", "rig_id", "long_id", "long_token", "api_key", "ticket_id"}``
 - ``history MACHINE_ID``: once rig-1's agent has said hello: a week of scores,
-  earnings on several days, a failed-over job, a failed model load and a benchmark.
+  earnings on several days, a failed-over job, a failed model load, a benchmark,
+  and nine days of online history with outages (registered nine days ago).
   → ``{"job_ids": [...]}`` (the renter's jobs, newest first)
 """
 
@@ -42,10 +44,10 @@ def people() -> dict:
         username="staff@example.com", email="staff@example.com", is_staff=True
     )
     rig, token = machine_register(owner=host, name="rig-1", region="eu")
-    long, _ = machine_register(
+    long, long_token = machine_register(
         owner=host,
         name="the-big-gaming-pc-in-the-living-room-under-the-stairs-2024",
-        region="us",
+        region="us-east",
     )
     renter_top_up(user=renter, amount_nano=usd_to_nano(5), key="browser-world")
     _, api_key = api_key_create(user=renter, name="my-app")
@@ -64,6 +66,7 @@ def people() -> dict:
         "token": token,
         "rig_id": str(rig.id),
         "long_id": str(long.id),
+        "long_token": long_token,
         "api_key": api_key,
         "ticket_id": ticket.id,
     }
@@ -133,8 +136,42 @@ def history(machine_id: str) -> dict:
             "vram_used_mb": 310,
         },
     )
+    online_history(machine, now)
     jobs = Job.objects.filter(renter=renter).order_by("-created_at")
     return {"job_ids": [str(j) for j in jobs.values_list("id", flat=True)]}
+
+
+def online_history(machine, now) -> None:
+    """Nine days of online spans before today: mostly online, a night off now
+    and then, one day away, short drops (registered nine days ago)."""
+    from datetime import UTC, datetime, time, timedelta
+
+    from hosts.models import Machine, OnlineSpan
+
+    today = datetime.combine(now.astimezone(UTC).date(), time(0), tzinfo=UTC)
+    Machine.objects.filter(id=machine.id).update(
+        created_at=today - timedelta(days=9, hours=-7)
+    )
+    hours = {  # days ago -> online (from, to) hours of that day
+        9: [(7, 24)],
+        8: [(0, 1.5), (7.2, 23)],
+        7: [(8, 12.4), (12.6, 24)],
+        6: [(0, 24)],
+        5: [(0, 2), (17, 24)],
+        4: [],
+        3: [(9, 18.5), (19, 23.9)],
+        2: [(6.5, 24)],
+        1: [(0, 11), (11.25, 24)],
+    }
+    OnlineSpan.objects.bulk_create(
+        OnlineSpan(
+            machine=machine,
+            started_at=today - timedelta(days=ago) + timedelta(hours=start),
+            ended_at=today - timedelta(days=ago) + timedelta(hours=end),
+        )
+        for ago, spans in hours.items()
+        for start, end in spans
+    )
 
 
 def main(argv: list[str]) -> None:

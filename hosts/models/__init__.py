@@ -1,0 +1,26 @@
+"""Machines (one agent each) and their devices (GPUs), DESIGN.md "Vocabulary".
+
+Rules about one row live on the models (``Machine.is_online``,
+``Device.is_eligible_for``); anything that writes several rows is in
+``hosts.services``. ``machines``: machines and process leases; ``devices``:
+devices, their models, failed loads, benchmarks; ``history``: outcomes, score
+samples, online spans.
+"""
+
+from .devices import Benchmark, Device, DeviceModel, FailedCapability
+from .history import DeviceOutcome, OnlineSpan, ScoreSample
+from .machines import CoordinatorLease, Machine, token_hash, token_new
+
+__all__ = [
+    "Benchmark",
+    "CoordinatorLease",
+    "Device",
+    "DeviceModel",
+    "DeviceOutcome",
+    "FailedCapability",
+    "Machine",
+    "OnlineSpan",
+    "ScoreSample",
+    "token_hash",
+    "token_new",
+]

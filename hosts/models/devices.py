@@ -1,0 +1,212 @@
+"""Devices (GPUs) of a machine, the models on them, failed loads and benchmarks,
+DESIGN.md "Vocabulary" and "Picking a device" (``Device.is_eligible_for``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+
+from .machines import Machine
+
+
+class Device(models.Model):
+    """One GPU of a machine: slots, score and quarantine are per device.
+
+    ``slots_used`` is the coordinator's own count of claims (never the host's
+    word); ``slots_total`` comes from the latest heartbeat. Sizes are MiB,
+    temperatures °C.
+    """
+
+    machine = models.ForeignKey(
+        Machine, on_delete=models.CASCADE, related_name="devices"
+    )
+    index = models.PositiveIntegerField()
+    name = models.CharField(max_length=200)
+    vram_total_mb = models.PositiveIntegerField(default=0)
+    vram_free_mb = models.PositiveIntegerField(null=True, blank=True)
+    temp_c = models.FloatField(null=True, blank=True)
+    slots_total = models.PositiveIntegerField(default=0)
+    slots_used = models.PositiveIntegerField(default=0)
+    score = models.PositiveSmallIntegerField(default=60, db_index=True)
+    quarantined = models.BooleanField(default=False)
+    quarantined_at = models.DateTimeField(null=True, blank=True)
+    paused = models.BooleanField(default=False, help_text="paused by staff")
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    spot_check_due_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        db_index=True,
+        help_text="a spot check is to be sent after this",
+    )
+    spot_check_reason = models.CharField(max_length=16, blank=True, db_default="")
+    retired_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="missing from the machine's latest hello: kept, never eligible",
+    )
+
+    class Meta:
+        ordering = ["machine__name", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["machine", "index"], name="device_unique_index"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(slots_used__gte=0), name="device_slots_used_nonneg"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        """A public label for renters' job logs, like ``rig-1/gpu0`` (no secret)."""
+        return f"{self.machine.name}/gpu{self.index}"
+
+    def is_eligible_for(
+        self,
+        job,
+        *,
+        vram_per_request_mb: int,
+        now: datetime,
+        loaded: bool,
+        rented: bool,
+        tried: bool,
+    ) -> bool:
+        """Whether this device may take ``job`` now: DESIGN.md "Picking a device",
+        rules 1–6, for one row (``jobs.selectors.devices_eligible`` is the same
+        rule as one query; a test holds the two equal).
+
+        ``job``: its ``placement``, ``target_device_id``, ``is_spot_check`` and
+        ``rental_id`` are read; ``vram_per_request_mb``: the model's need (MiB);
+        ``loaded``: the device's latest report lists the job's model as loaded;
+        ``rented``: the device has an open (pending or live) rental; ``tried``:
+        the device already had an attempt of ``job``. Reads ``self.machine``
+        and its lease. A spot check reaches a quarantined or rented device; a
+        rental's job only its rented device.
+        """
+        machine = self.machine
+        placement = job.placement or {}
+        serverless = not job.is_spot_check and not job.rental_id
+        return (
+            machine.is_online(now)  # rule 1
+            and self.retired_at is None  # and in its latest hello
+            and not (self.paused or machine.paused or machine.host_paused)  # rule 2
+            and (job.is_spot_check or not self.quarantined)
+            and loaded  # rule 3
+            and self.slots_used < self.slots_total
+            and (self.temp_c is None or self.temp_c < settings.BALLAST_MAX_GPU_TEMP_C)
+            and self.vram_free_mb is not None  # rule 4
+            and self.vram_free_mb >= vram_per_request_mb
+            and not (  # rule 5
+                serverless
+                and (
+                    not machine.accepts_serverless
+                    or not machine.agent_accepts_serverless
+                    or rented
+                )
+            )
+            and not tried  # rule 6
+            and (not job.target_device_id or job.target_device_id == self.id)
+            and (
+                not placement.get("gpu")
+                or str(placement["gpu"]).upper() in self.name.upper()
+            )
+            and (
+                placement.get("min_vram_gb") is None
+                or self.vram_total_mb >= int(float(placement["min_vram_gb"]) * 1024)
+            )
+            and (
+                not placement.get("region")
+                or str(placement["region"]).upper() == machine.region.upper()
+            )
+        )
+
+
+class DeviceModel(models.Model):
+    """A catalog model on a device: loaded or not, and its recent first-token time.
+
+    ``ttft_ms_recent`` is the device's median time to first token for this model
+    over the last hour (ms), or null when unknown (sorts after known ones).
+
+    ``score`` and ``tiebreak`` are the rest of the ranking key of DESIGN.md
+    "Picking a device", kept here so that one index (``devicemodel_ranking``:
+    model, score desc, first-token time nulls last, tie-break; loaded rows only)
+    serves the pick whatever the fleet size. Database triggers keep them
+    (migration ``hosts.0006_devicemodel_ranking``):
+
+    * ``score`` is a copy of the device's score, written wherever the device's
+      score is written (any UPDATE of ``hosts_device.score``, and at insert);
+    * ``tiebreak`` is the random tie-break: the claim adds an Exp(1) draw to it
+      (``jobs.selectors.TIEBREAK_STEP``), so among tied devices each claim takes
+      each one with the same chance (the next event of independent Poisson
+      clocks); a row entering a tie group (insert, score or first-token time
+      change, loaded again) restarts at the group's lowest key plus a fresh draw.
+    """
+
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="models")
+    model_id = models.CharField(max_length=100)
+    loaded = models.BooleanField(default=False)
+    ttft_ms_recent = models.PositiveIntegerField(null=True, blank=True)
+    first_loaded_at = models.DateTimeField(null=True, blank=True)
+    score = models.PositiveSmallIntegerField(
+        default=60, db_default=60, help_text="copy of the device's score (trigger)"
+    )
+    tiebreak = models.FloatField(
+        default=0.0, db_default=0.0, help_text="random tie-break key (see above)"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["device", "model_id"], name="device_model_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["model_id", "loaded"])]
+
+    def __str__(self) -> str:
+        return f"{self.device} {self.model_id}"
+
+
+class FailedCapability(models.Model):
+    """A model that did not load on a build, with the engine's error (the latest
+    builds' kept per device and model, ``hosts.services.capability_failed_record``)."""
+
+    machine = models.ForeignKey(
+        Machine, on_delete=models.CASCADE, related_name="failed_capabilities"
+    )
+    device_index = models.PositiveIntegerField()
+    model_id = models.CharField(max_length=100)
+    build = models.CharField(max_length=200)
+    error = models.TextField()
+    count = models.PositiveIntegerField(default=1)
+    first_at = models.DateTimeField(auto_now_add=True)
+    last_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["machine", "device_index", "model_id", "build"],
+                name="failed_capability_unique",
+            )
+        ]
+
+
+class Benchmark(models.Model):
+    """A benchmark measured on the host's own hardware (real figures, not estimates)."""
+
+    device = models.ForeignKey(
+        Device, on_delete=models.CASCADE, related_name="benchmarks"
+    )
+    model_id = models.CharField(max_length=100)
+    tokens_per_s = models.FloatField()
+    ttft_ms = models.FloatField()
+    vram_used_mb = models.PositiveIntegerField(null=True, blank=True)
+    measured_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-measured_at"]
