@@ -76,7 +76,7 @@ def renter_statement(*, user: AbstractBaseUser, limit: int = 200) -> QuerySet[En
         Entry.objects.filter(
             account__kind=Account.Kind.RENTER_CREDIT, account__user=user
         )
-        .select_related("transaction", "transaction__job")
+        .select_related("transaction", "transaction__job", "transaction__actor")
         .order_by("-transaction__created_at", "-id")[:limit]
     )
 
