@@ -1,4 +1,5 @@
-"""Money pages: the renter's usage and statement, the host's earnings and payouts.
+"""Money pages: the renter's usage and statement (and its CSV), the host's
+earnings and payouts.
 
 Thin: parse, call a selector or a service, render. Every page shows only the
 signed-in user's own money.
@@ -6,20 +7,26 @@ signed-in user's own money.
 
 from __future__ import annotations
 
+import csv
+import itertools
+from collections.abc import Iterator
 from datetime import datetime
+from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from catalog.models import CatalogModel
 
 from . import selectors, services
 from .forms import PayoutRequestForm, payout_limit_words
-from .models import Earning, Entry, LedgerTransaction, PayoutRequest
+from .models import Account, Earning, Entry, LedgerTransaction, PayoutRequest
+from .money import nano_to_usd
 from .templatetags.billing_money import usd_text
 
 
@@ -29,7 +36,8 @@ def statement_lines(entries: list[Entry]) -> list[dict]:
 
     A charge says its tokens and model (and a failover's continuation); a rental
     says its device and hours at its hourly price, up to when; a top-up says
-    credit added. Rentals are found through the hold their charge paid the host
+    credit added (with its memo: a code, staff's reason); a refund says why.
+    Rentals are found through the hold their charge paid the host
     (``Earning.rental``): the ledger's key names the rental and the period's end
     (``rental:<id>:<ISO time>``).
     """
@@ -70,6 +78,10 @@ def statement_lines(entries: list[Entry]) -> list[dict]:
                 what = f"Rental time up to {until_text}"
         elif txn.kind == LedgerTransaction.Kind.TOP_UP:
             what = "Credit added"
+            if txn.memo and txn.memo != "credit top-up":
+                what += f": {txn.memo}"
+        elif txn.kind == LedgerTransaction.Kind.REFUND:
+            what = f"Refund: {txn.memo}" if txn.memo else "Refund"
         elif txn.memo:
             what = f"{what}: {txn.memo}"
         lines.append({"entry": entry, "what": what})
@@ -152,3 +164,89 @@ def payout_create(request: HttpRequest) -> HttpResponse:
             messages.success(request, "Payout requested; staff will review it.")
             return redirect("billing:earnings")
     return _earnings_page(request, form, status=400)
+
+
+# the CSV's columns (docs/money.md "Pages")
+STATEMENT_CSV_HEADER = [
+    "time_utc",
+    "type",
+    "description",
+    "job",
+    "api_key",
+    "model",
+    "output_tokens",
+    "amount_usd",
+    "balance_usd",
+]
+CSV_BATCH = 500  # entries read and described at a time
+
+
+class _Echo:
+    """A file-like that hands back what ``csv.writer`` writes (for streaming)."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_text(value: str) -> str:
+    """A text cell that a spreadsheet will not run as a formula (OWASP's rule:
+    a leading ``= + - @`` or control character gets a ``'``)."""
+    return f"'{value}" if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def statement_rows(*, user) -> Iterator[list[str]]:
+    """The renter's statement oldest first as CSV rows (``STATEMENT_CSV_HEADER``):
+    time (ISO 8601 UTC), type, what it was in words, job id, the key that made
+    the job (name and prefix), model, output tokens, the amount and the balance
+    after it in exact USD (nine decimals). Read ``CSV_BATCH`` entries at a time."""
+    entries = (
+        Entry.objects.filter(
+            account__kind=Account.Kind.RENTER_CREDIT, account__user=user
+        )
+        .select_related("transaction", "transaction__job__api_key")
+        .order_by("transaction__created_at", "id")
+    )
+    balance = 0
+    batch: list[Entry] = []
+    for entry in entries.iterator(chunk_size=CSV_BATCH):
+        batch.append(entry)
+        if len(batch) == CSV_BATCH:
+            yield from _rows(batch, balance)
+            balance += sum(e.amount_nano for e in batch)
+            batch = []
+    yield from _rows(batch, balance)
+
+
+def _rows(entries: list[Entry], balance: int) -> Iterator[list[str]]:
+    for line in statement_lines(entries):
+        entry = line["entry"]
+        txn, job = entry.transaction, entry.transaction.job
+        balance += entry.amount_nano
+        key = job.api_key if job is not None else None
+        yield [
+            txn.created_at.astimezone(dt_timezone.utc).isoformat(),
+            txn.kind,
+            _csv_text(line["what"]),
+            str(job.id) if job else "",
+            _csv_text(f"{key.name} ({key.prefix}…)") if key else "",
+            job.model_id if job else "",
+            str(job.tokens_billed) if job else "",
+            f"{nano_to_usd(entry.amount_nano):.9f}",
+            f"{nano_to_usd(balance):.9f}",
+        ]
+
+
+@login_required
+@require_http_methods(["GET"])
+def statement_csv(request: HttpRequest) -> StreamingHttpResponse:
+    """The renter's whole statement as CSV, streamed (``statement_rows``)."""
+    writer = csv.writer(_Echo())
+    rows = itertools.chain([STATEMENT_CSV_HEADER], statement_rows(user=request.user))
+    response = StreamingHttpResponse(
+        (writer.writerow(row) for row in rows), content_type="text/csv; charset=utf-8"
+    )
+    day = timezone.now().date().isoformat()
+    response["Content-Disposition"] = (
+        f'attachment; filename="ballast-statement-{day}.csv"'
+    )
+    return response
