@@ -174,6 +174,24 @@ class CreditCodeForm(forms.ModelForm):
         return text
 
 
+@admin.register(CreditCodeRedemption)
+class CreditCodeRedemptionAdmin(admin.ModelAdmin):
+    """Redemptions, read-only: each is made with its credit by the service."""
+
+    list_display = ["code", "user", "transaction", "created_at"]
+    list_filter = ["created_at"]
+    search_fields = ["code__code", "user__email"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 class RedemptionInline(admin.TabularInline):
     model = CreditCodeRedemption
     extra = 0

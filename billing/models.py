@@ -346,7 +346,8 @@ class CreditCode(models.Model):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(amount_nano__gt=0), name="credit_code_amount_positive"
+                condition=models.Q(amount_nano__gt=0),
+                name="credit_code_amount_positive",
             ),
             models.CheckConstraint(
                 condition=models.Q(max_redemptions__gt=0),

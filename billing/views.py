@@ -8,19 +8,21 @@ signed-in user's own money.
 from __future__ import annotations
 
 import csv
-import itertools
-from collections.abc import Iterator
+import io
+from collections.abc import AsyncIterator
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
+from ballast.db import db_call
 from catalog.models import CatalogModel
 
 from . import selectors, services
@@ -181,24 +183,21 @@ STATEMENT_CSV_HEADER = [
 CSV_BATCH = 500  # entries read and described at a time
 
 
-class _Echo:
-    """A file-like that hands back what ``csv.writer`` writes (for streaming)."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
 def _csv_text(value: str) -> str:
     """A text cell that a spreadsheet will not run as a formula (OWASP's rule:
     a leading ``= + - @`` or control character gets a ``'``)."""
     return f"'{value}" if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
-def statement_rows(*, user) -> Iterator[list[str]]:
-    """The renter's statement oldest first as CSV rows (``STATEMENT_CSV_HEADER``):
+def statement_chunk(
+    *, user, after: tuple | None, balance: int, size: int | None = None
+) -> tuple[list[list[str]], tuple | None, int]:
+    """The next ``size`` (``CSV_BATCH``) entries of the renter's statement
+    (oldest first, after the (time, entry id) ``after``) as CSV rows (``STATEMENT_CSV_HEADER``):
     time (ISO 8601 UTC), type, what it was in words, job id, the key that made
     the job (name and prefix), model, output tokens, the amount and the balance
-    after it in exact USD (nine decimals). Read ``CSV_BATCH`` entries at a time."""
+    after it (``balance``: before these) in exact USD, nine decimals. Returns
+    (rows, where the next chunk starts or None at the end, the balance after)."""
     entries = (
         Entry.objects.filter(
             account__kind=Account.Kind.RENTER_CREDIT, account__user=user
@@ -206,44 +205,63 @@ def statement_rows(*, user) -> Iterator[list[str]]:
         .select_related("transaction", "transaction__job__api_key")
         .order_by("transaction__created_at", "id")
     )
-    balance = 0
-    batch: list[Entry] = []
-    for entry in entries.iterator(chunk_size=CSV_BATCH):
-        batch.append(entry)
-        if len(batch) == CSV_BATCH:
-            yield from _rows(batch, balance)
-            balance += sum(e.amount_nano for e in batch)
-            batch = []
-    yield from _rows(batch, balance)
-
-
-def _rows(entries: list[Entry], balance: int) -> Iterator[list[str]]:
-    for line in statement_lines(entries):
+    if after is not None:
+        at, entry_id = after
+        entries = entries.filter(
+            Q(transaction__created_at__gt=at)
+            | Q(transaction__created_at=at, id__gt=entry_id)
+        )
+    size = size or CSV_BATCH
+    batch = list(entries[:size])
+    rows = []
+    for line in statement_lines(batch):
         entry = line["entry"]
         txn, job = entry.transaction, entry.transaction.job
         balance += entry.amount_nano
         key = job.api_key if job is not None else None
-        yield [
-            txn.created_at.astimezone(dt_timezone.utc).isoformat(),
-            txn.kind,
-            _csv_text(line["what"]),
-            str(job.id) if job else "",
-            _csv_text(f"{key.name} ({key.prefix}…)") if key else "",
-            job.model_id if job else "",
-            str(job.tokens_billed) if job else "",
-            f"{nano_to_usd(entry.amount_nano):.9f}",
-            f"{nano_to_usd(balance):.9f}",
-        ]
+        rows.append(
+            [
+                txn.created_at.astimezone(dt_timezone.utc).isoformat(),
+                txn.kind,
+                _csv_text(line["what"]),
+                str(job.id) if job else "",
+                _csv_text(f"{key.name} ({key.prefix}…)") if key else "",
+                job.model_id if job else "",
+                str(job.tokens_billed) if job else "",
+                f"{nano_to_usd(entry.amount_nano):.9f}",
+                f"{nano_to_usd(balance):.9f}",
+            ]
+        )
+    last = batch[-1] if len(batch) == size else None
+    return rows, (last.transaction.created_at, last.id) if last else None, balance
+
+
+async def statement_csv_lines(*, user) -> AsyncIterator[str]:
+    """The statement as CSV text, a chunk of ``CSV_BATCH`` rows at a time, each
+    read in a worker thread (``ballast.db.db_call``): the ASGI server streams
+    it without holding the whole statement in memory."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(STATEMENT_CSV_HEADER)
+    after, balance = None, 0
+    chunk = db_call(statement_chunk)
+    while True:
+        rows, after, balance = await chunk(user=user, after=after, balance=balance)
+        writer.writerows(rows)
+        yield out.getvalue()
+        out.seek(0)
+        out.truncate()
+        if after is None:
+            return
 
 
 @login_required
 @require_http_methods(["GET"])
 def statement_csv(request: HttpRequest) -> StreamingHttpResponse:
-    """The renter's whole statement as CSV, streamed (``statement_rows``)."""
-    writer = csv.writer(_Echo())
-    rows = itertools.chain([STATEMENT_CSV_HEADER], statement_rows(user=request.user))
+    """The renter's whole statement as CSV, streamed (``statement_csv_lines``)."""
     response = StreamingHttpResponse(
-        (writer.writerow(row) for row in rows), content_type="text/csv; charset=utf-8"
+        statement_csv_lines(user=request.user),
+        content_type="text/csv; charset=utf-8",
     )
     day = timezone.now().date().isoformat()
     response["Content-Disposition"] = (

@@ -72,9 +72,9 @@ def ledger_post(
     ``memo`` (why) is cut to 300 characters; ``actor``: the staff member who
     made it, if one did. A renter credit leg also keeps the account's
     low-balance state (``balance_low.balance_low_mark`` after a debit,
-    ``balance_low_rearm`` after a credit: docs/money.md "Low balance"). Raises UnbalancedTransaction when the legs
-    do not sum to zero or none is left (the database refuses an unbalanced
-    transaction too: docs/money.md). Works inside a caller's transaction: the
+    ``balance_low_rearm`` after a credit: docs/money.md "Low balance").
+    Raises UnbalancedTransaction when the legs do not sum to zero or none is
+    left (the database refuses an unbalanced transaction too: docs/money.md). Works inside a caller's transaction: the
     insert runs in a savepoint, so a key posted before rolls back only that.
     """
     legs = [(account, amount) for account, amount in legs if amount]

@@ -132,6 +132,11 @@ def api_key_cap_set(
         or 0
     )
     key.save(
-        update_fields=["spend_cap_nano", "spend_cap_period", "spent_nano", "spent_since"]
+        update_fields=[
+            "spend_cap_nano",
+            "spend_cap_period",
+            "spent_nano",
+            "spent_since",
+        ]
     )
     return key

@@ -132,7 +132,9 @@ def test_it_refunds_no_more_than_was_ever_charged(renter, staff, charged_job):
             user=renter, amount_nano=2332, reason="x", actor=staff, reference="r"
         )
     with pytest.raises(CreditError, match="say why"):
-        credit_refund(user=renter, amount_nano=1, reason=" ", actor=staff, reference="r")
+        credit_refund(
+            user=renter, amount_nano=1, reason=" ", actor=staff, reference="r"
+        )
     stranger = user_get_or_create(email="s@example.com")
     with pytest.raises(CreditError, match="at most"):  # not their job
         credit_refund(

@@ -5,7 +5,6 @@ once where the code allows once (on PostgreSQL, from two connections)."""
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -160,7 +159,9 @@ def _at_once(target, users: list) -> tuple[list, list[BaseException]]:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("same_renter", [False, True], ids=["two-renters", "one-renter"])
+@pytest.mark.parametrize(
+    "same_renter", [False, True], ids=["two-renters", "one-renter"]
+)
 def test_two_redemptions_at_once_credit_once(same_renter):
     """A single-use code redeemed from two connections at the same moment (by
     two renters, or by one renter twice): one credit, one refusal."""

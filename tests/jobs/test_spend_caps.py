@@ -119,7 +119,7 @@ def test_the_counter_restarts_with_each_period(renter):
 def test_setting_a_cap_counts_what_the_key_was_charged_in_the_period(renter):
     key, _ = api_key_create(user=renter)
     now = datetime(2026, 12, 15, tzinfo=dt_timezone.utc)
-    for finished, cost in ((now - timedelta(days=3), 700), (now - timedelta(days=20), 90)):
+    for days, cost in ((3, 700), (20, 90)):
         Job.objects.create(
             renter=renter,
             api_key=key,
@@ -127,7 +127,7 @@ def test_setting_a_cap_counts_what_the_key_was_charged_in_the_period(renter):
             endpoint="chat",
             status=Job.Status.SUCCEEDED,
             cost_nano=cost,
-            finished_at=finished,
+            finished_at=now - timedelta(days=days),
         )
     key = api_key_cap_set(user=renter, key_id=key.id, cap_nano=1000, now=now)
     assert key.spent_nano == 700  # December's

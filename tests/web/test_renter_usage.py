@@ -10,6 +10,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.urls import reverse
 from django.utils import timezone
 
@@ -84,7 +85,7 @@ def test_the_job_log_shows_the_key_first_token_and_rate(renter_client, renter, m
 
 
 def test_the_job_log_filters_by_status_key_model_and_dates(
-    renter_client, renter, machine
+    renter_client, renter, stranger, machine
 ):
     device = machine.devices.get()
     mine, _ = api_key_create(user=renter, name="k-one")
@@ -108,6 +109,9 @@ def test_the_job_log_filters_by_status_key_model_and_dates(
     # a bad filter is said, not a 500; another renter's key is no choice
     page = renter_client.get(url, {"since": "yesterday", "status": "nope"})
     assert page.status_code == 200 and "Enter a valid date." in page.content.decode()
+    theirs, _ = api_key_create(user=stranger, name="theirs")
+    _job(stranger, device, key=theirs)
+    assert ids(key=theirs.id) == {str(a.id), str(b.id)}  # the filter is refused
 
 
 def test_the_job_log_pages_and_keeps_the_filters(renter_client, renter, machine):
@@ -138,12 +142,7 @@ def test_the_statement_streams_as_csv(renter_client, renter, machine):
             (account_for(kind=Account.Kind.PLATFORM), 1400),
         ],
     )
-    response = renter_client.get(reverse("billing:statement_csv"))
-    assert response.status_code == 200 and response.streaming
-    assert response["Content-Type"] == "text/csv; charset=utf-8"
-    assert "attachment" in response["Content-Disposition"]
-    text = b"".join(response.streaming_content).decode()
-    rows = list(csv.reader(io.StringIO(text)))
+    rows = _csv_rows(renter_client)
     assert rows[0][:3] == ["time_utc", "type", "description"]
     assert rows[1][1] == "top_up" and rows[1][2] == "Credit added"
     assert rows[1][7] == "5.000000000" and rows[1][8] == "5.000000000"
@@ -153,6 +152,35 @@ def test_the_statement_streams_as_csv(renter_client, renter, machine):
     assert charge[4].startswith("'=HYPERLINK")  # never run as a formula
     assert charge[7] == "-0.000001400" and charge[8] == "4.999998600"
     assert "+00:00" in charge[0]
+
+
+def _csv_rows(client) -> list[list[str]]:
+    response = client.get(reverse("billing:statement_csv"))
+    assert response.status_code == 200 and response.streaming
+    assert response.is_async  # the ASGI server streams it as it is read
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert "attachment" in response["Content-Disposition"]
+
+    async def read() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return list(csv.reader(io.StringIO(async_to_sync(read)().decode())))
+
+
+def test_the_csv_reads_the_statement_in_chunks(renter_client, renter, monkeypatch):
+    """Entries past one chunk (here 2) all come, oldest first, with the
+    running balance; entries at the same instant are not lost between chunks."""
+    monkeypatch.setattr("billing.views.CSV_BATCH", 2)
+    for i in range(4):
+        legs = [
+            (account_for(kind=Account.Kind.RENTER_CREDIT, user=renter), -(i + 1)),
+            (account_for(kind=Account.Kind.PLATFORM), i + 1),
+        ]
+        ledger_post(kind="charge", key=f"chunk:{i}", legs=legs, memo=f"n{i}")
+    rows = _csv_rows(renter_client)[1:]
+    charges = [f"Charge: n{i}" for i in range(4)]
+    assert [r[2] for r in rows] == ["Credit added", *charges]
+    assert rows[-1][8] == "4.999999990"  # 5 USD − (1 + 2 + 3 + 4) nano-USD
 
 
 def test_the_overview_draws_spend_per_day(renter_client, renter, monkeypatch):
@@ -172,10 +200,12 @@ def test_the_overview_draws_spend_per_day(renter_client, renter, monkeypatch):
     tall = {title: float(h) for h, title in bars if float(h) > 0}
     day = (now - timedelta(days=2)).strftime("%d %b")
     assert tall[f"{day}: $0.04"] == 140 - 16  # the tallest bar fills the chart
-    assert tall[f"{now:%d %b}: $0.005000000 (under 1¢)"] == pytest.approx(124 / 8, abs=0.1)
+    today = tall[f"{now:%d %b}: $0.005000000 (under 1¢)"]
+    assert today == pytest.approx(124 / 8, abs=0.1)
     assert len(tall) == 2
     assert "id=\"spend-max\">$0.04</strong> a day" in html  # the top line
-    assert 'id="spend-total"><span class="usd" title="$0.045000000 exactly">$0.05' in html
+    total = '<span class="usd" title="$0.045000000 exactly">$0.05</span>'
+    assert f'id="spend-total">{total}' in html
 
 
 def test_an_empty_chart_says_so(renter_client):
