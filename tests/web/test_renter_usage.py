@@ -130,6 +130,7 @@ def test_the_job_log_pages_and_keeps_the_filters(renter_client, renter, machine)
     assert renter_client.get(url, {"page": "x"}).status_code == 200
 
 
+@pytest.mark.django_db(transaction=True)  # read from a worker thread's connection
 def test_the_statement_streams_as_csv(renter_client, renter, machine):
     key, _ = api_key_create(user=renter, name="=HYPERLINK(evil)")
     job = _job(renter, machine.devices.get(), key=key, tokens=7)
@@ -167,6 +168,7 @@ def _csv_rows(client) -> list[list[str]]:
     return list(csv.reader(io.StringIO(async_to_sync(read)().decode())))
 
 
+@pytest.mark.django_db(transaction=True)  # read from a worker thread's connection
 def test_the_csv_reads_the_statement_in_chunks(renter_client, renter, monkeypatch):
     """Entries past one chunk (here 2) all come, oldest first, with the
     running balance; entries at the same instant are not lost between chunks."""
