@@ -1,26 +1,52 @@
-"""Sign-up and the renter's pages: balance and keys, job log.
+"""Sign-up and the renter's pages: balance, spend, credit codes, keys and their
+caps, the job log.
 
 Log in/out and password reset are django.contrib.auth's views (``accounts/urls.py``).
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from ballast.ratelimits import post_limited
-from billing.services import renter_balance_nano
+from billing.models import Account
+from billing.money import nano_to_usd, usd_to_nano
+from billing.selectors import renter_spend_daily
+from billing.services import (
+    CreditCodeError,
+    balance_low_threshold_nano,
+    balance_low_threshold_set,
+    credit_code_redeem,
+    credit_code_words,
+    renter_balance_nano,
+)
+from billing.templatetags.billing_money import usd_text
+from catalog.models import CatalogModel
+from hosts.charts import bar_chart
 from jobs.rentals import rental_price_per_hour_nano
-from jobs.services import api_key_create
+from jobs.services import api_key_cap_set, api_key_create
 
 from . import selectors, services
-from .forms import ApiKeyCreateForm, SignUpForm
+from .forms import (
+    ApiKeyCreateForm,
+    CreditCodeRedeemForm,
+    JobLogFilterForm,
+    KeyCapForm,
+    LowBalanceForm,
+    SignUpForm,
+)
 
 NEW_KEY_SESSION_KEY = "ballast_new_api_key"
+JOB_LOG_PAGE = 50  # jobs per page of the job log
+SPEND_DAYS = 30  # days of the spend chart
 
 
 @post_limited("BALLAST_SIGNUP_RATE", "signup", field="email")
@@ -44,22 +70,117 @@ def signup(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
-    """The renter's balance, API keys (a new one shown once) and rentals."""
-    new_key = request.session.pop(NEW_KEY_SESSION_KEY, None)
-    return render(
-        request,
-        "accounts/overview.html",
-        {
-            "balance_nano": renter_balance_nano(user=request.user),
-            "keys": selectors.api_keys_of(user=request.user),
-            "rentals": selectors.rentals_of(user=request.user),
-            "rentable": _rentable_devices(request.user),
-            "rental_price_nano": rental_price_per_hour_nano(),
-            "form": ApiKeyCreateForm(),
-            "new_key": new_key,
-            "api_base": request.build_absolute_uri("/v1/"),
-        },
+    """The renter's balance, spend per day (a chart), credit codes, the
+    low-balance email, API keys with their spending caps (a new key shown
+    once) and rentals."""
+    return _overview_page(request)
+
+
+def _overview_page(request: HttpRequest, status: int = 200, **forms) -> HttpResponse:
+    now = timezone.now()
+    user = request.user
+    daily = renter_spend_daily(user=user, now=now, days=SPEND_DAYS)
+    chart = bar_chart(
+        [(day.strftime("%d %b"), total, usd_text(total)) for day, total in daily],
+        width=600,
+        height=140,
     )
+    account = Account.objects.filter(
+        kind=Account.Kind.RENTER_CREDIT, user_id=user.pk
+    ).first()
+    threshold = (
+        balance_low_threshold_nano(account)
+        if account is not None
+        else usd_to_nano(settings.BALLAST_LOW_BALANCE_USD)
+    )
+    keys = selectors.api_keys_of(user=user)
+    context = {
+        "balance_nano": renter_balance_nano(user=user),
+        "keys": [(key, key.spent_in_period_nano(now)) for key in keys],
+        "rentals": selectors.rentals_of(user=user),
+        "rentable": _rentable_devices(user),
+        "rental_price_nano": rental_price_per_hour_nano(),
+        "form": ApiKeyCreateForm(),
+        "new_key": request.session.pop(NEW_KEY_SESSION_KEY, None),
+        "api_base": request.build_absolute_uri("/v1/"),
+        "spend_chart": chart,
+        "spend_days": SPEND_DAYS,
+        "spend_total": sum(total for _, total in daily),
+        "spend_max": usd_text(int(chart.ymax)),
+        "code_form": forms.get("code_form") or CreditCodeRedeemForm(),
+        "cap_form": forms.get("cap_form") or KeyCapForm(user=user),
+        "low_form": forms.get("low_form")
+        or LowBalanceForm(
+            initial={
+                "threshold_usd": nano_to_usd(account.low_balance_nano)
+                if account is not None and account.low_balance_nano is not None
+                else None
+            }
+        ),
+        "low_threshold_nano": threshold,
+        "low_default_nano": usd_to_nano(settings.BALLAST_LOW_BALANCE_USD),
+    }
+    return render(request, "accounts/overview.html", context, status=status)
+
+
+@login_required
+@require_POST
+@post_limited("BALLAST_CODE_REDEEM_RATE", "code_redeem")
+def code_redeem(request: HttpRequest) -> HttpResponse:
+    """Redeem a credit code (``billing.services.credit_code_redeem``); rate
+    limited per address and account (``BALLAST_CODE_REDEEM_RATE``)."""
+    form = CreditCodeRedeemForm(request.POST)
+    if form.is_valid():
+        try:
+            txn = credit_code_redeem(user=request.user, code=form.cleaned_data["code"])
+        except CreditCodeError as exc:
+            form.add_error("code", str(exc))
+        else:
+            messages.success(request, credit_code_words(txn))
+            return redirect("renter:overview")
+    return _overview_page(request, status=400, code_form=form)
+
+
+@login_required
+@require_POST
+def key_cap_set(request: HttpRequest) -> HttpResponse:
+    """Set or remove the spending cap of one of the renter's live keys."""
+    form = KeyCapForm(request.POST, user=request.user)
+    if not form.is_valid():
+        return _overview_page(request, status=400, cap_form=form)
+    key, cap = form.cleaned_data["key"], form.cleaned_data["cap_usd"]
+    key = api_key_cap_set(
+        user=request.user,
+        key_id=key.id,
+        cap_nano=None if cap is None else usd_to_nano(cap),
+        period=form.cleaned_data["period"],
+    )
+    if key.spend_cap_nano is None:
+        messages.success(request, f"The key {key.name} has no spending cap now.")
+    else:
+        messages.success(
+            request,
+            f"The key {key.name} may spend {usd_text(key.spend_cap_nano)} "
+            f"{key.get_spend_cap_period_display()} "
+            f"({usd_text(key.spent_nano)} spent so far).",
+        )
+    return redirect("renter:overview")
+
+
+@login_required
+@require_POST
+def low_balance_set(request: HttpRequest) -> HttpResponse:
+    """Set the balance under which the renter is emailed (once per fall)."""
+    form = LowBalanceForm(request.POST)
+    if not form.is_valid():
+        return _overview_page(request, status=400, low_form=form)
+    threshold = form.cleaned_data["threshold_usd"]
+    balance_low_threshold_set(
+        user=request.user,
+        threshold_nano=None if threshold is None else usd_to_nano(threshold),
+    )
+    messages.success(request, "Low-balance email saved.")
+    return redirect("renter:overview")
 
 
 @login_required
@@ -91,9 +212,29 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def jobs(request: HttpRequest) -> HttpResponse:
-    """The renter's job log: status, failed_over, attempts, tokens and cost."""
+    """The renter's job log: which key made each job, status, attempts and
+    failed_over, time to first token, tokens per second, tokens and cost;
+    filtered by status, key, model and dates, ``JOB_LOG_PAGE`` a page."""
+    form = JobLogFilterForm(
+        request.GET or None,
+        user=request.user,
+        models=CatalogModel.objects.order_by("id").values_list("id", flat=True),
+    )
+    filters = form.filters() if form.is_bound else {}
+    page = Paginator(
+        selectors.job_log(user=request.user, **filters), JOB_LOG_PAGE
+    ).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
     return render(
-        request, "accounts/jobs.html", {"jobs": selectors.jobs_of(user=request.user)}
+        request,
+        "accounts/jobs.html",
+        {
+            "form": form,
+            "page": page,
+            "lines": [selectors.job_line(job) for job in page.object_list],
+            "query": query.urlencode(),
+        },
     )
 
 
@@ -102,12 +243,12 @@ def jobs(request: HttpRequest) -> HttpResponse:
 def job_detail(request: HttpRequest, job_id) -> HttpResponse:
     """One of the renter's jobs with every attempt; another's is a 404."""
     job = selectors.job_of(user=request.user, job_id=job_id)
-    return render(request, "accounts/job.html", {"job": job})
+    return render(
+        request, "accounts/job.html", {"job": job, "line": selectors.job_line(job)}
+    )
 
 
 def _rentable_devices(user):
-    from django.utils import timezone
-
     from jobs.selectors import devices_rentable
 
     return devices_rentable(now=timezone.now(), renter=user)[:200]

@@ -28,6 +28,11 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(
         300.0, sender.signature("billing.tasks.holds_release"), name="release holds"
     )
+    sender.add_periodic_task(
+        60.0,
+        sender.signature("billing.tasks.balance_low_emails_send"),
+        name="low-balance emails",
+    )
     # every quarter of the alert delay, kept between 5 s and 60 s
     sender.add_periodic_task(
         min(60.0, max(5.0, settings.BALLAST_OFFLINE_ALERT_AFTER_S / 4)),

@@ -74,6 +74,21 @@ def env_decimal(name: str, default: str) -> Decimal:
     return value
 
 
+def env_usd(name: str, default: str) -> Decimal:
+    """Return the USD amount in ``name`` (≥ 0, at most 9 decimals: the ledger's
+    nano-USD) or ``default``. Raises ImproperlyConfigured naming the variable."""
+    raw = os.environ.get(name) or default
+    try:
+        value = Decimal(raw)
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite() or value < 0 or value != round(value, 9):
+        raise ImproperlyConfigured(
+            f"{name} must be a USD amount like 1.00 (at least 0), got {raw!r}"
+        )
+    return value
+
+
 def env_bool(name: str, default: bool) -> bool:
     """Return the boolean in ``name`` (1/0, true/false, yes/no) or ``default``."""
     raw = os.environ.get(name)
@@ -459,6 +474,9 @@ BALLAST_RENTAL_CHECK_EVERY_S = env_float("BALLAST_RENTAL_CHECK_EVERY_S", 1800.0)
 BALLAST_RENTAL_USD_PER_HOUR = os.environ.get("BALLAST_RENTAL_USD_PER_HOUR", "0.20")
 BALLAST_HOST_SHARE = env_decimal("BALLAST_HOST_SHARE", "0.80")
 BALLAST_HOLD_HOURS = env_float("BALLAST_HOLD_HOURS", 24.0)
+# a renter is emailed once when their balance falls below this (USD; 0: never),
+# unless they set their own threshold (docs/money.md "Low balance")
+BALLAST_LOW_BALANCE_USD = env_usd("BALLAST_LOW_BALANCE_USD", "1.00")
 BALLAST_OFFLINE_ALERT_AFTER_S = env_float("BALLAST_OFFLINE_ALERT_AFTER_S", 300.0)
 BALLAST_REAPER_INTERVAL_S = env_float("BALLAST_REAPER_INTERVAL_S", 30.0, minimum=1.0)
 
@@ -489,6 +507,7 @@ BALLAST_LOGIN_RATE = env_rate("BALLAST_LOGIN_RATE", "10/minute")
 BALLAST_SIGNUP_RATE = env_rate("BALLAST_SIGNUP_RATE", "5/hour")
 BALLAST_PASSWORD_RESET_RATE = env_rate("BALLAST_PASSWORD_RESET_RATE", "5/hour")
 BALLAST_TICKET_RATE = env_rate("BALLAST_TICKET_RATE", "10/hour")
+BALLAST_CODE_REDEEM_RATE = env_rate("BALLAST_CODE_REDEEM_RATE", "10/hour")
 # how long (s) a job whose segment the coordinator ended waits for the host's
 # ``cancelled`` receipt before it closes (docs/protocol-notes.md)
 BALLAST_CANCEL_RECEIPT_WAIT_S = env_float("BALLAST_CANCEL_RECEIPT_WAIT_S", 2.0)

@@ -8,6 +8,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from . import admin_credit  # noqa: F401 - registers staff's credit tools
 from . import services
 from .models import (
     Account,
@@ -51,9 +52,9 @@ class EntryInline(admin.TabularInline):
 
 @admin.register(LedgerTransaction)
 class LedgerTransactionAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "kind", "key", "job", "leg_count", "memo"]
-    list_filter = ["kind", "created_at"]
-    search_fields = ["key", "memo", "job__id"]
+    list_display = ["created_at", "kind", "key", "job", "leg_count", "memo", "actor"]
+    list_filter = ["kind", "created_at", ("actor", admin.EmptyFieldListFilter)]
+    search_fields = ["key", "memo", "job__id", "actor__email"]
     date_hierarchy = "created_at"
     inlines = [EntryInline]
 

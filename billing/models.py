@@ -82,6 +82,18 @@ class Account(models.Model):
         related_name="ledger_accounts",
     )
     balance_nano = models.BigIntegerField(default=0, editable=False)
+    # the low-balance email of a renter credit account (docs/money.md "Low
+    # balance"): the renter's own threshold (None: BALLAST_LOW_BALANCE_USD; 0:
+    # never), when the balance went under it (None: not under it since the
+    # last credit), and when that was emailed (once per crossing)
+    low_balance_nano = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="email the renter when the balance falls below this, nano-USD "
+        "(empty: BALLAST_LOW_BALANCE_USD; 0: never)",
+    )
+    low_balance_at = models.DateTimeField(null=True, blank=True, editable=False)
+    low_balance_emailed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         constraints = [
@@ -125,6 +137,7 @@ class LedgerTransaction(AppendOnlyModel):
         EARNING_REVERSAL = "earning_reversal"
         PAYOUT = "payout"
         RENTAL = "rental"
+        REFUND = "refund"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     key = models.CharField(max_length=200, unique=True)
@@ -136,6 +149,15 @@ class LedgerTransaction(AppendOnlyModel):
         related_name="ledger",
     )
     memo = models.CharField(max_length=300, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="ledger_actions",
+        help_text="the staff member who made this movement (a top-up, a refund), "
+        "if one did; ``memo`` says why",
+    )
     leg_count = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
@@ -280,3 +302,88 @@ class PayoutRequest(models.Model):
 
     def __str__(self) -> str:
         return f"payout {self.id} of {self.host_id}: {self.amount_nano} ({self.status})"
+
+
+class RenterCredit(Account):
+    """Renter credit accounts, as staff top them up and refund them in the admin
+    (``billing.admin_credit``). Only renter credit accounts are shown there."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "renter credit"
+        verbose_name_plural = "renter credit (top up, refund)"
+
+
+class CreditCode(models.Model):
+    """A code a renter redeems for ``amount_nano`` of credit (docs/money.md
+    "Credit codes").
+
+    Redeemable ``max_redemptions`` times in all (by as many renters, each once),
+    until ``expires_at`` (None: never) and while ``active``. ``redeemed_count``
+    is counted under the row's lock by ``billing.services.credit_code_redeem``.
+    ``code`` is kept upper case; renters type it in any case.
+    """
+
+    code = models.CharField(max_length=40, unique=True)
+    amount_nano = models.BigIntegerField()
+    max_redemptions = models.PositiveIntegerField(default=1)
+    redeemed_count = models.PositiveIntegerField(default=0, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    active = models.BooleanField(default=True)
+    memo = models.CharField(
+        max_length=300, blank=True, help_text="why it was made (shown to staff)"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="credit_codes_made",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(amount_nano__gt=0),
+                name="credit_code_amount_positive",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_redemptions__gt=0),
+                name="credit_code_uses_positive",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(redeemed_count__lte=models.F("max_redemptions")),
+                name="credit_code_not_overused",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class CreditCodeRedemption(models.Model):
+    """One renter's redemption of a code, with the ledger transaction that
+    credited it (unique per code and renter: a renter redeems a code once)."""
+
+    code = models.ForeignKey(
+        CreditCode, on_delete=models.PROTECT, related_name="redemptions"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="credit_code_redemptions",
+    )
+    transaction = models.OneToOneField(
+        LedgerTransaction, on_delete=models.PROTECT, related_name="code_redemption"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["code", "user"], name="credit_code_once_per_renter"
+            )
+        ]

@@ -6,9 +6,12 @@ Amounts are integer nano-USD. Balances are sums of entries (never stored).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from datetime import timezone as dt_timezone
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models.functions import TruncDate
 
 from .models import (
     Account,
@@ -76,7 +79,7 @@ def renter_statement(*, user: AbstractBaseUser, limit: int = 200) -> QuerySet[En
         Entry.objects.filter(
             account__kind=Account.Kind.RENTER_CREDIT, account__user=user
         )
-        .select_related("transaction", "transaction__job")
+        .select_related("transaction", "transaction__job", "transaction__actor")
         .order_by("-transaction__created_at", "-id")[:limit]
     )
 
@@ -164,3 +167,33 @@ def transactions_unbalanced() -> list[int]:
         | (Q(leg_count__gt=0) & ~Q(legs=F("leg_count")))
     )
     return list(rows.values_list("id", flat=True))
+
+
+SPENDING_KINDS = (LedgerTransaction.Kind.CHARGE, LedgerTransaction.Kind.RENTAL)
+
+
+def renter_spend_daily(
+    *, user: AbstractBaseUser, now: datetime, days: int = 30
+) -> list[tuple[date, int]]:
+    """Per UTC day of the last ``days`` up to ``now``'s (oldest first): (date,
+    nano-USD the renter was charged that day: jobs and rental time). Refunds
+    are not subtracted (they are credit, shown on the statement)."""
+    start = (now.astimezone(dt_timezone.utc) - timedelta(days=days - 1)).date()
+    rows = (
+        Entry.objects.filter(
+            account__kind=Account.Kind.RENTER_CREDIT,
+            account__user=user,
+            transaction__kind__in=SPENDING_KINDS,
+            transaction__created_at__gte=datetime.combine(
+                start, time.min, tzinfo=dt_timezone.utc
+            ),
+        )
+        .annotate(day=TruncDate("transaction__created_at", tzinfo=dt_timezone.utc))
+        .values("day")
+        .annotate(total=Sum("amount_nano"))
+    )
+    totals = {row["day"]: -(row["total"] or 0) for row in rows}
+    return [
+        (start + timedelta(days=i), totals.get(start + timedelta(days=i), 0))
+        for i in range(days)
+    ]

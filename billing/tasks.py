@@ -9,3 +9,9 @@ from . import services
 def holds_release() -> int:
     """Release every host earning whose 24 h hold has ended."""
     return services.holds_release()
+
+
+@shared_task(name="billing.tasks.balance_low_emails_send")
+def balance_low_emails_send() -> int:
+    """Email renters whose credit fell below their threshold (once per fall)."""
+    return services.balance_low_emails_send()

@@ -6,17 +6,9 @@ Each email is two templates, ``templates/emails/<name>-subject.txt`` and
 
 from __future__ import annotations
 
-from django.core.mail import send_mail
-from django.template.loader import render_to_string
+from ballast.emails import send_templated
 
 from .models import Machine
-
-
-def send_templated(*, name: str, to: list[str], context: dict) -> None:
-    """Render ``emails/<name>-subject.txt`` and ``-body.txt`` and send them to ``to``."""
-    subject = " ".join(render_to_string(f"emails/{name}-subject.txt", context).split())
-    body = render_to_string(f"emails/{name}-body.txt", context)
-    send_mail(subject, body, None, to)
 
 
 def machine_offline(*, machine: Machine) -> None:

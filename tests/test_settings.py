@@ -192,3 +192,26 @@ def test_a_sqlite_database_url_gets_the_embedded_defaults_options(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["IMMEDIATE", "30", "wal"]
+
+
+def test_a_low_balance_amount_that_is_not_one_is_refused_at_start(tmp_path):
+    """``BALLAST_LOW_BALANCE_USD`` is a USD amount ≥ 0 of at most 9 decimals."""
+    code = "from django.conf import settings; print(settings.BALLAST_LOW_BALANCE_USD)"
+    cases = [("2.50", True), ("0", True), ("-1", False), ("1e-12", False)]
+    for value, ok in [*cases, ("lots", False), ("nan", False)]:
+        run = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "BALLAST_VAR_DIR": str(tmp_path),
+                "BALLAST_LOW_BALANCE_USD": value,
+                "DJANGO_SETTINGS_MODULE": "ballast.settings",
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (run.returncode == 0) is ok, (value, run.stderr[-300:])
+        if not ok:
+            assert "BALLAST_LOW_BALANCE_USD must be a USD amount" in run.stderr

@@ -1,4 +1,4 @@
-"""The ledger's writes: accounts, one balanced transaction per key, top-ups.
+"""The ledger's writes: accounts, and one balanced transaction per key.
 
 Every function that moves money writes one balanced transaction (entries sum to
 zero) under a unique idempotency key, so a retry or a concurrent duplicate writes
@@ -14,9 +14,7 @@ from django.db import IntegrityError, transaction
 from ballast import metrics
 
 from ..models import Account, Entry, LedgerTransaction
-from ..money import NANO_PER_USD, nano_to_usd_str
-
-TOP_UP_MAX_NANO = 1_000_000 * NANO_PER_USD  # one million USD
+from .balance_low import balance_low_mark, balance_low_rearm
 
 
 class UnbalancedTransaction(ValueError):
@@ -65,14 +63,18 @@ def ledger_post(
     legs: list[tuple[Account, int]],
     job_id=None,
     memo: str = "",
+    actor: AbstractBaseUser | None = None,
 ) -> LedgerTransaction | None:
     """Write one balanced transaction; return it, or None if ``key`` was already posted.
 
     ``legs`` are (account, nano-USD) pairs, > 0 credits and < 0 debits; zero legs
     are dropped. ``job_id``: the job it belongs to (UUID or str), if any.
-    ``memo`` is cut to 300 characters. Raises UnbalancedTransaction when the legs
-    do not sum to zero or none is left (the database refuses an unbalanced
-    transaction too: docs/money.md). Works inside a caller's transaction: the
+    ``memo`` (why) is cut to 300 characters; ``actor``: the staff member who
+    made it, if one did. A renter credit leg also keeps the account's
+    low-balance state (``balance_low.balance_low_mark`` after a debit,
+    ``balance_low_rearm`` after a credit: docs/money.md "Low balance").
+    Raises UnbalancedTransaction when the legs do not sum to zero or none is
+    left (the database refuses an unbalanced transaction too: docs/money.md). Works inside a caller's transaction: the
     insert runs in a savepoint, so a key posted before rolls back only that.
     """
     legs = [(account, amount) for account, amount in legs if amount]
@@ -82,7 +84,12 @@ def ledger_post(
     try:
         with transaction.atomic():
             txn = LedgerTransaction.objects.create(
-                kind=kind, key=key, job_id=job_id, memo=memo[:300], leg_count=len(legs)
+                kind=kind,
+                key=key,
+                job_id=job_id,
+                memo=memo[:300],
+                actor=actor,
+                leg_count=len(legs),
             )
             Entry.objects.bulk_create(
                 [
@@ -94,35 +101,13 @@ def ledger_post(
         if LedgerTransaction.objects.filter(key=key).exists():
             return None
         raise
+    for account, amount in legs:
+        if account.kind == Account.Kind.RENTER_CREDIT:
+            if amount < 0:
+                balance_low_mark(account_id=account.id)
+            else:
+                balance_low_rearm(account_id=account.id)
     metrics.ledger_posted(
         kind=kind, credits_nano=sum(amount for _, amount in legs if amount > 0)
     )
     return txn
-
-
-@transaction.atomic
-def renter_top_up(
-    *, user: AbstractBaseUser, amount_nano: int, key: str
-) -> LedgerTransaction | None:
-    """Credit a renter with ``amount_nano`` (> 0, at most ``TOP_UP_MAX_NANO``)
-    from the funding account.
-
-    Idempotent on ``key``. Raises ValueError for an amount that is not positive
-    or past the bound (which keeps every balance far inside the ledger's 64-bit
-    integers: 9.2 billion USD in nano-USD).
-    """
-    if amount_nano <= 0:
-        raise ValueError("a top-up must be positive")
-    if amount_nano > TOP_UP_MAX_NANO:
-        raise ValueError(
-            f"a top-up must be at most {nano_to_usd_str(TOP_UP_MAX_NANO)} USD"
-        )
-    return ledger_post(
-        kind=LedgerTransaction.Kind.TOP_UP,
-        key=key,
-        legs=[
-            (account_for(kind=Account.Kind.FUNDING), -amount_nano),
-            (account_for(kind=Account.Kind.RENTER_CREDIT, user=user), amount_nano),
-        ],
-        memo="credit top-up",
-    )

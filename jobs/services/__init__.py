@@ -2,6 +2,7 @@
 
 - ``keys``: API keys made, checked, marked used;
 - ``credit``: a renter's balance less its open commitments, locked per renter;
+- ``caps``: an API key's spending cap, checked and counted;
 - ``requests``: admitting a request — its one transaction (``job_open``);
 - ``dispatch``: the pick and the claim (``job_dispatch``, ``device_claim``);
 - ``deadlines``: an attempt's claim, first-token and stall deadlines;
@@ -11,6 +12,7 @@
 """
 
 from .attempts import attempt_claim, attempt_end, segment_tokens
+from .caps import api_key_cap_set, key_spend_add, key_spend_cap_check
 from .credit import credit_available_nano, credit_lock, credit_reserved_nano
 from .deadlines import claim_deadline, first_token_deadline, stage_timeout_s
 from .dispatch import (
@@ -53,6 +55,7 @@ __all__ = [
     "JOB_LEASE_S",
     "Dispatch",
     "api_key_authenticate",
+    "api_key_cap_set",
     "api_key_create",
     "api_key_group",
     "api_key_mark_used",
@@ -77,6 +80,8 @@ __all__ = [
     "job_succeed",
     "jobs_ahead_count",
     "jobs_waiting_channels",
+    "key_spend_add",
+    "key_spend_cap_check",
     "offer_frame",
     "renter_prompt_tokens",
     "request_fits",

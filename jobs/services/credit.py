@@ -39,26 +39,7 @@ def credit_reserved_nano(*, renter: AbstractBaseUser, rentals_open: bool = True)
     open jobs, plus the unbilled hours of their pending and live rentals
     (``rentals_open`` False: the caller knows there are none).
     """
-    open_jobs = list(Job.objects.raw(_OPEN_JOBS_SQL, [renter.pk]))
-    missing = {job.model_id for job in open_jobs if job.price_completion_nano is None}
-    prices = (
-        dict(
-            CatalogModel.objects.filter(id__in=missing).values_list(
-                "id", "price_completion_nano"
-            )
-        )
-        if missing
-        else {}
-    )
-    jobs = sum(
-        (job.params.get("max_tokens") or 0)
-        * (
-            job.price_completion_nano
-            if job.price_completion_nano is not None
-            else prices.get(job.model_id, 0)
-        )
-        for job in open_jobs
-    )
+    jobs = jobs_worst_case_nano(list(Job.objects.raw(_OPEN_JOBS_SQL, [renter.pk])))
     rentals = 0
     if rentals_open:
         for rental in Rental.objects.filter(
@@ -70,6 +51,31 @@ def credit_reserved_nano(*, renter: AbstractBaseUser, rentals_open: bool = True)
                 hours_left = max(0.0, rental.hours - billed)
             rentals += int(hours_left * rental.price_per_hour_nano)
     return jobs + rentals
+
+
+def jobs_worst_case_nano(open_jobs: list[Job]) -> int:
+    """The worst case of these open jobs, nano-USD: each one's ``max_tokens`` ×
+    the price it was admitted at (the catalog's for a job stored without one).
+    ``open_jobs`` need ``model_id``, ``params`` and ``price_completion_nano``."""
+    missing = {job.model_id for job in open_jobs if job.price_completion_nano is None}
+    prices = (
+        dict(
+            CatalogModel.objects.filter(id__in=missing).values_list(
+                "id", "price_completion_nano"
+            )
+        )
+        if missing
+        else {}
+    )
+    return sum(
+        (job.params.get("max_tokens") or 0)
+        * (
+            job.price_completion_nano
+            if job.price_completion_nano is not None
+            else prices.get(job.model_id, 0)
+        )
+        for job in open_jobs
+    )
 
 
 def credit_lock(*, renter: AbstractBaseUser) -> Account:

@@ -17,6 +17,7 @@ from catalog.models import CatalogModel
 from ..models import Attempt, Job
 from ..tokens import prompt_token_count
 from .attempts import attempt_end
+from .caps import key_spend_add
 
 
 @transaction.atomic(savepoint=False)
@@ -125,7 +126,8 @@ def job_finish(
 
 def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:
     """Set the job's ``tokens_billed`` and ``cost_nano`` from its segments and
-    post its charge (``billing.services.charge_post``: once per job).
+    post its charge (``billing.services.charge_post``: once per job), counted
+    to its key's spending cap (``caps.key_spend_add``).
 
     ``attempts``: the job's attempts in offer order, with device, machine and
     receipt check. The sanity rules of ``billing.services.charge_plan`` apply
@@ -148,9 +150,11 @@ def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:
         job.cost_nano = 0
         return
     job.cost_nano = plan.cost
-    charge_post(
+    posted = charge_post(
         job_id=job.id, renter=job.renter, model_id=job.model_id, plan=plan, now=now
     )
+    if posted is not None:
+        key_spend_add(key_id=job.api_key_id, cost_nano=plan.cost, now=now)
 
 
 def job_price_nano(job: Job) -> int:

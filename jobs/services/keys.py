@@ -41,7 +41,8 @@ def api_key_create(
 # a live key by its hash: not revoked, its renter active (one fixed statement:
 # every request runs it)
 _LIVE_KEY_SQL = (
-    "SELECT k.id, k.user_id, k.name, k.prefix, k.last_used_at FROM jobs_apikey k"
+    "SELECT k.id, k.user_id, k.name, k.prefix, k.last_used_at, k.spend_cap_nano"
+    " FROM jobs_apikey k"
     " JOIN auth_user u ON u.id = k.user_id"
     " WHERE k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active"
 )
@@ -49,7 +50,7 @@ _LIVE_KEY_SQL = (
 
 def api_key_authenticate(*, plain: str) -> ApiKey | None:
     """The live key of a plain API key (not revoked, its renter active), with
-    ``user`` (its id; other fields read on access); None for anything else
+    ``user`` (its id; other fields read on access) and ``spend_cap_nano``; None for anything else
     (empty, unknown, revoked, an inactive renter)."""
     if not plain:
         return None

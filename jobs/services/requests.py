@@ -27,6 +27,7 @@ from ..errors import ApiError, rate_limited
 from ..models import ApiKey, Job, Rental
 from ..requests import CompletionRequest
 from ..tokens import prompt_token_count, prompt_tokens_least, prompt_tokens_most
+from .caps import key_spend_cap_check
 from .credit import credit_available_nano, credit_lock
 from .dispatch import Dispatch, job_dispatch
 from .keys import api_key_authenticate, api_key_mark_used
@@ -53,7 +54,8 @@ def job_open(
     request, whatever the transport); ``waiting_channel``: the channel of the
     coroutine that will run the job. Raises ApiError 401 (key), 404 (model or
     rental), 409 (rental not live), 400 (the prompt and ``max_tokens`` past the
-    context), 402 (credit) or 429 (``key_rate_check``, ``key_jobs_check``,
+    context), 402 (credit, or the key's spending cap:
+    ``caps.key_spend_cap_check``) or 429 (``key_rate_check``, ``key_jobs_check``,
     ``queue_share_check``: DESIGN.md "Limits and abuse"); then nothing is stored
     and no slot is held.
     """
@@ -130,7 +132,8 @@ def job_submit(
     transaction; return the job and its model.
 
     The renter's credit account is locked until the transaction ends, so
-    parallel requests cannot overspend. Raises ApiError as ``job_open``.
+    parallel requests cannot overspend the credit nor the key's spending cap.
+    Raises ApiError as ``job_open``.
     """
     model = request_model(request)
     rental = _request_rental(request, renter=api_key.user)
@@ -141,6 +144,11 @@ def job_submit(
     available = credit_available_nano(renter=api_key.user, account=account)
     if available < worst_case:
         raise _credit_refused(available, request, model)
+    key_spend_cap_check(
+        key=api_key,
+        worst_case_nano=worst_case,
+        max_tokens=request.params["max_tokens"],
+    )
     job = job_create(
         renter=api_key.user,
         api_key=api_key,

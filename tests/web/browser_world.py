@@ -8,12 +8,14 @@ Phases:
   token is printed for an agent, and one with a long name that has not connected
   yet, whose token is printed too), a
   renter (``renter@example.com``, 5 USD, an API key), a support ticket with staff's
-  answer. Passwords: ``tests.web.conftest.PASSWORD``.
-  → ``{"token", "rig_id", "long_id", "long_token", "api_key", "ticket_id"}``
+  answer, staff (``staff@example.com``, a superuser) and a credit code worth
+  2 USD. Passwords: ``tests.web.conftest.PASSWORD``.
+  → ``{"token", "rig_id", "long_id", "long_token", "api_key", "ticket_id", "code"}``
 - ``history MACHINE_ID``: once rig-1's agent has said hello: a week of scores,
   earnings on several days, a failed-over job, a failed model load, a benchmark,
-  and nine days of online history with outages (registered nine days ago).
-  → ``{"job_ids": [...]}`` (the renter's jobs, newest first)
+  nine days of online history with outages (registered nine days ago), the
+  renter's charges on several past days and a spending cap on their key.
+  → ``{"job_ids": [...], "key_id"}`` (the renter's jobs, newest first)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def people() -> dict:
     from django.contrib.auth import get_user_model
 
     from billing.money import usd_to_nano
-    from billing.services import renter_top_up
+    from billing.services import credit_code_create, renter_top_up
     from hosts.services import machine_register, user_get_or_create
     from jobs.services import api_key_create
     from support.services import ticket_open, ticket_reply
@@ -40,8 +42,8 @@ def people() -> dict:
     for user in (host, renter):
         user.set_password(PASSWORD)
         user.save()
-    staff = users.objects.create_user(
-        username="staff@example.com", email="staff@example.com", is_staff=True
+    staff = users.objects.create_superuser(
+        username="staff@example.com", email="staff@example.com", password=PASSWORD
     )
     rig, token = machine_register(owner=host, name="rig-1", region="eu")
     long, long_token = machine_register(
@@ -62,6 +64,9 @@ def people() -> dict:
         body="Your agent could not reach us through the proxy. Set HTTPS_PROXY "
         "and restart it.",
     )
+    credit_code_create(
+        amount_nano=usd_to_nano(2), code="WELCOME-2026", created_by=staff, memo="demo"
+    )
     return {
         "token": token,
         "rig_id": str(rig.id),
@@ -69,6 +74,7 @@ def people() -> dict:
         "long_token": long_token,
         "api_key": api_key,
         "ticket_id": ticket.id,
+        "code": "welcome-2026",
     }
 
 
@@ -81,7 +87,8 @@ def history(machine_id: str) -> dict:
     from billing.models import Earning
     from hosts.models import Machine, ScoreSample
     from hosts.services import benchmark_record, capability_failed_record
-    from jobs.models import Attempt, Job
+    from jobs.models import ApiKey, Attempt, Job
+    from jobs.services import api_key_cap_set
 
     from .conftest import MODEL, attempt_make
 
@@ -137,8 +144,43 @@ def history(machine_id: str) -> dict:
         },
     )
     online_history(machine, now)
+    _spend_history(renter, now)
+    key = ApiKey.objects.get(user=renter, name="my-app")
+    api_key_cap_set(user=renter, key_id=key.id, cap_nano=10**9, period="day")
     jobs = Job.objects.filter(renter=renter).order_by("-created_at")
-    return {"job_ids": [str(j) for j in jobs.values_list("id", flat=True)]}
+    return {
+        "job_ids": [str(j) for j in jobs.values_list("id", flat=True)],
+        "key_id": key.id,
+    }
+
+
+def _spend_history(renter, now) -> None:
+    """Charges of ``renter`` on past days (the ledger stamps rows with the
+    clock, so the clock is set back for each posting)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing.models import Account
+    from billing.services import account_for, ledger_post
+
+    real_now = timezone.now
+    try:
+        spent = [(1, 12_000_000), (3, 41_000_000), (4, 3_000), (9, 25_000_000)]
+        for days, nano in spent:
+            when = now - timedelta(days=days)
+            timezone.now = lambda when=when: when
+            ledger_post(
+                kind="charge",
+                key=f"browser-world-spend:{days}",
+                legs=[
+                    (account_for(kind=Account.Kind.RENTER_CREDIT, user=renter), -nano),
+                    (account_for(kind=Account.Kind.PLATFORM), nano),
+                ],
+                memo=f"{nano // 200} tokens of an earlier day",
+            )
+    finally:
+        timezone.now = real_now
 
 
 def online_history(machine, now) -> None:
