@@ -24,7 +24,6 @@ from .models import Attempt, Job
 from .rentals import MAX_HOURS
 from .selectors import model_capacity
 
-
 _NOT_OWN = "no such id (not a UUID, unknown, or another renter's)"
 
 

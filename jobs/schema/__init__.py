@@ -96,6 +96,7 @@ DEVICE_LIST = inline_serializer(
     },
 )
 
+
 def rental_request(max_hours: int) -> serializers.Serializer:
     """``POST /v1/rentals``'s body; ``max_hours``: ``jobs.rentals.MAX_HOURS``."""
     return inline_serializer(

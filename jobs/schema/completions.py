@@ -159,7 +159,10 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
     else:
         prompt = _text(minLength=1)
         properties["prompt"] = {
-            "anyOf": [prompt, {"type": "array", "minItems": 1, "maxItems": 1, "items": prompt}]
+            "anyOf": [
+                prompt,
+                {"type": "array", "minItems": 1, "maxItems": 1, "items": prompt},
+            ]
         }
         required = ["model", "prompt"]
     return {
@@ -223,6 +226,7 @@ CHAT_COMPLETION = _completion(
 TEXT_COMPLETION = _completion(
     "TextCompletion", TEXT_OBJECT, {"text": serializers.CharField()}
 )
+
 
 def _chunk(name: str, kind: list[str], choice: dict) -> serializers.Serializer:
     return inline_serializer(

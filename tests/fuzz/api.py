@@ -90,7 +90,9 @@ def api_stack(var_dir: Path) -> Iterator[ApiStack]:
             key = last_line(
                 manage("renter_create", "fuzz@example.com", "--credit", "1000", env=env)
             )
-            token = last_line(manage("machine_create", "host@example.com", "rig", env=env))
+            token = last_line(
+                manage("machine_create", "host@example.com", "rig", env=env)
+            )
             script = json.dumps({"text": ANSWER})
             stack.start_agent(
                 "agent", token, "--engine", "scripted", "--script", script
@@ -157,7 +159,10 @@ def valid_data_accepted(ctx, response, case):
     """schemathesis's ``positive_data_acceptance``, except that a completion whose
     prompt plus ``max_tokens`` pass the model's context is a 400
     ``context_length_exceeded`` (the schema can bound neither in tokens)."""
-    if response.status_code == 400 and _error_code(response) == "context_length_exceeded":
+    if (
+        response.status_code == 400
+        and _error_code(response) == "context_length_exceeded"
+    ):
         return None
     return positive_data_acceptance(ctx, response, case)
 
@@ -173,14 +178,27 @@ def _error_code(response) -> str | None:
 def stream_chunks_conform(ctx, response, case):
     """Each ``data:`` event of a streamed completion is its chunk component as
     JSON (``jobs.schema.completions``: OpenAPI 3.0 cannot nest it), ``[DONE]`` last."""
-    if not response.headers.get("content-type", [""])[0].startswith("text/event-stream"):
+    if not response.headers.get("content-type", [""])[0].startswith(
+        "text/event-stream"
+    ):
         return None
     raw = case.operation.schema.raw_schema
-    name = "ChatCompletionChunk" if "chat" in case.operation.path else "TextCompletionChunk"
-    validator = jsonschema.Draft7Validator(
-        {"$ref": f"#/components/schemas/{name}", "components": _json_schema(raw["components"])}
+    name = (
+        "ChatCompletionChunk"
+        if "chat" in case.operation.path
+        else "TextCompletionChunk"
     )
-    events = [b[len("data: ") :] for b in response.text.split("\n\n") if b.startswith("data: ")]
+    validator = jsonschema.Draft7Validator(
+        {
+            "$ref": f"#/components/schemas/{name}",
+            "components": _json_schema(raw["components"]),
+        }
+    )
+    events = [
+        b[len("data: ") :]
+        for b in response.text.split("\n\n")
+        if b.startswith("data: ")
+    ]
     assert events and events[-1] == "[DONE]", f"the stream ends with {events[-1:]}"
     for event in events[:-1]:
         validator.validate(json.loads(event))

@@ -13,7 +13,14 @@ import os
 import pytest
 import schemathesis
 
-from .api import ADDITIONAL_CHECKS, EXCLUDED_CHECKS, MODEL, api_stack, case_run, fuzz_config
+from .api import (
+    ADDITIONAL_CHECKS,
+    EXCLUDED_CHECKS,
+    MODEL,
+    api_stack,
+    case_run,
+    fuzz_config,
+)
 
 pytestmark = pytest.mark.fuzz
 
@@ -53,7 +60,9 @@ def test_real_ids_and_streams_answer_as_the_schema_says(api, api_schema):
             excluded_checks=EXCLUDED_CHECKS,
         )
         assert response.status_code == status, (case.operation.label, response.text)
-        return response.json() if "json" in response.headers["content-type"][0] else None
+        return (
+            response.json() if "json" in response.headers["content-type"][0] else None
+        )
 
     device = checked("/v1/devices", "GET")["data"][0]["id"]
     rental = checked(
