@@ -1,18 +1,17 @@
 """The renter API against its OpenAPI schema (issue 26, item 5): schemathesis
 generates requests for every operation of ``/api/schema/`` (its coverage phase's
-boundary cases, the completions' invalid ones only, and ``BALLAST_FUZZ_EXAMPLES``
-random ones each, 25 by default)
+boundary cases, the completions' invalid ones only, and random ones: 25 each,
+``tests.fuzz.knobs``)
 and sends them to a real coordinator with a scripted agent online; every answer
 must be as the schema says and nothing may be a server error (``tests.fuzz.api``).
 The long form is ``bench/fuzz.py api``."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import schemathesis
 
+from . import knobs
 from .api import (
     ADDITIONAL_CHECKS,
     EXCLUDED_CHECKS,
@@ -34,8 +33,12 @@ def api(tmp_path_factory):
 
 @pytest.fixture
 def api_schema(api):
-    examples = int(os.environ.get("BALLAST_FUZZ_EXAMPLES", "25"))
-    config = fuzz_config(api, examples=examples, seed=26, bounded=True)
+    config = fuzz_config(
+        api,
+        examples=knobs.examples(),
+        seed=None if knobs.random_sequence() else 26,
+        bounded=not knobs.full(),
+    )
     return schemathesis.openapi.from_url(f"{api.url}/api/schema/", config=config)
 
 
