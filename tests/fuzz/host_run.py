@@ -35,8 +35,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
-from django.utils import timezone
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.utils import timezone
 
 from tests.hostsim import MODEL, HostSim
 from tests.jobs.helpers import (
@@ -47,7 +47,7 @@ from tests.jobs.helpers import (
     sse_text,
 )
 
-from .host_frames import MAX_FRAME_BYTES, OTHER, OWN, RECEIPT, Frame, Hello, Raw, Ref
+from .host_frames import MAX_FRAME_BYTES, OTHER, OWN, RECEIPT, Hello, Raw, Ref
 from .host_frames import RenterRequest as RenterRequestAction
 
 HONEST_PIECES = ["Hello", " there", ", renter", ": the answer", " is", " 4."]
