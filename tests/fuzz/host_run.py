@@ -38,19 +38,23 @@ from channels.db import database_sync_to_async
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.utils import timezone
 
-from tests.hostsim import MODEL, HostSim
+from tests.hostsim import HostSim
 from tests.jobs.helpers import (
     chat_request,
     heartbeat_applied,
-    read_body,
-    sse_events,
-    sse_text,
 )
 
+from .host_checks import (
+    HONEST_PIECES,
+    Breach,
+    honest_answer_checked,
+    own_answer_checked,
+    settled,
+    tokens,
+)
 from .host_frames import MAX_FRAME_BYTES, OTHER, OWN, RECEIPT, Hello, Raw, Ref
 from .host_frames import RenterRequest as RenterRequestAction
 
-HONEST_PIECES = ["Hello", " there", ", renter", ": the answer", " is", " 4."]
 KNOWN_TYPES = {
     "hello",
     "heartbeat",
@@ -65,10 +69,6 @@ KNOWN_TYPES = {
 ANSWERED_WHEN_STRAY = {"claim", "token", "done", "cancelled"}
 CLOSE_AFTER_HELLO = {4403, 4426}
 REPLY_TIMEOUT_S = 20.0
-
-
-class Breach(AssertionError):
-    """A property of the module doc that did not hold."""
 
 
 class ErrorRecords(logging.Handler):
@@ -169,13 +169,15 @@ async def example_run(world: World, program: list) -> None:
                 await honest.token(attempt, pieces.pop(0))
         for piece in pieces:
             await honest.token(attempt, piece)
-        await honest.done(attempt, _tokens("".join(HONEST_PIECES)))
-        await _honest_answer_checked(await asyncio.wait_for(request, REPLY_TIMEOUT_S))
+        await honest.done(attempt, tokens("".join(HONEST_PIECES)))
+        await honest_answer_checked(await asyncio.wait_for(request, REPLY_TIMEOUT_S))
         await fuzz.host.ws.disconnect()  # raises what the connection died of
         fuzz = None
         if own_request is not None:
-            await _own_answer_checked(world, await asyncio.wait_for(own_request, 60))
-        await _settled()
+            await own_answer_checked(
+                world.counts, await asyncio.wait_for(own_request, 60)
+            )
+        await settled()
         if not await honest.ws.receive_nothing(timeout=0.02):
             raise Breach(f"the honest machine was sent {await honest.recv()}")
     finally:
@@ -213,7 +215,7 @@ async def _abandoned(request, own_request, fuzz: Fuzzing | None) -> None:
         with contextlib.suppress(BaseException):
             await fuzz.host.ws.disconnect()
     with contextlib.suppress(BaseException):
-        await _settled()
+        await settled()
 
 
 async def _own_request(world: World, fuzz: Fuzzing) -> asyncio.Task:
@@ -245,12 +247,6 @@ async def _drain(host: HostSim) -> None:
     connection."""
     while not await host.ws.receive_nothing(timeout=0.02):
         await host.recv()
-
-
-def _tokens(text: str) -> int:
-    from jobs.tokens import token_count
-
-    return token_count(MODEL, text)
 
 
 # --- one frame --------------------------------------------------------------------
@@ -389,87 +385,3 @@ def _filled(fuzz: Fuzzing, template):
         count = count if isinstance(count, int) and not isinstance(count, bool) else 0
         frame["receipt"] = fuzz.host.receipt(job if isinstance(job, str) else "", count)
     return frame
-
-
-# --- the ends -----------------------------------------------------------------------
-async def _honest_answer_checked(response) -> None:
-    from jobs.models import Attempt, Job
-
-    if response.status_code != 200:
-        raise Breach(
-            f"the honest renter got {response.status_code}: {response.content[:300]}"
-        )
-    events = sse_events(await read_body(response))
-    text = sse_text(events)
-    if text != "".join(HONEST_PIECES) or events[-1] != "[DONE]":
-        raise Breach(f"the honest renter got {text!r}, ending {events[-1]!r}")
-    finish = [e["choices"][0]["finish_reason"] for e in events[:-1] if e["choices"]]
-    if finish[-1] != "stop":
-        raise Breach(f"the honest answer ended {finish[-1]!r}")
-    job = await Job.objects.aget(id=response["x-ballast-job-id"])
-    attempts = [a async for a in Attempt.objects.filter(job=job)]
-    tokens = _tokens("".join(HONEST_PIECES))
-    if (
-        job.status != Job.Status.SUCCEEDED
-        or job.failed_over
-        or len(attempts) != 1
-        or attempts[0].outcome != Attempt.Outcome.SUCCEEDED
-        or job.tokens_billed != tokens
-        or job.cost_nano != tokens * job.price_completion_nano
-    ):
-        raise Breach(
-            f"the honest job {job.id}: {job.status}, failed over {job.failed_over}, "
-            f"{len(attempts)} attempt(s), {job.tokens_billed} tokens billed of {tokens}"
-        )
-
-
-async def _own_answer_checked(world: World, response) -> None:
-    world.counts[f"own request {response.status_code}"] += 1
-    if response.status_code not in (200, 502, 503, 504):
-        raise Breach(
-            f"the fuzzing machine's renter got {response.status_code}: {response.content[:300]}"
-        )
-    if response.status_code == 200:
-        events = sse_events(await read_body(response))
-        if not events or events[-1] != "[DONE]":
-            raise Breach(f"the fuzzing machine's stream ended {events[-1:]}")
-
-
-async def _settled(timeout: float = 30.0) -> None:
-    """Wait until no job is open and no slot held; then the ledger balances."""
-    from hosts.models import Device
-    from jobs.models import Job
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        open_jobs = await Job.objects.filter(status__in=Job.OPEN_STATUSES).acount()
-        held = await Device.objects.filter(slots_used__gt=0).acount()
-        if not open_jobs and not held:
-            break
-        if loop.time() > deadline:
-            raise Breach(f"{open_jobs} job(s) open, {held} device(s) holding slots")
-        await asyncio.sleep(0.02)
-    breaches = await database_sync_to_async(ledger_breaches)()
-    if breaches:
-        raise Breach("; ".join(breaches))
-
-
-def ledger_breaches() -> list[str]:
-    """Unbalanced transactions, and renter accounts whose running balance is not
-    the sum of their entries (as tests.chaos.check)."""
-    from django.db.models import Sum
-
-    from billing.models import Account, Entry
-    from billing.selectors import transactions_unbalanced
-
-    breaches = [f"ledger transaction {t} unbalanced" for t in transactions_unbalanced()]
-    for account in Account.objects.filter(kind=Account.Kind.RENTER_CREDIT):
-        total = Entry.objects.filter(account=account).aggregate(s=Sum("amount_nano"))[
-            "s"
-        ]
-        if account.balance_nano != (total or 0):
-            breaches.append(
-                f"account {account.id}: balance {account.balance_nano} != {total}"
-            )
-    return breaches
