@@ -353,15 +353,23 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["jobs.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "jobs.errors.openai_exception_handler",
-    "DEFAULT_PARSER_CLASSES": [
-        "jobs.parsers.JsonParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # the renter API takes JSON only (a form's fields would all be strings: 415)
+    "DEFAULT_PARSER_CLASSES": ["jobs.parsers.JsonParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
-SPECTACULAR_SETTINGS = {"TITLE": "Ballast renter API", "VERSION": "1"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Ballast renter API",
+    "VERSION": "1",
+    # the completions are plain async views: documented by twins (jobs.schema.completions)
+    "PREPROCESSING_HOOKS": ["jobs.schema.completions.completions_endpoints"],
+    "SERVE_INCLUDE_SCHEMA": False,  # the schema itself is no renter endpoint
+    "ENUM_NAME_OVERRIDES": {
+        "ChatCompletionObjectEnum": "jobs.schema.completions.CHAT_OBJECT",
+        "ChatCompletionChunkObjectEnum": "jobs.schema.completions.CHAT_CHUNK_OBJECT",
+        "TextCompletionObjectEnum": "jobs.schema.completions.TEXT_OBJECT",
+    },
+}
 
 LOGGING = {
     "version": 1,

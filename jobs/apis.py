@@ -6,7 +6,8 @@ import uuid
 
 from django.db.models import Q, Sum
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,7 +21,15 @@ from catalog.models import CatalogModel
 from . import schema
 from .errors import ApiError
 from .models import Attempt, Job
+from .rentals import MAX_HOURS
 from .selectors import model_capacity
+
+_NOT_OWN = "no such id (not a UUID, unknown, or another renter's)"
+
+
+def _uuid_path(name: str) -> OpenApiParameter:
+    """A path parameter holding a UUID (any other string is answered 404)."""
+    return OpenApiParameter(name, OpenApiTypes.UUID, OpenApiParameter.PATH)
 
 
 def _ts(value) -> int | None:
@@ -109,7 +118,7 @@ def _model_object(model: CatalogModel, now) -> dict:
 class ModelsApi(APIView):
     """``GET /v1/models``: catalog models with pricing and live capacity."""
 
-    @extend_schema(responses=schema.MODEL_LIST)
+    @extend_schema(responses={200: schema.MODEL_LIST, **schema.errors()})
     def get(self, request: Request) -> Response:
         now = timezone.now()
         return Response(
@@ -126,7 +135,10 @@ class ModelsApi(APIView):
 class ModelApi(APIView):
     """``GET /v1/models/{id}``: one catalog model (the ``openai`` client's retrieve)."""
 
-    @extend_schema(responses=schema.MODEL, operation_id="v1_model_retrieve")
+    @extend_schema(
+        responses={200: schema.MODEL, **schema.errors(404, s404="no such model")},
+        operation_id="v1_model_retrieve",
+    )
     def get(self, request: Request, model_id: str) -> Response:
         model = CatalogModel.objects.filter(id=model_id, active=True).first()
         if model is None:
@@ -154,7 +166,10 @@ def renters_own(queryset, request: Request, object_id: str, what: str):
 class JobApi(APIView):
     """``GET /v1/jobs/{id}``: the renter's own job; another's is 404."""
 
-    @extend_schema(responses=JobSerializer)
+    @extend_schema(
+        parameters=[_uuid_path("job_id")],
+        responses={200: JobSerializer, **schema.errors(404, s404=_NOT_OWN)},
+    )
     def get(self, request: Request, job_id) -> Response:
         job = renters_own(
             Job.objects.prefetch_related("attempts__device__machine"),
@@ -168,7 +183,7 @@ class JobApi(APIView):
 class UsageApi(APIView):
     """``GET /v1/usage``: balance and recent charges (USD decimal strings)."""
 
-    @extend_schema(responses=schema.USAGE)
+    @extend_schema(responses={200: schema.USAGE, **schema.errors()})
     def get(self, request: Request) -> Response:
         charges = (
             LedgerTransaction.objects.filter(
@@ -242,7 +257,7 @@ class DevicesApi(APIView):
     """``GET /v1/devices``: live devices a renter may rent (not rented, not
     quarantined, not the renter's own)."""
 
-    @extend_schema(responses=schema.DEVICE_LIST)
+    @extend_schema(responses={200: schema.DEVICE_LIST, **schema.errors()})
     def get(self, request: Request) -> Response:
         from .selectors import devices_rentable
 
@@ -272,7 +287,9 @@ class DevicesApi(APIView):
 class RentalsApi(APIView):
     """``GET /v1/rentals`` (the renter's) and ``POST /v1/rentals`` {device, hours}."""
 
-    @extend_schema(responses=schema.rental_list(RentalSerializer))
+    @extend_schema(
+        responses={200: schema.rental_list(RentalSerializer), **schema.errors()}
+    )
     def get(self, request: Request) -> Response:
         from .models import Rental
 
@@ -281,7 +298,23 @@ class RentalsApi(APIView):
         )[:100]
         return Response({"data": RentalSerializer(rentals, many=True).data})
 
-    @extend_schema(request=schema.RENTAL_REQUEST, responses={201: RentalSerializer})
+    @extend_schema(
+        request=schema.rental_request(MAX_HOURS),
+        parameters=[schema.RETRY_AFTER],
+        responses={
+            201: RentalSerializer,
+            **schema.errors(
+                400,
+                402,
+                404,
+                409,
+                415,
+                s402="the balance cannot cover the rental's whole period",
+                s404="no such live device",
+                s409="the device is already rented or not available for rent",
+            ),
+        },
+    )
     def post(self, request: Request) -> Response:
         from .rentals import rental_create
 
@@ -312,11 +345,18 @@ class RentalApi(APIView):
             "rental",
         )
 
-    @extend_schema(responses=RentalSerializer, operation_id="v1_rental_retrieve")
+    @extend_schema(
+        parameters=[_uuid_path("rental_id")],
+        responses={200: RentalSerializer, **schema.errors(404, s404=_NOT_OWN)},
+        operation_id="v1_rental_retrieve",
+    )
     def get(self, request: Request, rental_id) -> Response:
         return Response(RentalSerializer(self._rental(request, rental_id)).data)
 
-    @extend_schema(responses=RentalSerializer)
+    @extend_schema(
+        parameters=[_uuid_path("rental_id")],
+        responses={200: RentalSerializer, **schema.errors(404, s404=_NOT_OWN)},
+    )
     def delete(self, request: Request, rental_id) -> Response:
         from .rentals import rental_end
 

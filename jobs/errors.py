@@ -18,6 +18,7 @@ ERROR_TYPES = {
     405: "invalid_request_error",
     409: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     502: "upstream_error",
     503: "no_capacity",

@@ -11,9 +11,18 @@ from typing import Any
 
 from .errors import ApiError
 
+# The bounds of a request (also the OpenAPI schema's: jobs.schema.completions)
 DEFAULT_MAX_TOKENS = 256
 MAX_MAX_TOKENS = 8192
 ROLES = {"system", "user", "assistant", "developer", "tool"}
+MODEL_ID_MAX_CHARS = 100
+STOP_MAX = 4  # stop sequences
+TEMPERATURE_RANGE = (0, 2)
+TOP_P_RANGE = (0, 1)
+SEED_RANGE = (-(2**63), 2**63 - 1)  # inclusive
+PLACEMENT_TEXT_FIELDS = ("gpu", "region", "rental")
+PLACEMENT_TEXT_MAX_CHARS = 100
+MIN_VRAM_GB_MAX = 4096
 
 
 @dataclass
@@ -58,6 +67,25 @@ def _number(body: dict, name: str, lo: float, hi: float, default: Any) -> Any:
     return value
 
 
+def _max_tokens(body: dict) -> int:
+    """The completion budget: ``max_completion_tokens`` (OpenAI's newer name) or
+    else ``max_tokens``, ``DEFAULT_MAX_TOKENS`` when both are absent or null.
+    Each one given is checked, so a bad one is never silently ignored."""
+    budget = DEFAULT_MAX_TOKENS
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 1 <= value <= MAX_MAX_TOKENS
+        ):
+            raise _bad(name, f"'{name}' must be an integer from 1 to {MAX_MAX_TOKENS}")
+        budget = value
+    return budget
+
+
 def _messages(value: Any) -> list[dict]:
     if not isinstance(value, list) or not value:
         raise _bad("messages", "'messages' must be a non-empty list")
@@ -66,7 +94,7 @@ def _messages(value: Any) -> list[dict]:
         if not isinstance(message, dict):
             raise _bad(f"messages[{i}]", f"'messages[{i}]' must be an object")
         role = message.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise _bad(
                 f"messages[{i}].role",
                 f"'messages[{i}].role' must be one of {sorted(ROLES)}",
@@ -100,7 +128,7 @@ def _messages(value: Any) -> list[dict]:
 # OpenAI request fields Ballast cannot honour, with the values that ask for
 # nothing (what clients send by default): any other value is a 400, not a
 # plain-text answer that silently ignored what was asked
-_UNSUPPORTED: dict[str, tuple] = {
+UNSUPPORTED: dict[str, tuple] = {
     "tools": (None, []),
     "functions": (None, []),
     "tool_choice": (None, "none"),
@@ -116,9 +144,9 @@ _UNSUPPORTED: dict[str, tuple] = {
 
 
 def _unsupported_refused(body: dict) -> None:
-    """Raise ApiError 400 naming the first field of ``_UNSUPPORTED`` that asks
+    """Raise ApiError 400 naming the first field of ``UNSUPPORTED`` that asks
     for something (tools, log probabilities, echo, a suffix, a JSON format, …)."""
-    for name, neutral in _UNSUPPORTED.items():
+    for name, neutral in UNSUPPORTED.items():
         value = body.get(name)
         if not any(_same_value(value, ok) for ok in neutral):
             raise _bad(name, f"'{name}' is not supported by Ballast")
@@ -138,18 +166,18 @@ def _placement(value: Any) -> dict:
         return {}
     if not isinstance(value, dict):
         raise _bad("placement", "'placement' must be an object")
-    unknown = set(value) - {"gpu", "min_vram_gb", "region", "rental"}
+    unknown = set(value) - {*PLACEMENT_TEXT_FIELDS, "min_vram_gb"}
     if unknown:
         raise _bad(
             "placement", f"unknown placement field(s): {', '.join(sorted(unknown))}"
         )
     out: dict[str, Any] = {}
-    for name in ("gpu", "region", "rental"):
+    for name in PLACEMENT_TEXT_FIELDS:
         if value.get(name) is not None:
             if (
                 not isinstance(value[name], str)
                 or not value[name]
-                or len(value[name]) > 100
+                or len(value[name]) > PLACEMENT_TEXT_MAX_CHARS
             ):
                 raise _bad(
                     f"placement.{name}",
@@ -161,7 +189,7 @@ def _placement(value: Any) -> dict:
         if (
             isinstance(gb, bool)
             or not isinstance(gb, (int, float))
-            or not 0 <= gb <= 4096
+            or not 0 <= gb <= MIN_VRAM_GB_MAX
         ):
             raise _bad(
                 "placement.min_vram_gb",
@@ -182,7 +210,7 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
     model = body.get("model")
     if model is None or model == "":
         raise _bad("model", "'model' is required")
-    if not isinstance(model, str) or len(model) > 100:
+    if not isinstance(model, str) or len(model) > MODEL_ID_MAX_CHARS:
         raise _bad("model", "'model' must be a model id string")
     _text(model, "model")
     messages = prompt = None
@@ -198,33 +226,25 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
     n = body.get("n")
     if n is not None and (isinstance(n, bool) or n != 1):  # null: the default, 1
         raise _bad("n", "only n=1 is supported")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS
-    if (
-        isinstance(max_tokens, bool)
-        or not isinstance(max_tokens, int)
-        or not 1 <= max_tokens <= MAX_MAX_TOKENS
-    ):
-        raise _bad(
-            "max_tokens", f"'max_tokens' must be an integer from 1 to {MAX_MAX_TOKENS}"
-        )
+    max_tokens = _max_tokens(body)
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
     if stop is not None and (
         not isinstance(stop, list)
-        or len(stop) > 4
+        or len(stop) > STOP_MAX
         or not all(isinstance(s, str) and s for s in stop)
     ):
-        raise _bad("stop", "'stop' must be a string or a list of at most 4 strings")
+        raise _bad(
+            "stop", f"'stop' must be a string or a list of at most {STOP_MAX} strings"
+        )
     for item in stop or []:
         _text(item, "stop")
     seed = body.get("seed")
     if seed is not None and (
         isinstance(seed, bool)
         or not isinstance(seed, int)
-        or not -(2**63) <= seed < 2**63
+        or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]
     ):
         raise _bad("seed", "'seed' must be an integer from -2^63 to 2^63-1")
     stream = body.get("stream", False)
@@ -247,8 +267,8 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
     _unsupported_refused(body)
     params = {
         "max_tokens": max_tokens,
-        "temperature": _number(body, "temperature", 0, 2, 1.0),
-        "top_p": _number(body, "top_p", 0, 1, 1.0),
+        "temperature": _number(body, "temperature", *TEMPERATURE_RANGE, 1.0),
+        "top_p": _number(body, "top_p", *TOP_P_RANGE, 1.0),
         "stop": stop,
         "seed": seed,
     }

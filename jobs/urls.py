@@ -14,5 +14,6 @@ urlpatterns = [
     path("devices", apis.DevicesApi.as_view(), name="devices"),
     path("rentals", apis.RentalsApi.as_view(), name="rentals"),
     path("rentals/<str:rental_id>", apis.RentalApi.as_view(), name="rental"),
-    re_path(r"^.*$", views.not_found, name="v1-not-found"),
+    # any other path, a newline in it too (``.*`` stops at one)
+    re_path(r"^[\s\S]*$", views.not_found, name="v1-not-found"),
 ]

@@ -394,3 +394,30 @@ async def test_the_frame_bound_counts_bytes_not_characters(catalog, machine_toke
     )
     assert "256 KiB" in (await host.recv_type("error"))["message"]
     await host.close()
+
+
+async def test_what_the_schema_fuzzer_found_is_answered_as_documented(catalog, api_key):
+    """Found by schemathesis (tests/fuzz): a ``/v1/`` path with a newline was
+    Django's HTML 404 (``.*`` stops at one); a form body to ``/v1/rentals`` was
+    parsed into strings and answered as a bad device (now 415: the API takes
+    JSON); ``"role": {}`` was a 500 (TypeError)."""
+    client = AsyncClient()
+    auth = {"authorization": f"Bearer {api_key}"}
+    response = await client.get("/v1/models/x%0A", headers=auth)
+    assert (
+        response.status_code == 404 and response["content-type"] == "application/json"
+    )
+    assert json.loads(response.content)["error"]["code"] == "not_found"
+    response = await client.post(
+        "/v1/rentals", data={"device": "1", "hours": "1"}, headers=auth
+    )
+    assert response.status_code == 415
+    assert json.loads(response.content)["error"]["type"] == "invalid_request_error"
+    response = await client.post(
+        "/v1/chat/completions",
+        data={"model": MODEL, "messages": [{"role": {}, "content": ""}]},
+        content_type="application/json",
+        headers=auth,
+    )
+    assert response.status_code == 400
+    assert json.loads(response.content)["error"]["param"] == "messages[0].role"

@@ -549,3 +549,48 @@ def test_the_values_clients_send_by_default_are_accepted():
     )
     assert parsed.stream and parsed.include_usage
     assert not _parse(stream=True, stream_options={}).include_usage
+
+
+@pytest.mark.parametrize("role", [{}, [], ["user"]])
+def test_a_role_that_is_not_a_string_is_a_400_not_a_server_error(role):
+    """Found by schemathesis (tests/fuzz): ``{"role": {}}`` reached a set
+    membership test, TypeError, a 500."""
+    with pytest.raises(ApiError) as refused:
+        completion_request_parse(
+            {"model": "m", "messages": [{"role": role, "content": ""}]}, endpoint="chat"
+        )
+    assert (refused.value.status, refused.value.param) == (400, "messages[0].role")
+
+
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"max_completion_tokens": 5, "max_tokens": 8193}, "max_tokens"),
+        ({"max_completion_tokens": 0, "max_tokens": 5}, "max_completion_tokens"),
+        ({"max_completion_tokens": None, "max_tokens": "9"}, "max_tokens"),
+    ],
+)
+def test_each_budget_field_given_is_checked(fields, param):
+    """Found by schemathesis: with ``max_completion_tokens`` given, a
+    ``max_tokens`` of 8193 was ignored, not refused."""
+    with pytest.raises(ApiError) as refused:
+        completion_request_parse(
+            {"model": "m", "prompt": "hi", **fields}, endpoint="completion"
+        )
+    assert (refused.value.status, refused.value.param) == (400, param)
+
+
+@pytest.mark.parametrize(
+    "fields, budget",
+    [
+        ({}, 256),
+        ({"max_tokens": 7}, 7),
+        ({"max_completion_tokens": 9, "max_tokens": 7}, 9),
+        ({"max_completion_tokens": None, "max_tokens": 7}, 7),
+    ],
+)
+def test_max_completion_tokens_wins_over_max_tokens(fields, budget):
+    parsed = completion_request_parse(
+        {"model": "m", "prompt": "hi", **fields}, endpoint="completion"
+    )
+    assert parsed.params["max_tokens"] == budget

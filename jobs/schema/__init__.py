@@ -1,15 +1,20 @@
 """The renter API's OpenAPI description (drf-spectacular, ``GET /api/schema/``).
 
 The views are ``APIView``s answering dicts, so their response shapes are named
-here (``extend_schema`` in ``jobs.apis``), and the API-key authentication is
-described as a bearer scheme. Imported by ``JobsConfig.ready``.
+here (``extend_schema`` in ``jobs.apis``), with every error status they answer
+(``errors``, OpenAI's error body) and the API-key authentication described as a
+bearer scheme. The completions, plain async views, are described in
+``jobs.schema.completions``. Imported by ``jobs.apis``.
 """
 
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
+
+from ..errors import ERROR_TYPES
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
@@ -91,15 +96,72 @@ DEVICE_LIST = inline_serializer(
     },
 )
 
-RENTAL_REQUEST = inline_serializer(
-    "RentalRequest",
-    {
-        "device": serializers.IntegerField(help_text="an id from /v1/devices"),
-        "hours": serializers.IntegerField(),
-    },
-)
+
+def rental_request(max_hours: int) -> serializers.Serializer:
+    """``POST /v1/rentals``'s body; ``max_hours``: ``jobs.rentals.MAX_HOURS``."""
+    return inline_serializer(
+        "RentalRequest",
+        {
+            "device": serializers.IntegerField(help_text="an id from /v1/devices"),
+            "hours": serializers.IntegerField(min_value=1, max_value=max_hours),
+        },
+    )
 
 
 def rental_list(rental_serializer) -> serializers.Serializer:
     """``GET /v1/rentals``: ``{"data": [rental, ...]}``."""
     return inline_serializer("RentalList", {"data": rental_serializer(many=True)})
+
+
+# --- errors --------------------------------------------------------------------------
+ERROR_OBJECT = inline_serializer(
+    "ErrorObject",
+    {
+        "message": serializers.CharField(),
+        "type": serializers.ChoiceField(
+            choices=sorted({*ERROR_TYPES.values(), "api_error"})
+        ),
+        "code": serializers.CharField(),
+        "param": serializers.CharField(
+            allow_null=True, help_text="the bad field of a 400 (`messages[0].role`)"
+        ),
+    },
+)
+ERROR = inline_serializer("Error", {"error": ERROR_OBJECT})
+
+# what each error status means on the renter API (PROTOCOL.md §1, protocol notes)
+ERROR_MEANINGS = {
+    400: "bad request; `param` names the field",
+    401: "missing, invalid or revoked API key",
+    402: "the credit cannot cover it",
+    404: "not found (or not yours)",
+    409: "conflicts with the current state",
+    413: "request body past 2.5 MB",
+    415: "the body must be JSON (`application/json`)",
+    429: "rate limited; retry after `Retry-After` s",
+    502: "every attempt failed before any output (nothing billed)",
+    503: "unavailable: no live device meets the request (the message names the "
+    "requirement), or the database or message layer is down; retry after "
+    "`Retry-After` s",
+    504: "waited past the queue's wall clock",
+}
+
+RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    OpenApiTypes.INT,
+    OpenApiParameter.HEADER,
+    response=[429, 503],
+    description="seconds to wait before retrying",
+)
+
+
+def errors(*statuses: int, **meanings: str) -> dict[int, OpenApiResponse]:
+    """``extend_schema`` responses for the error ``statuses`` of an operation, each
+    OpenAI's error body; 401 and 503 (a database that cannot be reached) are
+    every API's. ``meanings``: ``s404="no such job"`` replaces a status's
+    description."""
+    described = {**ERROR_MEANINGS, **{int(k[1:]): v for k, v in meanings.items()}}
+    return {
+        status: OpenApiResponse(ERROR, description=described[status])
+        for status in sorted({401, 503, *statuses})
+    }
