@@ -85,7 +85,7 @@ class ErrorRecords(logging.Handler):
 @dataclass
 class World:
     """The run's fixed parts: the honest machine (connected, live, in region
-    ``honest``), the fuzzing machine's token and pinned key (region ``fuzz``),
+    ``eu``), the fuzzing machine's token and pinned key (region ``us-west``),
     the renter's key, the error records, and counts of what was sent and seen."""
 
     honest: HostSim
@@ -100,9 +100,9 @@ async def world_open(*, machine_token, api_key: str) -> World:
     """Register both machines (``machine_token``: the tests' factory), connect the
     honest one live and pin the fuzzing one's key with one honest hello."""
     honest_machine, honest_token = await database_sync_to_async(machine_token)(
-        "honest", region="honest"
+        "honest", region="eu"
     )
-    _, fuzz_token = await database_sync_to_async(machine_token)("fuzz", region="fuzz")
+    _, fuzz_token = await database_sync_to_async(machine_token)("fuzz", region="us-west")
     honest = HostSim(honest_token, name="Honest GPU")
     await honest.connect()
     await honest.heartbeat()
@@ -142,7 +142,7 @@ async def example_run(world: World, program: list) -> None:
     await _drain(honest)
     await honest.heartbeat()
     request = chat_request(
-        world.api_key, content="fuzz", placement={"region": "honest"}
+        world.api_key, content="fuzz", placement={"region": "eu"}
     )
     fuzz = own_request = None
     try:
@@ -228,11 +228,11 @@ async def _own_request(world: World, fuzz: Fuzzing) -> asyncio.Task:
     deadline = loop.time() + 2.0
     while loop.time() < deadline and fuzz.greeted:
         if await Machine.objects.filter(
-            live_q(timezone.now()), region="fuzz", devices__slots_total__gt=0
+            live_q(timezone.now()), region="us-west", devices__slots_total__gt=0
         ).aexists():
             break
         await asyncio.sleep(0.02)
-    task = chat_request(world.api_key, content="mine", placement={"region": "fuzz"})
+    task = chat_request(world.api_key, content="mine", placement={"region": "us-west"})
     while loop.time() < deadline and fuzz.own is None and fuzz.closed is None:
         fuzz.marker += 1
         await _answers(fuzz, f"zz_marker_{fuzz.marker}")
