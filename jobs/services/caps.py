@@ -26,22 +26,20 @@ from ..errors import ApiError
 from ..models import SPEND_EPOCH, ApiKey, Job
 from .credit import credit_lock, jobs_worst_case_nano
 
-_OPEN_KEY_JOBS_SQL = (
-    "SELECT id, model_id, params, price_completion_nano FROM jobs_job"
-    " WHERE api_key_id = %s AND status IN ("
-    + ", ".join(f"'{status}'" for status in Job.OPEN_STATUSES)
-    + ")"
-)
-
-
 def key_spend_cap_check(
-    *, key: ApiKey, worst_case_nano: int, max_tokens: int, now: datetime | None = None
+    *,
+    key: ApiKey,
+    open_jobs: list[Job],
+    worst_case_nano: int,
+    max_tokens: int,
+    now: datetime | None = None,
 ) -> None:
     """ApiError 402 ``key_spend_cap_reached`` when ``key``'s cap cannot take a
     request whose worst case is ``worst_case_nano`` (``max_tokens`` × price).
 
     ``key``: the authenticated key (its ``spend_cap_nano`` read with it: an
-    uncapped key costs nothing more). The counter is read again here, under
+    uncapped key costs nothing more); ``open_jobs``: the renter's
+    (``credit.jobs_open_of``), of which the key's are held against its cap. The counter is read again here, under
     the caller's credit lock, where no charge of the renter can be half done.
     """
     if key.spend_cap_nano is None:
@@ -55,7 +53,7 @@ def key_spend_cap_check(
     if row is None or row.spend_cap_nano is None:
         return
     spent = row.spent_in_period_nano(now)
-    held = jobs_worst_case_nano(list(Job.objects.raw(_OPEN_KEY_JOBS_SQL, [key.id])))
+    held = jobs_worst_case_nano([job for job in open_jobs if job.api_key_id == key.id])
     if spent + held + worst_case_nano <= row.spend_cap_nano:
         return
     raise ApiError(

@@ -2,7 +2,8 @@
 (DESIGN.md "Money": the worst case is held before an offer goes out).
 
 The request path reads it on every request: fixed statements (``raw``), one for
-the locked account and one for the open jobs.
+the locked account and one for the open jobs (``jobs_open_of``, read once for
+the credit, the key's open-job limit and its spending cap).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..models import Job, Rental
 _IN = ", ".join  # (the statuses are code constants, never renters' values)
 
 _OPEN_JOBS_SQL = (
-    "SELECT id, model_id, params, price_completion_nano FROM jobs_job"
+    "SELECT id, api_key_id, model_id, params, price_completion_nano FROM jobs_job"
     " WHERE renter_id = %s AND status IN ("
     + _IN(f"'{status}'" for status in Job.OPEN_STATUSES)
     + ")"
@@ -32,14 +33,28 @@ _LOCKED_ACCOUNT_SQL = (
 )
 
 
-def credit_reserved_nano(*, renter: AbstractBaseUser, rentals_open: bool = True) -> int:
+def jobs_open_of(*, renter: AbstractBaseUser) -> list[Job]:
+    """The renter's queued and running jobs, with ``api_key_id``, ``model_id``,
+    ``params`` and ``price_completion_nano`` (one statement)."""
+    return list(Job.objects.raw(_OPEN_JOBS_SQL, [renter.pk]))
+
+
+def credit_reserved_nano(
+    *,
+    renter: AbstractBaseUser,
+    rentals_open: bool = True,
+    open_jobs: list[Job] | None = None,
+) -> int:
     """What the renter's open commitments may still cost, nano-USD.
 
     The worst case (``max_tokens`` × the price each was admitted at) of their
-    open jobs, plus the unbilled hours of their pending and live rentals
+    open jobs (``open_jobs``: ``jobs_open_of``'s, read here when not given),
+    plus the unbilled hours of their pending and live rentals
     (``rentals_open`` False: the caller knows there are none).
     """
-    jobs = jobs_worst_case_nano(list(Job.objects.raw(_OPEN_JOBS_SQL, [renter.pk])))
+    if open_jobs is None:
+        open_jobs = jobs_open_of(renter=renter)
+    jobs = jobs_worst_case_nano(open_jobs)
     rentals = 0
     if rentals_open:
         for rental in Rental.objects.filter(
@@ -93,10 +108,17 @@ def credit_lock(*, renter: AbstractBaseUser) -> Account:
     return account
 
 
-def credit_available_nano(*, renter: AbstractBaseUser, account: Account) -> int:
+def credit_available_nano(
+    *,
+    renter: AbstractBaseUser,
+    account: Account,
+    open_jobs: list[Job] | None = None,
+) -> int:
     """The renter's balance (the account's running ``balance_nano``) less
-    ``credit_reserved_nano``, nano-USD. ``account``: ``credit_lock``'s."""
+    ``credit_reserved_nano``, nano-USD. ``account``: ``credit_lock``'s;
+    ``open_jobs``: ``jobs_open_of``'s, read under that lock (read here when
+    not given)."""
     rentals_open = bool(getattr(account, "rentals_open", True))
     return account.balance_nano - credit_reserved_nano(
-        renter=renter, rentals_open=rentals_open
+        renter=renter, rentals_open=rentals_open, open_jobs=open_jobs
     )

@@ -28,7 +28,7 @@ from ..models import ApiKey, Job, Rental
 from ..requests import CompletionRequest
 from ..tokens import prompt_token_count, prompt_tokens_least, prompt_tokens_most
 from .caps import key_spend_cap_check
-from .credit import credit_available_nano, credit_lock
+from .credit import credit_available_nano, credit_lock, jobs_open_of
 from .dispatch import Dispatch, job_dispatch
 from .keys import api_key_authenticate, api_key_mark_used
 
@@ -85,17 +85,18 @@ def key_rate_check(*, key: ApiKey) -> None:
         )
 
 
-def key_jobs_check(*, key: ApiKey) -> None:
+def key_jobs_check(*, key: ApiKey, open_jobs: list[Job]) -> None:
     """ApiError 429 when the key already has ``BALLAST_KEY_MAX_JOBS`` open jobs.
 
-    Counted from the jobs table under the renter's credit lock (the caller
-    holds it), so parallel requests on any process cannot pass it together,
-    and a job that ends (or is reaped) frees its place: no counter to leak.
+    Counted from the renter's open jobs (``open_jobs``: ``credit.jobs_open_of``)
+    read under the renter's credit lock (the caller holds it), so parallel
+    requests on any process cannot pass it together, and a job that ends (or is
+    reaped) frees its place: no counter to leak.
     """
-    open_jobs = Job.objects.filter(api_key=key, status__in=Job.OPEN_STATUSES).count()
-    if open_jobs >= settings.BALLAST_KEY_MAX_JOBS:
+    mine = sum(1 for job in open_jobs if job.api_key_id == key.id)
+    if mine >= settings.BALLAST_KEY_MAX_JOBS:
         raise rate_limited(
-            f"this API key has {open_jobs} jobs running or queued (at most "
+            f"this API key has {mine} jobs running or queued (at most "
             f"{settings.BALLAST_KEY_MAX_JOBS} at once)",
             1,
         )
@@ -140,12 +141,16 @@ def job_submit(
     request_fits(model, request)
     worst_case = request.params["max_tokens"] * model.price_completion_nano
     account = credit_lock(renter=api_key.user)
-    key_jobs_check(key=api_key)
-    available = credit_available_nano(renter=api_key.user, account=account)
+    open_jobs = jobs_open_of(renter=api_key.user)
+    key_jobs_check(key=api_key, open_jobs=open_jobs)
+    available = credit_available_nano(
+        renter=api_key.user, account=account, open_jobs=open_jobs
+    )
     if available < worst_case:
         raise _credit_refused(available, request, model)
     key_spend_cap_check(
         key=api_key,
+        open_jobs=open_jobs,
         worst_case_nano=worst_case,
         max_tokens=request.params["max_tokens"],
     )
