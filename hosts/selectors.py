@@ -19,7 +19,7 @@ from catalog.models import CatalogModel
 
 from .models import Benchmark, Device, DeviceOutcome, Machine, ScoreSample
 from .scoring import PRIOR, WINDOW, score_parts
-from .services import device_score_inputs
+from .services import device_score_inputs, spot_checks_recent
 
 
 @dataclass
@@ -177,26 +177,29 @@ def device_score_parts(*, device: Device, now: datetime) -> ScoreParts:
 
 @dataclass
 class DeviceView:
-    """A device on the machine page, with what the page shows about it."""
+    """A device on the machine page, with what the page shows about it.
+
+    ``failed_checks``: its failed spot checks, newest first. Passed ones are not
+    listed (nor counted): a pass at a known time would tell the host which of
+    its jobs was a check (DESIGN.md "Spot checks"); a failure has consequences
+    the host is told of. ``passes_in_a_row``: passed checks since the last
+    failure, shown while quarantined (when every job it gets is a check).
+    """
 
     device: Device
     loaded_models: list[str]
     parts: ScoreParts
-    spot_checks: list[DeviceOutcome]
-    spot_checks_failed: int
+    failed_checks: list[DeviceOutcome]
+    passes_in_a_row: int
 
 
 def device_views(
-    *, machine: Machine, now: datetime, spot_checks: int = 20
+    *, machine: Machine, now: datetime, failed_checks: int = 20
 ) -> list[DeviceView]:
-    """The machine's devices with loaded models, score parts and spot-check history."""
+    """The machine's devices with loaded models, score parts and failed spot checks."""
     views = []
     for device in machine.devices.prefetch_related("models").order_by("index"):
-        checks = list(
-            DeviceOutcome.objects.filter(
-                device=device, source=DeviceOutcome.Source.SPOT_CHECK
-            )[:spot_checks]
-        )
+        recent = spot_checks_recent(device_id=device.id)
         views.append(
             DeviceView(
                 device=device,
@@ -204,8 +207,16 @@ def device_views(
                     dm.model_id for dm in device.models.all() if dm.loaded
                 ),
                 parts=device_score_parts(device=device, now=now),
-                spot_checks=checks,
-                spot_checks_failed=sum(1 for c in checks if not c.success),
+                failed_checks=list(
+                    DeviceOutcome.objects.filter(
+                        device=device,
+                        source=DeviceOutcome.Source.SPOT_CHECK,
+                        success=False,
+                    )[:failed_checks]
+                ),
+                passes_in_a_row=next(
+                    (i for i, passed in enumerate(recent) if not passed), len(recent)
+                ),
             )
         )
     return views
