@@ -233,20 +233,35 @@ def reference_engine(model_id: str):
 
 
 def canary_pool_fill(
-    *, model_id: str, count: int, answer: Answerer, deadline: float | None = None
+    *,
+    model_id: str,
+    keep: int,
+    answer: Answerer,
+    tries: int | None = None,
+    deadline: float | None = None,
 ) -> int:
-    """Draw and calibrate up to ``count`` prompts of the model (prompts left
-    ``drawn`` by an interrupted fill first), stopping at ``deadline``
-    (``time.monotonic()``); returns how many joined the pool."""
+    """Draw and calibrate prompts of the model (prompts left ``drawn`` by an
+    interrupted fill first) until ``keep`` joined the pool, ``tries`` were
+    calibrated, or ``deadline`` (``time.monotonic()``) passed; returns how many
+    joined."""
     kept = tried = 0
-    while tried < count and (deadline is None or time.monotonic() < deadline):
+
+    def more() -> bool:
+        return (
+            kept < keep
+            and (tries is None or tried < tries)
+            and (deadline is None or time.monotonic() < deadline)
+        )
+
+    while more():
+        batch = min(BATCH, keep - kept, (tries - tried) if tries else BATCH)
         rows = list(
             CanaryPrompt.objects.filter(
                 model_id=model_id, status=CanaryPrompt.Status.DRAWN
-            ).order_by("index")[: min(BATCH, count - tried)]
-        ) or canary_pool_draw(model_id=model_id, count=min(BATCH, count - tried))
+            ).order_by("index")[:batch]
+        ) or canary_pool_draw(model_id=model_id, count=batch)
         for row in rows:
-            if deadline is not None and time.monotonic() >= deadline:
+            if not more():
                 break
             kept += canary_calibrate(row=row, answer=answer)
             tried += 1
@@ -279,7 +294,7 @@ def canary_pool_top_up(
         try:
             added[model_id] = canary_pool_fill(
                 model_id=model_id,
-                count=need,
+                keep=need,
                 answer=answerer_for(engine),
                 deadline=deadline,
             )

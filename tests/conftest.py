@@ -209,7 +209,7 @@ def canaries(catalog, settings):
     settings.BALLAST_CANARY_SECRET = "tests"
     # every heartbeat records liveness, so each one also takes due spot checks
     settings.BALLAST_HEARTBEAT_INTERVAL_S = settings.BALLAST_HEARTBEAT_MAX_AGE_S / 2
-    canary_pool_fill(model_id=catalog.id, count=8, answer=oracle_answer)
+    canary_pool_fill(model_id=catalog.id, keep=8, answer=oracle_answer)
     return list(CanaryPrompt.objects.filter(model_id=catalog.id, status="calibrated"))
 
 

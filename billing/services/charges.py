@@ -139,19 +139,18 @@ def charge_post(
     """
     if plan.cost <= 0:
         return None
-    legs = [
+    paid = sum(share for _, share in plan.shares)
+    if renter is None and paid <= 0:
+        return None
+    if renter is None:
+        legs = [(account_for(kind=Account.Kind.PLATFORM_CHECKS), -paid)]
+    else:
+        legs = [(account_for(kind=Account.Kind.RENTER_CREDIT, user=renter), -plan.cost)]
+    legs += [
         (account_for(kind=Account.Kind.HOST_HELD, user_id=segment.host_id), share)
         for segment, share in plan.shares
     ]
-    if renter is None:
-        paid = sum(share for _, share in plan.shares)
-        if paid <= 0:
-            return None
-        legs.append((account_for(kind=Account.Kind.PLATFORM_CHECKS), -paid))
-    else:
-        legs.append(
-            (account_for(kind=Account.Kind.RENTER_CREDIT, user=renter), -plan.cost)
-        )
+    if renter is not None:
         legs.append((account_for(kind=Account.Kind.PLATFORM), plan.platform))
     txn = ledger_post(
         kind=LedgerTransaction.Kind.CHARGE,

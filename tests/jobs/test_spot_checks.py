@@ -4,12 +4,15 @@ them apart, how they are judged, and what a failure costs the device."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.test import AsyncClient
+from django.urls import reverse
 from django.utils import timezone
 
 from agent.engines.scripted import ScriptedEngine
@@ -162,7 +165,7 @@ async def test_a_canary_offer_is_drawn_in_the_shape_of_real_traffic(
     assert (await request).status_code == 200
     # the pool is drawn now, in the shape of the one real job
     await database_sync_to_async(canary_pool_fill)(
-        model_id=catalog.id, count=2, answer=oracle_answer
+        model_id=catalog.id, keep=2, answer=oracle_answer
     )
     device = await _device(host)
     await _due(device.id)
@@ -321,4 +324,40 @@ async def test_beat_marks_checks_for_quarantined_devices(
     assert await database_sync_to_async(spot_checks_schedule)() == 1
     await device.arefresh_from_db()
     assert device.spot_check_reason == "quarantine"
+    await host.close()
+
+
+def _rows(html: str, after: str) -> list[str]:
+    """The table rows of the first ``<tbody>`` after ``after``, with every number,
+    id and time made alike (what a check and a job may differ in: their values)."""
+    body = html[html.index(after) :]
+    body = body[body.index("<tbody") : body.index("</tbody>")]
+    rows = re.findall(r"<tr>.*?</tr>", body, re.S)
+    return [re.sub(r"[0-9a-f-]{36}|\d+|<time[^>]*>", "N", row) for row in rows]
+
+
+async def test_no_page_of_the_host_tells_a_passed_check_from_a_job(
+    canaries, api_key, machine_token, owner
+):
+    host = await host_online(machine_token, "rig")
+    check = await host.recv_type("offer")  # the first load's check
+    await host.answer(check, [await right_answer(check)])
+    assert (await _verdict(check["job"])).passed
+    request = chat_request(api_key, stream=False)
+    real = await host.recv_type("offer")
+    await host.answer(real, ["Hello there! How can I help?"])
+    assert (await request).status_code == 200
+    client = AsyncClient()
+    await client.aforce_login(owner)
+    earnings = (await client.get(reverse("billing:earnings"))).content.decode()
+    machine = (
+        await client.get(reverse("hosts:machine", args=[host.machine.id]))
+    ).content.decode()
+    for rows in (
+        _rows(earnings, "Segments paid"),
+        _rows(machine, 'id="recent-jobs"'),
+    ):
+        assert len(rows) == 2 and rows[0] == rows[1], rows
+        assert not re.search(r"spot|canar|check", "".join(rows), re.I)
+    assert "No failed spot checks." in machine
     await host.close()
