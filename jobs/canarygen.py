@@ -34,6 +34,8 @@ MAX_MESSAGES = 15
 MAX_CHARS = 3000
 """Characters of prompt text at most (padding stops there: the reference model's
 context is 2048 tokens, and calibration time grows with the prompt)."""
+DRAWS_TRIED = 1000
+"""Draws tried for one index before the tables are judged unusable (ValueError)."""
 GREETINGS = ["Hello! How can I help you today?", "Hi there! What can I do for you?"]
 
 
@@ -178,15 +180,21 @@ def canary_draw(
     first user message towards ``shape.chars``. The right answer never appears
     in the prompt unless the question is a recall, whose other value (a
     distractor) is then there too. Params are the shape's, at temperature 0.
+    Raises ValueError when ``DRAWS_TRIED`` draws all gave their answer away
+    (tables of a deployment's file that cannot make a check).
     """
     rng = random.Random(canary_seed(secret=secret, model_id=model_id, index=index))
-    while True:  # a draw whose answer its prompt gives away is drawn again
+    for _ in range(DRAWS_TRIED):  # a draw whose answer its prompt gives away is drawn again
         draw = _conversation(rng, vocab, shape)
         text = draw.prompt or "\n".join(m["content"] for m in draw.messages)
         if answer_appears(draw.expected, text) == (draw.family == "recall") and all(
             answer_appears(d, text) for d in draw.distractors
         ):
             return draw
+    raise ValueError(
+        f"no draw of {DRAWS_TRIED} keeps its answer out of its prompt: "
+        "check BALLAST_CANARY_VOCAB_FILE"
+    )
 
 
 def _conversation(rng: random.Random, vocab: dict, shape: Shape) -> Draw:

@@ -139,11 +139,11 @@ def canary_pool_draw(
     rows = []
     for _ in range(count):
         shape = shape_sample(model_id=model_id, rng=rng)
-        while True:
+        for attempt in range(10):
             top = CanaryPrompt.objects.filter(model_id=model_id).aggregate(
                 top=Max("index")
             )["top"]
-            index = (top or 0) + 1
+            index = (top or 0) + 1 + attempt  # past the indexes drawers race for
             draw = canary_draw(
                 secret=secret, model_id=model_id, index=index, shape=shape, vocab=vocab
             )
@@ -166,6 +166,8 @@ def canary_pool_draw(
                 break
             except IntegrityError:
                 continue  # another drawer took this index
+        else:
+            raise RuntimeError(f"no free draw index for {model_id} in 10 tries")
     return rows
 
 

@@ -2,8 +2,11 @@
 
 A spot check is a job with a known right answer, run on one device through the
 same path as a renter's job: same offer shape, ids and timing, so the host cannot
-tell them apart. Celery only marks a check *due* on a device (a row change); the
-machine's own connection picks it up (``spot_checks_take_due``) and runs it.
+tell them apart. Its prompt comes from the model's pool (``jobs.canarypool``:
+drawn under a secret in a real job's shape, calibrated on the reference model).
+Celery only marks a check *due* on a device (a row change); the machine's own
+connection picks it up (``spot_checks_take_due``) and runs it. A passed check is
+paid to its host like a job, by the platform (``jobs.services.endings.job_charge``).
 """
 
 from __future__ import annotations
