@@ -279,7 +279,10 @@ def canary_pool_top_up(
     """Top up the pool of every active catalog model that has a reference
     engine (Celery beat): draw and calibrate until it has what it needs
     (``canary_pool_need``) or ``budget_s`` (``BALLAST_CANARY_POOL_BUDGET_S``)
-    is spent. Returns {model id: prompts calibrated}."""
+    is spent. Returns {model id: prompts calibrated}; nothing with
+    ``BALLAST_SPOT_CHECKS`` off."""
+    if not settings.BALLAST_SPOT_CHECKS:
+        return {}
     budget_s = settings.BALLAST_CANARY_POOL_BUDGET_S if budget_s is None else budget_s
     deadline = time.monotonic() + budget_s
     added: dict[str, int] = {}
