@@ -15,6 +15,7 @@ day's checks (and ``BALLAST_CANARY_POOL_AHEAD``) never sent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import logging
@@ -31,7 +32,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from catalog.models import CatalogModel
-from hosts.models import Device
+from hosts.models import Device, DeviceModel
 
 from .canaries import answer_right
 from .canarygen import MAX_CHARS, Shape, canary_draw
@@ -232,6 +233,21 @@ def reference_engine(model_id: str):
     if smollm2_gguf_path() is None:
         return None
     return LlamaCppEngine(model=model_id)
+
+
+def canary_pool_kept(*, device_id: int) -> bool:
+    """True when the coordinator keeps a spot-check pool for one of the device's
+    loaded models (it has the model's reference engine): a check that found no
+    prompt for the device then waits for the top-up instead of being dropped."""
+    models = DeviceModel.objects.filter(device_id=device_id, loaded=True).values_list(
+        "model_id", flat=True
+    )
+    return any(_has_reference(model_id) for model_id in models)
+
+
+@functools.lru_cache(maxsize=32)
+def _has_reference(model_id: str) -> bool:
+    return reference_engine(model_id) is not None
 
 
 def canary_pool_fill(

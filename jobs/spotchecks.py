@@ -29,7 +29,7 @@ from hosts.services import (
 )
 
 from .canaries import answer_right
-from .canarypool import canary_pick
+from .canarypool import canary_pick, canary_pool_kept
 from .models import Job, Rental, SpotCheck
 from .services import job_create
 from .services.checks import device_check_failed
@@ -73,11 +73,8 @@ def spot_check_create(*, device: Device, reason: str) -> Job | None:
             device=device, canary=canary, job=job, reason=reason or "staff"
         )
         return job
-    log.warning(
-        "device %s: the spot-check pool of %s has no prompt left for it; "
-        "the check waits for the pool's top-up",
-        device.id,
-        loaded,
+    log.info(
+        "device %s: no spot-check prompt of %s left for it yet", device.id, loaded
     )
     return None
 
@@ -87,7 +84,8 @@ def spot_checks_take_due(*, machine_id: str, now: datetime | None = None) -> lis
 
     Each due mark is cleared by a compare-and-set, so only one connection (of any
     coordinator process) sends a given check. A check the pool cannot serve yet
-    stays due (its mark put back), so it is sent once the pool is topped up.
+    stays due (its mark put back), so it is sent once the pool is topped up; one
+    for a device none of whose models has a pool is dropped.
     """
     if not settings.BALLAST_SPOT_CHECKS:
         return []
@@ -104,10 +102,17 @@ def spot_checks_take_due(*, machine_id: str, now: datetime | None = None) -> lis
         job = spot_check_create(device=device, reason=device.spot_check_reason)
         if job is not None:
             jobs.append(job)
-        else:
+        elif canary_pool_kept(device_id=device.id):
             Device.objects.filter(id=device.id, spot_check_due_at__isnull=True).update(
                 spot_check_due_at=device.spot_check_due_at,
                 spot_check_reason=device.spot_check_reason,
+            )
+        else:
+            log.warning(
+                "device %s: none of its models has a spot-check pool (no reference "
+                "engine on the coordinator); check %s dropped",
+                device.id,
+                device.spot_check_reason,
             )
     return jobs
 
