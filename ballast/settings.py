@@ -437,7 +437,7 @@ BALLAST_SPOT_CHECK_MAX_DELAY_S = env_float("BALLAST_SPOT_CHECK_MAX_DELAY_S", 60.
 # checks), seconds of calibration per beat run, real jobs whose shapes checks
 # copy, and a deployment's own words (a JSON file outside the repository)
 BALLAST_CANARY_SECRET = os.environ.get("BALLAST_CANARY_SECRET", "")
-BALLAST_CANARY_POOL_AHEAD = env_int("BALLAST_CANARY_POOL_AHEAD", 200, minimum=1)
+BALLAST_CANARY_POOL_AHEAD = env_int("BALLAST_CANARY_POOL_AHEAD", 1000, minimum=1)
 BALLAST_CANARY_POOL_BUDGET_S = env_float(
     "BALLAST_CANARY_POOL_BUDGET_S", 20.0, minimum=1.0
 )
