@@ -200,12 +200,14 @@ def oracle_answer(row) -> tuple[str, str]:
 def canaries(catalog, settings):
     """A calibrated pool of 8 drawn prompts for the reference model (calibrated
     by ``oracle_answer``, so a host answering ``tests.jobs.helpers.
-    right_answer`` passes); spot checks sent without delay."""
+    right_answer`` passes); spot checks sent without delay, none at random."""
     from jobs.canarypool import canary_pool_fill
     from jobs.models import CanaryPrompt
 
     settings.BALLAST_SPOT_CHECKS = True
     settings.BALLAST_SPOT_CHECK_MAX_DELAY_S = 0
+    # no check marked at random on a renter's job (an offer a test did not expect)
+    settings.BALLAST_CANARY_RATE = 0
     settings.BALLAST_CANARY_SECRET = "tests"
     # every heartbeat records liveness, so each one also takes due spot checks
     settings.BALLAST_HEARTBEAT_INTERVAL_S = settings.BALLAST_HEARTBEAT_MAX_AGE_S / 2
