@@ -55,3 +55,10 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(
         60.0, sender.signature("jobs.tasks.rentals_settle"), name="rentals"
     )
+    # a run calibrates for at most BALLAST_CANARY_POOL_BUDGET_S (20 s), so runs
+    # neither pile up nor hold the worker from the tasks above for long
+    sender.add_periodic_task(
+        max(60.0, settings.BALLAST_CANARY_POOL_BUDGET_S * 3),
+        sender.signature("jobs.tasks.canary_pool_top_up"),
+        name="spot-check pool",
+    )

@@ -24,7 +24,7 @@ MODEL = "smollm2-135m-instruct"
 QUESTION = "What is 2+2?"
 CANARIES_CALIBRATED = (
     "from jobs.models import CanaryPrompt; "
-    "print('calibrated' if CanaryPrompt.objects.filter(calibrated=True).exists() else 'none')"
+    "print('calibrated' if CanaryPrompt.objects.filter(status='calibrated').exists() else 'none')"
 )
 
 
@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
     env.setdefault("BALLAST_DEV", "1")  # a developer's machine (ballast/settings.py)
+    # one machine's checks: a small spot-check pool, so the beat's calibration
+    # does not take a core from the agent for long
+    env.setdefault("BALLAST_CANARY_POOL_AHEAD", "20")
     var = Path(env.get("BALLAST_VAR_DIR", ROOT / "var"))
     with Stack(env=env, log_dir=var / "logs", port=args.port) as stack:
         print("migrating the database and loading the catalog ...", flush=True)
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 "calibrating spot-check canaries on the reference model ...", flush=True
             )
             print(
-                last_line(manage("canary_calibrate", MODEL, "--limit", "16", env=env)),
+                last_line(manage("canary_calibrate", MODEL, "--count", "4", env=env)),
                 flush=True,
             )
         api_key = last_line(

@@ -477,6 +477,17 @@ BALLAST_SPOT_CHECKS = env_bool("BALLAST_SPOT_CHECKS", True)
 BALLAST_LOCAL_DELIVERY = env_bool("BALLAST_LOCAL_DELIVERY", True)
 BALLAST_CANARY_RATE = env_float("BALLAST_CANARY_RATE", 0.02)
 BALLAST_SPOT_CHECK_MAX_DELAY_S = env_float("BALLAST_SPOT_CHECK_MAX_DELAY_S", 60.0)
+# the spot-check pool (jobs/canarypool.py): drawn under this secret (empty: one
+# derived from SECRET_KEY), never-sent prompts kept per model (at least a day's
+# checks), seconds of calibration per beat run, real jobs whose shapes checks
+# copy, and a deployment's own words (a JSON file outside the repository)
+BALLAST_CANARY_SECRET = os.environ.get("BALLAST_CANARY_SECRET", "")
+BALLAST_CANARY_POOL_AHEAD = env_int("BALLAST_CANARY_POOL_AHEAD", 1000, minimum=1)
+BALLAST_CANARY_POOL_BUDGET_S = env_float(
+    "BALLAST_CANARY_POOL_BUDGET_S", 20.0, minimum=1.0
+)
+BALLAST_CANARY_SHAPE_JOBS = env_int("BALLAST_CANARY_SHAPE_JOBS", 500, minimum=1)
+BALLAST_CANARY_VOCAB_FILE = os.environ.get("BALLAST_CANARY_VOCAB_FILE", "")
 BALLAST_QUARANTINE_CHECK_EVERY_S = env_float("BALLAST_QUARANTINE_CHECK_EVERY_S", 180.0)
 BALLAST_RENTAL_CHECK_EVERY_S = env_float("BALLAST_RENTAL_CHECK_EVERY_S", 1800.0)
 BALLAST_RENTAL_USD_PER_HOUR = os.environ.get("BALLAST_RENTAL_USD_PER_HOUR", "0.20")

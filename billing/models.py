@@ -56,7 +56,8 @@ class Account(models.Model):
     """A ledger account. Renter credit and host earnings are per user.
 
     Balance = sum of its entries (nano-USD). ``funding`` is where top-ups come from,
-    ``platform`` takes fees and reversed earnings.
+    ``platform`` takes fees and reversed earnings, ``platform_checks`` pays the
+    hosts of spot checks.
 
     ``balance_nano`` is that sum kept running by the database (a trigger on every
     entry inserted, billing migration 0004) for **renter credit accounts only**: the
@@ -72,6 +73,8 @@ class Account(models.Model):
         HOST_PAID_OUT = "host_paid_out"
         PLATFORM = "platform"
         FUNDING = "funding"
+        # what the platform pays hosts for passed spot checks (nobody is billed)
+        PLATFORM_CHECKS = "platform_checks"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     user = models.ForeignKey(

@@ -18,10 +18,10 @@ from django.http import Http404
 from billing.models import Earning
 from catalog.models import CatalogModel
 
-from .models import Benchmark, Device, Machine, ScoreSample
+from .models import Benchmark, Device, DeviceOutcome, Machine, ScoreSample
 from .scoring import PRIOR, WINDOW, score_parts
 from .segments import segment_earned_nothing
-from .services import device_score_inputs
+from .services import device_score_inputs, spot_checks_recent
 
 
 @dataclass
@@ -204,15 +204,21 @@ def device_score_parts(*, device: Device, now: datetime) -> ScoreParts:
 class DeviceView:
     """A device on the machine page, with what the page shows about it.
 
-    No spot-check history: to its host a check is a job like any other
-    (DESIGN.md "Spot checks"); staff see checks in the admin. ``vram_used_pct``
-    and ``temp_pct`` (0–100, of the total VRAM and of ``BALLAST_MAX_GPU_TEMP_C``)
+    Passed spot checks are not listed (nor counted): a pass at a known time
+    would tell the host which of its jobs was a check (DESIGN.md "Spot
+    checks"); staff see every check in the admin. ``failed_checks``: its failed
+    spot checks, newest first (a failure has consequences the host is told
+    of); ``passes_in_a_row``: passed checks since the last failure, shown while
+    quarantined (when every job it gets is a check). ``vram_used_pct`` and
+    ``temp_pct`` (0–100, of the total VRAM and of ``BALLAST_MAX_GPU_TEMP_C``)
     draw the live gauges; ``hot``: at or over that limit (no new jobs).
     """
 
     device: Device
     loaded_models: list[str]
     parts: ScoreParts | None = None
+    failed_checks: list[DeviceOutcome] = field(default_factory=list)
+    passes_in_a_row: int = 0
 
     @property
     def vram_used_pct(self) -> int | None:
@@ -243,15 +249,17 @@ class DeviceView:
 
 
 def device_views(
-    *, machine: Machine, now: datetime, parts: bool = True
+    *, machine: Machine, now: datetime, parts: bool = True, failed_checks: int = 20
 ) -> list[DeviceView]:
     """The machine's devices (retired ones last) with loaded models and, when
-    ``parts``, score parts (the live fragment needs none)."""
+    ``parts``, score parts and failed spot checks (the live fragment needs
+    neither)."""
     views = []
     devices = machine.devices.prefetch_related("models").order_by(
         F("retired_at").asc(nulls_first=True), "index"
     )
     for device in devices:
+        recent = spot_checks_recent(device_id=device.id) if parts else []
         views.append(
             DeviceView(
                 device=device,
@@ -259,6 +267,18 @@ def device_views(
                     dm.model_id for dm in device.models.all() if dm.loaded
                 ),
                 parts=device_score_parts(device=device, now=now) if parts else None,
+                failed_checks=list(
+                    DeviceOutcome.objects.filter(
+                        device=device,
+                        source=DeviceOutcome.Source.SPOT_CHECK,
+                        success=False,
+                    )[:failed_checks]
+                )
+                if parts
+                else [],
+                passes_in_a_row=next(
+                    (i for i, passed in enumerate(recent) if not passed), len(recent)
+                ),
             )
         )
     return views

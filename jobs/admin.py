@@ -131,9 +131,24 @@ class AttemptAdmin(admin.ModelAdmin):
 
 @admin.register(CanaryPrompt)
 class CanaryPromptAdmin(admin.ModelAdmin):
-    list_display = ["model_id", "prompt", "expected", "calibrated", "calibrated_at"]
-    list_filter = ["model_id", "calibrated"]
-    search_fields = ["prompt", "expected"]
+    """The spot-check pool (staff only: never shown to a host)."""
+
+    list_display = [
+        "model_id",
+        "index",
+        "family",
+        "endpoint",
+        "expected",
+        "status",
+        "sent_count",
+        "calibrated_at",
+    ]
+    list_filter = ["model_id", "status", "family", "endpoint"]
+    search_fields = ["expected", "prompt"]
+    readonly_fields = [f.name for f in CanaryPrompt._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
 
 
 @admin.register(SpotCheck)

@@ -2,8 +2,11 @@
 
 A spot check is a job with a known right answer, run on one device through the
 same path as a renter's job: same offer shape, ids and timing, so the host cannot
-tell them apart. Celery only marks a check *due* on a device (a row change); the
-machine's own connection picks it up (``spot_checks_take_due``) and runs it.
+tell them apart. Its prompt comes from the model's pool (``jobs.canarypool``:
+drawn under a secret in a real job's shape, calibrated on the reference model).
+Celery only marks a check *due* on a device (a row change); the machine's own
+connection picks it up (``spot_checks_take_due``) and runs it. A passed check is
+paid to its host like a job, by the platform (``jobs.services.endings.job_charge``).
 """
 
 from __future__ import annotations
@@ -25,33 +28,23 @@ from hosts.services import (
     spot_check_mark_due,
 )
 
-from .canaries import answer_appears
-from .models import CanaryPrompt, Job, Rental, SpotCheck
+from .canaries import answer_right
+from .canarypool import canary_pick, canary_pool_kept
+from .models import Job, Rental, SpotCheck
 from .services import job_create
 from .services.checks import device_check_failed
 from .tokens import token_count, token_count_inflated
 
 log = logging.getLogger("ballast.spotchecks")
 
-SPOT_CHECK_MAX_TOKENS = 64
-
-
-def canary_pick(*, device_id: int, model_id: str) -> CanaryPrompt | None:
-    """A calibrated canary of the model this device has never been sent, or None."""
-    used = SpotCheck.objects.filter(device_id=device_id).values("canary_id")
-    return (
-        CanaryPrompt.objects.filter(model_id=model_id, calibrated=True)
-        .exclude(id__in=used)
-        .order_by("?")
-        .first()
-    )
-
 
 @transaction.atomic
 def spot_check_create(*, device: Device, reason: str) -> Job | None:
-    """Create the spot-check job for a device (its canary chosen); None if none is left.
+    """Create the spot-check job for a device; None when no loaded model of it
+    has a prompt left for it in the pool (``jobs.canarypool.canary_pick``).
 
-    The job looks like a renter's: one user message, ordinary params at temperature 0.
+    The job is the canary's, as a renter's job in the shape the canary was
+    drawn in (endpoint, messages or prompt, params, stream).
     """
     loaded = list(
         DeviceModel.objects.filter(device=device, loaded=True).values_list(
@@ -59,26 +52,20 @@ def spot_check_create(*, device: Device, reason: str) -> Job | None:
         )
     )
     for model_id in loaded:
-        canary = canary_pick(device_id=device.id, model_id=model_id)
         model = CatalogModel.objects.filter(id=model_id).first()
-        if canary is None or model is None:
+        canary = model and canary_pick(device=device, model_id=model_id)
+        if not canary:
             continue
         job = job_create(
             renter=None,
             api_key=None,
             model=model,
-            endpoint=Job.Endpoint.CHAT,
-            messages=[{"role": "user", "content": canary.prompt}],
-            prompt=None,
-            params={
-                "max_tokens": SPOT_CHECK_MAX_TOKENS,
-                "temperature": 0,
-                "top_p": 1.0,
-                "stop": None,
-                "seed": None,
-            },
+            endpoint=canary.endpoint,
+            messages=canary.messages,
+            prompt=canary.prompt,
+            params=dict(canary.params),
             placement={},
-            stream=True,
+            stream=canary.stream,
             is_spot_check=True,
             target_device_id=device.id,
         )
@@ -86,10 +73,8 @@ def spot_check_create(*, device: Device, reason: str) -> Job | None:
             device=device, canary=canary, job=job, reason=reason or "staff"
         )
         return job
-    log.warning(
-        "device %s: no unused calibrated canary for %s; spot check skipped",
-        device.id,
-        loaded,
+    log.info(
+        "device %s: no spot-check prompt of %s left for it yet", device.id, loaded
     )
     return None
 
@@ -98,7 +83,9 @@ def spot_checks_take_due(*, machine_id: str, now: datetime | None = None) -> lis
     """Take the spot checks due on this machine's devices and create their jobs.
 
     Each due mark is cleared by a compare-and-set, so only one connection (of any
-    coordinator process) sends a given check.
+    coordinator process) sends a given check. A check the pool cannot serve yet
+    stays due (its mark put back), so it is sent once the pool is topped up; one
+    for a device none of whose models has a pool is dropped.
     """
     if not settings.BALLAST_SPOT_CHECKS:
         return []
@@ -106,21 +93,35 @@ def spot_checks_take_due(*, machine_id: str, now: datetime | None = None) -> lis
     jobs = []
     for device in Device.objects.filter(
         machine_id=machine_id, spot_check_due_at__lte=now
-    ):
+    ).select_related("machine"):
         taken = Device.objects.filter(
             id=device.id, spot_check_due_at=device.spot_check_due_at
         ).update(spot_check_due_at=None, spot_check_reason="")
-        if taken:
-            job = spot_check_create(device=device, reason=device.spot_check_reason)
-            if job is not None:
-                jobs.append(job)
+        if not taken:
+            continue
+        job = spot_check_create(device=device, reason=device.spot_check_reason)
+        if job is not None:
+            jobs.append(job)
+        elif canary_pool_kept(device_id=device.id):
+            Device.objects.filter(id=device.id, spot_check_due_at__isnull=True).update(
+                spot_check_due_at=device.spot_check_due_at,
+                spot_check_reason=device.spot_check_reason,
+            )
+        else:
+            log.warning(
+                "device %s: none of its models has a spot-check pool (no reference "
+                "engine on the coordinator); check %s dropped",
+                device.id,
+                device.spot_check_reason,
+            )
     return jobs
 
 
 def spot_check_verdict(*, job: Job, check: SpotCheck) -> tuple[bool, str]:
     """Judge a finished spot-check job: (passed, detail).
 
-    Pass: the job succeeded, the expected answer appears in the output, and the
+    Pass: the job succeeded, the expected answer appears in the output (and no
+    other answer its prompt names: ``jobs.canaries.answer_right``), and the
     reported token count is believable (never more than the characters; within the
     tolerance of the recount: ``jobs.tokens.token_count_inflated``).
     """
@@ -138,7 +139,8 @@ def spot_check_verdict(*, job: Job, check: SpotCheck) -> tuple[bool, str]:
             False,
             f"unbelievable token count {reported} for {len(job.output_text)} characters",
         )
-    if not answer_appears(check.canary.expected, job.output_text):
+    canary = check.canary
+    if not answer_right(canary.expected, canary.distractors, job.output_text):
         return False, "expected answer missing"
     return True, "expected answer present"
 

@@ -19,6 +19,14 @@ def spot_checks_schedule() -> int:
     return schedule()
 
 
+@shared_task(name="jobs.tasks.canary_pool_top_up")
+def canary_pool_top_up() -> dict:
+    """Draw and calibrate spot-check prompts where a model's pool runs low."""
+    from .canarypool import canary_pool_top_up as top_up
+
+    return top_up()
+
+
 @shared_task(name="jobs.tasks.rentals_settle")
 def rentals_settle() -> int:
     """End and bill rentals whose period is over."""

@@ -216,30 +216,30 @@ def live_device(owner, catalog):
     return make
 
 
+def oracle_answer(row) -> tuple[str, str]:
+    """A stand-in for the reference model in calibration (``jobs.canarypool.
+    Answerer``): the right answer in a sentence. The real model calibrates in
+    tests/jobs/test_canary_pool.py and the e2e test."""
+    return f"The answer is {row.expected}.", "stop"
+
+
 @pytest.fixture
 def canaries(catalog, settings):
-    """Calibrated canaries for the reference model; spot checks sent without delay."""
+    """A calibrated pool of 8 drawn prompts for the reference model (calibrated
+    by ``oracle_answer``, so a host answering ``tests.jobs.helpers.
+    right_answer`` passes); spot checks sent without delay, none at random."""
+    from jobs.canarypool import canary_pool_fill
     from jobs.models import CanaryPrompt
 
     settings.BALLAST_SPOT_CHECKS = True
     settings.BALLAST_SPOT_CHECK_MAX_DELAY_S = 0
+    # no check marked at random on a renter's job (an offer a test did not expect)
+    settings.BALLAST_CANARY_RATE = 0
+    settings.BALLAST_CANARY_SECRET = "tests"
     # every heartbeat records liveness, so each one also takes due spot checks
     settings.BALLAST_HEARTBEAT_INTERVAL_S = settings.BALLAST_HEARTBEAT_MAX_AGE_S / 2
-    return [
-        CanaryPrompt.objects.create(
-            model_id=catalog.id, prompt=prompt, expected=expected, calibrated=True
-        )
-        for prompt, expected in [
-            ("What is 2+2?", "4"),
-            ("What is the capital of Japan?", "Tokyo"),
-            ("What is the opposite of hot?", "cold"),
-            ("What is 7+3?", "10"),
-            ("Who wrote Romeo and Juliet?", "Shakespeare"),
-            ("What is 6 times 7?", "42"),
-            ("What is the capital of Germany?", "Berlin"),
-            ("What is the opposite of up?", "down"),
-        ]
-    ]
+    canary_pool_fill(model_id=catalog.id, keep=8, answer=oracle_answer)
+    return list(CanaryPrompt.objects.filter(model_id=catalog.id, status="calibrated"))
 
 
 @pytest.fixture(autouse=True)

@@ -150,31 +150,41 @@ def charge_plan(
 def charge_post(
     *,
     job_id,
-    renter: AbstractBaseUser,
+    renter: AbstractBaseUser | None,
     model_id: str,
     plan: ChargePlan,
     now: datetime,
 ) -> LedgerTransaction | None:
     """Post ``plan`` as the charge of job ``job_id`` (UUID or str) to ``renter``
-    (the job's renter, a user); return the transaction, or None when nothing was
-    posted.
+    (the job's renter, a user; None for a spot check, which the platform pays);
+    return the transaction, or None when nothing was posted.
 
     One transaction, key ``charge:<job_id>``, memo "<tokens> tokens of
     <model_id>": the renter's credit −``plan.cost``, each paid segment's host's
     ``host_held`` +its share with an ``Earning`` (held until ``now`` +
-    ``BALLAST_HOLD_HOURS``), the platform the rest; zero legs are dropped.
-    Nothing is posted when ``plan.cost`` ≤ 0, or when the job was charged before
-    (once per job, whoever retries or races). Raises UnbalancedTransaction for a
-    plan whose parts do not sum to its cost.
+    ``BALLAST_HOLD_HOURS``), the platform the rest; zero legs are dropped. A
+    spot check's hosts are paid the same shares, from ``platform_checks``
+    (−their sum), so their earnings read as any job's and nobody is billed
+    (DESIGN.md "Spot checks"). Nothing is posted when ``plan.cost`` ≤ 0 (or a
+    spot check pays no host), or when the job was charged before (once per job,
+    whoever retries or races). Raises UnbalancedTransaction for a plan whose
+    parts do not sum to its cost.
     """
     if plan.cost <= 0:
         return None
-    legs = [(account_for(kind=Account.Kind.RENTER_CREDIT, user=renter), -plan.cost)]
+    paid = sum(share for _, share in plan.shares)
+    if renter is None and paid <= 0:
+        return None
+    if renter is None:
+        legs = [(account_for(kind=Account.Kind.PLATFORM_CHECKS), -paid)]
+    else:
+        legs = [(account_for(kind=Account.Kind.RENTER_CREDIT, user=renter), -plan.cost)]
     legs += [
         (account_for(kind=Account.Kind.HOST_HELD, user_id=segment.host_id), share)
         for segment, share in plan.shares
     ]
-    legs.append((account_for(kind=Account.Kind.PLATFORM), plan.platform))
+    if renter is not None:
+        legs.append((account_for(kind=Account.Kind.PLATFORM), plan.platform))
     txn = ledger_post(
         kind=LedgerTransaction.Kind.CHARGE,
         key=f"charge:{job_id}",

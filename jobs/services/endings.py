@@ -133,7 +133,8 @@ def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:
     receipt check. The sanity rules of ``billing.services.charge_plan`` apply
     (a segment never bills more tokens than its characters, the job never more
     than ``max_tokens``); a segment they cut is written back, flagged. A spot
-    check and a job without a renter cost nothing (DESIGN.md "Spot checks").
+    check costs nobody anything, its hosts paid like any job's by the platform
+    (DESIGN.md "Spot checks"); a job without a renter costs nothing.
     """
     segments = [segment_of(attempt) for attempt in attempts]
     plan = charge_plan(
@@ -146,7 +147,11 @@ def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:
             tokens_billed=segment.tokens_billed, token_count_flagged=True
         )
     job.tokens_billed = plan.tokens
-    if job.is_spot_check or job.renter_id is None:
+    if job.is_spot_check:  # its host paid by the platform, nobody billed
+        job.cost_nano = 0
+        charge_post(job_id=job.id, renter=None, model_id=job.model_id, plan=plan, now=now)
+        return
+    if job.renter_id is None:
         job.cost_nano = 0
         return
     job.cost_nano = plan.cost

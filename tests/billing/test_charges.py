@@ -100,13 +100,34 @@ def test_it_never_bills_the_prompt(rig, renter):
     assert job.cost_nano == 3 * 333
 
 
-def test_it_never_bills_a_spot_check(rig, renter):
+def test_a_spot_check_bills_nobody_and_pays_its_host_like_a_job(rig, renter):
+    """DESIGN.md "Spot checks": paid to the host like a job, by the platform."""
+    before = renter_balance_nano(user=renter)
     job = rig.job(renter=renter, model="test-13b", spot_check=True)
     attempt = rig.segment(job, text="Paris", tokens=2)
     job = rig.finish(job)
-    assert job.cost_nano == 0
+    assert job.cost_nano == 0 and job.tokens_billed == 2
+    assert renter_balance_nano(user=renter) == before
+    earning = Earning.objects.get(attempt=attempt)
+    real = rig.job(renter=renter, model="test-13b")
+    twin = rig.segment(real, text="Paris", tokens=2)
+    rig.finish(real)
+    assert earning.amount_nano == Earning.objects.get(attempt=twin).amount_nano > 0
+    assert earning.status == "held"
+    txn = LedgerTransaction.objects.get(job=job)
+    assert txn.kind == "charge" and txn.memo == "2 tokens of test-13b"
+    assert {(e.account.kind, e.amount_nano) for e in txn.entries.all()} == {
+        ("host_held", earning.amount_nano),
+        ("platform_checks", -earning.amount_nano),
+    }
+    assert transactions_unbalanced() == []
+
+
+def test_a_spot_check_without_a_valid_receipt_pays_nothing(rig, renter):
+    job = rig.job(renter=renter, model="test-13b", spot_check=True)
+    rig.segment(job, text="Paris", tokens=2, receipt="missing")
+    job = rig.finish(job)
     assert not LedgerTransaction.objects.filter(job=job).exists()
-    assert not Earning.objects.filter(attempt=attempt).exists()
 
 
 def test_it_caps_an_unbelievable_count_at_the_characters_and_flags_it(rig, renter):

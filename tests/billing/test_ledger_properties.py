@@ -7,7 +7,8 @@ lying token counts, missing / bad / mismatched / replayed receipts, and duplicat
 and late ``done`` frames. After each history:
 
 - every ledger transaction balances (and the database's own checks pass);
-- no job is charged twice, spot checks never;
+- no job is charged twice; a spot check bills nobody, its host paid like a
+  job's from the platform's ``platform_checks`` account;
 - each job's charge = delivered tokens × price, as an independent model computes;
 - each host share = 80 % of its receipted segment, rounded down, and the
   earnings' held / released / reversed states match the model;
@@ -121,6 +122,7 @@ class History:
         self.earnings: dict[str, Expected] = {}  # attempt id → expected earning
         self.signatures: list[str] = []
         self.reversed_total = 0
+        self.checks_paid: dict[str, int] = {}  # spot-check job id → host's share
 
     def _segment(
         self, job: Job, seg: dict, *, outcome: str, continue_from: str = ""
@@ -141,6 +143,8 @@ class History:
             self.signatures.append(attempt.receipt)
         tokens, flagged = _billed(seg["text"], seg["tokens"] if with_done else None)
         assert (attempt.tokens_billed, attempt.token_count_flagged) == (tokens, flagged)
+        if flagged and with_done and not job.is_spot_check:
+            self._reverse_held(attempt.device_id)  # a failed check of its honesty
         paid = with_done and receipt == "valid" and not flagged and _share(tokens) > 0
         if paid and not job.is_spot_check:
             self.earnings[str(attempt.id)] = Expected(
@@ -225,19 +229,28 @@ class History:
         attempt = Attempt.objects.get(id=self._spot_attempt(job, seg))
         self.rig.finish(job)
         self.charges[str(job.id)] = 0
+        if _share(1) > 0:  # paid like a job of one token, by the platform
+            self.checks_paid[str(job.id)] = _share(1)
+            self.earnings[str(attempt.id)] = Expected(
+                amount=_share(1),
+                device_id=attempt.device_id,
+                host_id=attempt.device.machine.owner_id,
+                release_at=self.rig.now + timedelta(hours=24),
+            )
         if not step["passed"]:
             earnings_reverse_held(
                 device_id=attempt.device_id,
                 reason="failed spot check",
                 now=self.rig.now,
             )
-            for expected in self.earnings.values():
-                if (
-                    expected.device_id == attempt.device_id
-                    and expected.status == Earning.Status.HELD
-                ):
-                    expected.status = Earning.Status.REVERSED
-                    self.reversed_total += expected.amount
+            self._reverse_held(attempt.device_id)
+
+    def _reverse_held(self, device_id: int) -> None:
+        """The model of a failed check: the device's held earnings reversed."""
+        for expected in self.earnings.values():
+            if expected.device_id == device_id and expected.status == Earning.Status.HELD:
+                expected.status = Earning.Status.REVERSED
+                self.reversed_total += expected.amount
 
     def _spot_attempt(self, job: Job, seg: dict) -> str:
         attempt = self.rig.segment(
@@ -269,14 +282,20 @@ class History:
         assert all(n == 1 for n in per_job.values()), "a job was charged twice"
         assert set(per_job) == {
             job_id for job_id, cost in self.charges.items() if cost > 0
-        }
+        } | set(self.checks_paid)
         for txn in charges.prefetch_related("entries__account"):
-            renter_leg = [
-                e.amount_nano
-                for e in txn.entries.all()
-                if e.account.kind == Account.Kind.RENTER_CREDIT
-            ]
-            assert renter_leg == [-self.charges[str(txn.job_id)]]
+            legs = Counter()
+            for e in txn.entries.all():
+                legs[e.account.kind] += e.amount_nano
+            if str(txn.job_id) in self.checks_paid:
+                assert legs[Account.Kind.RENTER_CREDIT] == 0
+                assert legs[Account.Kind.PLATFORM_CHECKS] == -self.checks_paid[
+                    str(txn.job_id)
+                ]
+            else:
+                assert legs[Account.Kind.RENTER_CREDIT] == -self.charges[
+                    str(txn.job_id)
+                ]
         for job in Job.objects.filter(id__in=self.charges):
             assert job.cost_nano == self.charges[str(job.id)]
         actual = {
@@ -284,7 +303,8 @@ class History:
         }
         assert actual == {k: (v.amount, v.status) for k, v in self.earnings.items()}
         charged = sum(self.charges.values())
-        shares = sum(v.amount for v in self.earnings.values())
+        checks = sum(self.checks_paid.values())
+        shares = sum(v.amount for v in self.earnings.values()) - checks
         assert balance(Account.Kind.RENTER_CREDIT, self.renter) == topped_up - charged
         assert (  # the running total the credit check reads (billing migration 0004)
             Account.objects.get(
@@ -293,6 +313,7 @@ class History:
             == topped_up - charged
         )
         assert balance(Account.Kind.PLATFORM) == charged - shares + self.reversed_total
+        assert balance(Account.Kind.PLATFORM_CHECKS) == -checks
         by_status = Counter()
         for v in self.earnings.values():
             by_status[v.status] += v.amount

@@ -34,7 +34,7 @@ def test_an_honest_agent_passes_its_first_spot_check(e2e_env, tmp_path):
     with Stack(env=e2e_env, log_dir=tmp_path / "spot-logs") as stack:
         stack.migrate()
         manage(
-            "canary_calibrate", "smollm2-135m-instruct", "--limit", "12", env=stack.env
+            "canary_calibrate", "smollm2-135m-instruct", "--count", "1", env=stack.env
         )
         stack.start_coordinator()
         token = manage(

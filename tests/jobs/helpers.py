@@ -9,6 +9,7 @@ from channels.db import database_sync_to_async
 from django.test import AsyncClient
 
 from hosts.models import Device
+from jobs.models import SpotCheck
 from tests.hostsim import MODEL, HostSim
 
 
@@ -163,3 +164,23 @@ async def job_closed(job_id, *, timeout: float = 5.0):
             return job
         await asyncio.sleep(0.01)
     raise AssertionError(f"job {job_id} never closed")
+
+
+async def right_answer(offer: dict) -> str:
+    """What an honest host running the reference model answers to a spot check's
+    offer, in a sentence (the test reads the pool for it: the stand-in for the
+    model, as ``tests.conftest.oracle_answer`` is in calibration)."""
+    check = await SpotCheck.objects.select_related("canary").aget(
+        job__attempts__id=offer["job"]
+    )
+    return f"Sure! It is {check.canary.expected}."
+
+
+async def verdict(offer_job: str) -> SpotCheck:
+    """Wait (on the database state) until the spot check of this attempt is judged."""
+    for _ in range(500):
+        check = await SpotCheck.objects.filter(job__attempts__id=offer_job).afirst()
+        if check is not None and check.passed is not None:
+            return check
+        await asyncio.sleep(0.02)
+    raise AssertionError("spot check never judged")

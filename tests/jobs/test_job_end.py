@@ -253,8 +253,9 @@ def test_the_end_records_what_the_two_ways_before_it_recorded(name, worlds, rent
     assert rows["job"][0] == Job.Status.SUCCEEDED
 
 
-def test_a_spot_check_is_never_billed_and_its_end_records_no_outcome(worlds):
-    """A spot check's outcome is its verdict (``spotchecks.spot_check_judge``)."""
+def test_a_spot_check_bills_nobody_and_its_end_records_no_outcome(worlds):
+    """A spot check's outcome is its verdict (``spotchecks.spot_check_judge``);
+    its host is paid like a job's, by the platform (nobody billed)."""
     rig, hosts = worlds[0]
     job = rig.job(renter=None, model=MODEL, spot_check=True)
     attempt, host = rig.attempt(job, device=hosts[0].device)
@@ -264,7 +265,12 @@ def test_a_spot_check_is_never_billed_and_its_end_records_no_outcome(worlds):
     )
     assert (ended.status, ended.cost_nano) == (Job.Status.SUCCEEDED, 0)
     assert not DeviceOutcome.objects.filter(device=hosts[0].device).exists()
-    assert not LedgerTransaction.objects.filter(job=job).exists()
+    kinds = {
+        e.account.kind
+        for e in Entry.objects.filter(transaction__job=job).select_related("account")
+    }
+    assert kinds == {"platform_checks", "host_held"}
+    assert Earning.objects.get(attempt=attempt).status == "held"
 
 
 def test_a_second_end_of_the_same_job_changes_nothing(worlds, renter):

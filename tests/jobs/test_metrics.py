@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.hostsim import MODEL
 
-from .helpers import chat_request, host_online, read_body
-from .test_spot_checks import ANSWERS, _verdict
+from .helpers import chat_request, host_online, read_body, right_answer
+from .helpers import verdict as _verdict
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -91,7 +91,7 @@ async def test_it_counts_spot_checks_by_result(canaries, machine_token, metrics_
     before = await scrape()
     host = await host_online(machine_token, "rig")  # the first load is checked
     offer = await host.recv_type("offer")
-    await host.answer(offer, [ANSWERS[offer["messages"][0]["content"]]])
+    await host.answer(offer, [await right_answer(offer)])
     await _verdict(offer["job"])
     after = await scrape()
     passed = ("ballast_spot_checks_total", "passed")

@@ -19,8 +19,8 @@ from hosts.services import spot_check_mark_due
 from jobs.models import Rental
 from jobs.rentals import rental_price_per_hour_nano, rentals_settle
 
-from .helpers import chat_request, host_online
-from .test_spot_checks import ANSWERS, _verdict
+from .helpers import chat_request, host_online, right_answer
+from .helpers import verdict as _verdict
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -37,7 +37,7 @@ async def _api(method: str, path: str, api_key: str, body=None):
 async def _passing_host(machine_token, name):
     host = await host_online(machine_token, name)
     offer = await host.recv_type("offer")  # first-load spot check
-    await host.answer(offer, [ANSWERS[offer["messages"][0]["content"]]])
+    await host.answer(offer, [await right_answer(offer)])
     await _verdict(offer["job"])
     host.device = await Device.objects.aget(machine=host.machine)
     return host
@@ -52,7 +52,7 @@ async def _rent(host, api_key, hours=2):
     assert rental["status"] == "pending"
     await host.heartbeat()
     offer = await host.recv_type("offer")
-    await host.answer(offer, [ANSWERS[offer["messages"][0]["content"]]])
+    await host.answer(offer, [await right_answer(offer)])
     check = await _verdict(offer["job"])
     assert check.reason == "rental"
     return await Rental.objects.aget(id=rental["id"])

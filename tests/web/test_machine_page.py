@@ -49,19 +49,19 @@ def test_it_shows_the_score_and_its_three_parts(owner_client, busy_machine):
     assert "weight 0.06" in html
 
 
-def test_it_shows_quarantine_but_never_which_jobs_were_spot_checks(
-    owner_client, busy_machine
-):
-    """Issue 22's rule: to its host a check is a job like any other, so the page
-    has no spot-check history, count or label (staff see them in the admin)."""
+def test_it_shows_quarantine_and_failed_spot_checks_only(owner_client, busy_machine):
+    """A failure is told (it reversed earnings); a pass is not (DESIGN.md "Spot
+    checks": nothing afterwards tells a check from a job)."""
     device = busy_machine.devices.get()
     device.quarantined = True
     device.save()
     html = page(owner_client, busy_machine)
-    assert "quarantined" in html
-    assert "spot check" not in html.lower() and "spot_check" not in html
-    assert "canary" not in html.lower()
-    assert "wrong_answer" not in html
+    assert "quarantined" in html and "(0 of 3 so far)" in html
+    checks = html[html.index('class="spot-checks"') :]
+    checks = checks[: checks.index("</table>")]
+    assert "wrong_answer" in checks
+    assert checks.count("<tr>") == 2, "the header and the one failure"
+    assert "passed" not in checks
 
 
 def test_it_lists_recent_jobs_with_outcomes_and_earnings(owner_client, busy_machine):

@@ -1,9 +1,12 @@
-"""``python manage.py canary_calibrate MODEL`` (PROTOCOL.md §3, DESIGN.md "Spot checks").
+"""``python manage.py canary_calibrate MODEL --count N`` (DESIGN.md "Spot checks").
 
-Runs the reference model at temperature 0 on every candidate canary and keeps in
-the model's set only the prompts it answers right, so honest hosts pass. The
-reference engine is the agent's own llama.cpp engine, rendering the model's chat
-template exactly as a host does.
+Draws new spot-check prompts of the model (``jobs.canarypool``) and calibrates
+them on the reference model now, the agent's own llama.cpp engine rendering the
+model's chat template exactly as a host does, until N have joined the pool
+(at most ``--tries``, 20 × N by default); a prompt joins only if the model
+gives its right answer. Celery beat keeps the pool topped up the same
+way (``jobs.tasks.canary_pool_top_up``); this fills it at once (a first start,
+the demo). Prints how many joined, never a prompt or an answer.
 """
 
 from __future__ import annotations
@@ -11,82 +14,41 @@ from __future__ import annotations
 import asyncio
 
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
 from catalog.models import CatalogModel
-from jobs.canaries import CANDIDATES, answer_appears
-from jobs.models import CanaryPrompt
-from jobs.spotchecks import SPOT_CHECK_MAX_TOKENS
-
-
-async def _answers(model_id: str, prompts: list[str]) -> list[str]:
-    from agent.engines.base import GenerationRequest, GenerationResult
-    from agent.engines.llamacpp import LlamaCppEngine
-
-    engine = LlamaCppEngine(model=model_id)
-    await engine.load()
-    outputs = []
-    try:
-        for prompt in prompts:
-            request = GenerationRequest(
-                model=model_id,
-                messages=[{"role": "user", "content": prompt}],
-                params={
-                    "max_tokens": SPOT_CHECK_MAX_TOKENS,
-                    "temperature": 0,
-                    "top_p": 1.0,
-                },
-            )
-            outputs.append(
-                "".join(
-                    [
-                        piece
-                        async for piece in engine.stream(request, GenerationResult())
-                    ]
-                )
-            )
-    finally:
-        await engine.close()
-    return outputs
+from jobs.canarypool import canary_pool_fill, engine_answerer, reference_engine
 
 
 class Command(BaseCommand):
-    help = "Keep the canary prompts the reference model answers right at temperature 0."
+    help = "Draw spot-check prompts and keep those the reference model answers right."
 
     def add_arguments(self, parser):
         parser.add_argument("model")
         parser.add_argument(
-            "--limit", type=int, default=0, help="try only the first N candidates"
+            "--count", type=int, default=16, help="prompts to add to the pool"
+        )
+        parser.add_argument(
+            "--tries", type=int, default=0, help="prompts to try at most (20 × count)"
         )
 
-    def handle(self, *args, model: str, limit: int, **options):
+    def handle(self, *args, model: str, count: int, tries: int, **options):
         if not CatalogModel.objects.filter(id=model).exists():
             raise CommandError(f"model {model!r} is not in the catalog")
-        if not model.startswith("smollm2-135m"):
+        if count < 1:
+            raise CommandError("--count must be at least 1")
+        engine = reference_engine(model)
+        if engine is None:
             raise CommandError(
                 f"no reference engine is known for {model!r} on the coordinator"
             )
-        candidates = CANDIDATES[:limit] if limit > 0 else CANDIDATES
-        outputs = asyncio.run(_answers(model, [prompt for prompt, _ in candidates]))
-        now = timezone.now()
-        kept = 0
-        for (prompt, expected), output in zip(candidates, outputs, strict=True):
-            right = answer_appears(expected, output)
-            CanaryPrompt.objects.update_or_create(
+        asyncio.run(engine.load())
+        try:
+            kept = canary_pool_fill(
                 model_id=model,
-                prompt=prompt,
-                defaults={
-                    "expected": expected,
-                    "calibrated": right,
-                    "calibrated_at": now,
-                    "reference_output": output[:2000],
-                },
+                keep=count,
+                tries=tries or 20 * count,
+                answer=engine_answerer(engine),
             )
-            kept += right
-            mark = "kept   " if right else "dropped"
-            self.stdout.write(
-                f"{mark} {prompt!r} expects {expected!r}: {output.strip()[:70]!r}"
-            )
-        self.stdout.write(
-            f"{kept} of {len(candidates)} canaries calibrated for {model}"
-        )
+        finally:
+            asyncio.run(engine.close())
+        self.stdout.write(f"{kept} spot-check prompts calibrated for {model}")

