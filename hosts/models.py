@@ -75,6 +75,14 @@ class Machine(models.Model):
         db_default=True,
         help_text="the agent's hello: both must accept serverless jobs",
     )
+    features = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="what its engine declared it does beyond text (hello.features):"
+        " known names, space-separated, sorted",
+    )
     paused = models.BooleanField(default=False, help_text="paused by its owner")
     host_paused = models.BooleanField(default=False, help_text="paused by the agent")
     connected = models.BooleanField(default=False)
@@ -111,6 +119,12 @@ class Machine(models.Model):
     def build(self) -> str:
         """The build this machine runs: ``agent version + engine name/version``."""
         return f"agent {self.agent_version} / {self.engine_name} {self.engine_version}"
+
+    def serves(self, features) -> bool:
+        """Whether this machine's engine declared every one of ``features``
+        (names of ``hosts.protocol.FEATURES``) in its latest ``hello``."""
+        declared = self.features.split()
+        return all(feature in declared for feature in features)
 
     def is_online(self, now: datetime) -> bool:
         """True when the websocket is open and the last heartbeat is fresh.
@@ -219,8 +233,9 @@ class Device(models.Model):
         rules 1–6, for one row (``jobs.selectors.devices_eligible`` is the same
         rule as one query; a test holds the two equal).
 
-        ``job``: its ``placement``, ``target_device_id``, ``is_spot_check`` and
-        ``rental_id`` are read; ``vram_per_request_mb``: the model's need (MiB);
+        ``job``: its ``placement``, ``target_device_id``, ``is_spot_check``,
+        ``rental_id`` and ``features_needed`` (what its output needs of the
+        engine: ``response_format``, ``logprobs``) are read; ``vram_per_request_mb``: the model's need (MiB);
         ``loaded``: the device's latest report lists the job's model as loaded;
         ``rented``: the device has an open (pending or live) rental; ``tried``:
         the device already had an attempt of ``job``. Reads ``self.machine``
@@ -262,6 +277,7 @@ class Device(models.Model):
                 not placement.get("region")
                 or str(placement["region"]).upper() == machine.region.upper()
             )
+            and machine.serves(job.features_needed)  # rule 6: what the output needs
         )
 
 

@@ -192,6 +192,9 @@ class HostRelayConsumer(HostConsumer):
             return
         if info.get("relay_failed"):
             return  # never relay a token after a lost one: the connection is closing
+        if "logprobs" in info:  # the offer asked for them: every frame has them
+            entries = await self._parsed(_token_logprobs(info), frame, attempt_id, info)
+            info["logprobs_outbox"].extend(entries)
         _sent_add(info, text)
         outbox = info.get("outbox")
         if outbox is None:
@@ -221,16 +224,16 @@ class HostRelayConsumer(HostConsumer):
             while outbox:
                 text = outbox[0] if len(outbox) == 1 else "".join(outbox)
                 outbox.clear()
-                await local.channel_send(
-                    self.channel_layer,
-                    info["reply"],
-                    {
-                        "type": "host.token",
-                        "attempt": attempt_id,
-                        "text": text,
-                        "at": info.get("relayed_chars", 0),
-                    },
-                )
+                message = {
+                    "type": "host.token",
+                    "attempt": attempt_id,
+                    "text": text,
+                    "at": info.get("relayed_chars", 0),
+                }
+                if "logprobs" in info:
+                    message["logprobs"] = info["logprobs_outbox"]
+                    info["logprobs_outbox"] = []
+                await local.channel_send(self.channel_layer, info["reply"], message)
                 info["relayed_chars"] = info.get("relayed_chars", 0) + len(text)
         except Exception:
             log.exception(
@@ -354,10 +357,17 @@ class HostRelayConsumer(HostConsumer):
     # --- messages from the job coroutines (channel layer) -----------------------------
     async def attempt_offer(self, message: dict) -> None:
         """Send an ``offer`` to the host and open the attempt on this connection."""
-        self.open_attempts[message["attempt"]] = {
-            "reply": message["reply"],
-            "claimed": False,
-        }
+        info: dict[str, Any] = {"reply": message["reply"], "claimed": False}
+        if message["frame"].get("logprobs") is not None:
+            # the tokens' logprobs asked for: alternatives per token, the entries
+            # waiting to be relayed, and the bytes of text and of entries so far
+            info.update(
+                logprobs=message["frame"]["logprobs"],
+                logprobs_outbox=[],
+                text_bytes=0,
+                logprob_bytes=0,
+            )
+        self.open_attempts[message["attempt"]] = info
         await self.send_json(message["frame"])
 
     async def attempt_cancel(self, message: dict) -> None:
@@ -398,6 +408,25 @@ class HostRelayConsumer(HostConsumer):
         an ``error`` frame, unless this connection cancelled it lately."""
         if attempt_id not in self.cancelled:
             await self.send_error(error)
+
+
+def _token_logprobs(info: dict):
+    """The parser of a ``token`` frame's ``logprobs`` for the attempt of
+    ``info`` (``protocol.parse_token_logprobs``), which also holds the tokens'
+    bytes within the text's: the entries of an attempt never cover more bytes
+    than the text it sent (so a cut of the text cuts its entries)."""
+
+    def parse(frame: dict) -> list[dict]:
+        entries = protocol.parse_token_logprobs(frame, top=info["logprobs"])
+        info["text_bytes"] += len(frame["text"].encode("utf-8"))
+        info["logprob_bytes"] += sum(len(entry["bytes"]) for entry in entries)
+        if info["logprob_bytes"] > info["text_bytes"]:
+            raise protocol.FrameError(
+                "token: the logprobs' tokens have more bytes than the text sent"
+            )
+        return entries
+
+    return parse
 
 
 def _sent_add(info: dict, text: str) -> None:
