@@ -86,6 +86,7 @@ class MachineAdmin(admin.ModelAdmin):
         "agent_version",
         "engine_name",
         "engine_version",
+        "features",
         "created_at",
     ]
     list_select_related = ["owner"]

@@ -20,8 +20,6 @@ MAX_TEXT_CHARS = 65536
 # to devices whose machine declared it
 FEATURES = ("json_object", "json_schema", "logprobs")
 MAX_FEATURES = 32  # entries of ``hello.features``, known or not
-MAX_TOP_LOGPROBS = 20  # alternatives per token an offer may ask for
-MAX_TOKEN_BYTES = 256  # bytes of one token of a ``token`` frame's logprobs
 
 
 def max_devices() -> int:
@@ -250,63 +248,6 @@ def parse_job_frame(frame: dict[str, Any]) -> str:
 def parse_token(frame: dict[str, Any]) -> str:
     """Return the ``text`` of a ``token`` frame (1..65536 characters)."""
     return _str(frame, "text", max_len=MAX_TEXT_CHARS)
-
-
-def parse_token_logprobs(frame: dict[str, Any], *, top: int) -> list[dict]:
-    """The ``logprobs`` of a ``token`` frame of an attempt whose offer asked
-    for them with ``top`` alternatives per token: a list (empty when the
-    frame's text completes no token) of ``{"token", "logprob", "bytes",
-    "top_logprobs": [{"token", "logprob", "bytes"}]}`` (OpenAI's chat shape),
-    ``logprob`` a finite number ≤ 0, ``bytes`` the token's 1 to 256 bytes,
-    at most ``top`` alternatives. FrameError when missing or malformed (an
-    engine that drops what was asked fails the attempt, never silently)."""
-    entries = frame.get("logprobs")
-    if not isinstance(entries, list):
-        raise FrameError("token: logprobs (a list) is required by this job's offer")
-    text = frame.get("text", "")
-    if len(entries) > len(text.encode("utf-8", errors="replace")):
-        raise FrameError("token: more logprobs entries than bytes of text")
-    cleaned = []
-    for i, entry in enumerate(entries):
-        where = f"token: logprobs[{i}]"
-        if not isinstance(entry, dict):
-            raise FrameError(f"{where} must be an object")
-        alternatives = entry.get("top_logprobs", [])
-        if not isinstance(alternatives, list) or len(alternatives) > top:
-            raise FrameError(f"{where}.top_logprobs must list at most {top} tokens")
-        item = _logprob(entry, where)
-        item["top_logprobs"] = [
-            _logprob(alt, f"{where}.top_logprobs[{j}]")
-            for j, alt in enumerate(alternatives)
-        ]
-        cleaned.append(item)
-    return cleaned
-
-
-def _logprob(entry: Any, where: str) -> dict:
-    """One ``{"token", "logprob", "bytes"}`` of a token frame, checked."""
-    if not isinstance(entry, dict):
-        raise FrameError(f"{where} must be an object")
-    token, logprob, raw = entry.get("token"), entry.get("logprob"), entry.get("bytes")
-    if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES:
-        raise FrameError(f"{where}.token must be a string of a token")
-    _utf8(token, f"{where}.token")
-    if (
-        isinstance(logprob, bool)
-        or not isinstance(logprob, (int, float))
-        or not -1e9 <= logprob <= 0  # NaN and infinities fail this too
-    ):
-        raise FrameError(f"{where}.logprob must be a finite number <= 0")
-    if (
-        not isinstance(raw, list)
-        or not 0 < len(raw) <= MAX_TOKEN_BYTES
-        or not all(
-            isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 255
-            for b in raw
-        )
-    ):
-        raise FrameError(f"{where}.bytes must list the token's 1 to 256 bytes")
-    return {"token": token, "logprob": float(logprob), "bytes": raw}
 
 
 def parse_done(frame: dict[str, Any]) -> dict[str, Any]:

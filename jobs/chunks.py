@@ -14,7 +14,7 @@ class ChunkWriter:
     """Builds OpenAI response objects (chunks and whole responses) for one job.
 
     ``logprobs`` arguments are the tokens' entries as hosts send them
-    (``hosts.protocol.parse_token_logprobs``: OpenAI's chat shape), or None
+    (``hosts.logprobs.parse_token_logprobs``: OpenAI's chat shape), or None
     when the request asked for none; a completion's become OpenAI's
     completions shape (``tokens``, ``token_logprobs``, ``top_logprobs``,
     ``text_offset``: characters from the start of the prompt, as OpenAI and

@@ -99,15 +99,16 @@ class GrammarMask:
     def __call__(self, _input_ids: Any, scores: Any) -> Any:
         """Logits processor: the likeliest allowed tokens keep their logits."""
         top = self._top
-        ids = np.argpartition(scores, -len(top))[-len(top) :]
-        top["id"] = ids
-        top["logit"] = scores[ids]
-        self._apply(top)
-        allowed = np.isfinite(top["logit"])
-        if allowed.any():
-            out = np.full_like(scores, -np.inf)
-            out[ids[allowed]] = scores[ids[allowed]]
-            return out
+        if len(top):
+            ids = np.argpartition(scores, -len(top))[-len(top) :]
+            top["id"] = ids
+            top["logit"] = scores[ids]
+            self._apply(top)
+            allowed = np.isfinite(top["logit"])
+            if allowed.any():
+                out = np.full_like(scores, -np.inf)
+                out[ids[allowed]] = scores[ids[allowed]]
+                return out
         full = self._full[: len(scores)]
         full["logit"] = scores
         self._apply(full)
@@ -173,10 +174,9 @@ class LogprobCapture:
     def entry(self, token: int, sent: bytes) -> dict[str, Any]:
         """The entry of ``token`` just sampled: ``sent`` is what of its bytes
         the answer gained (less than all after token healing)."""
-        scores = self._scores
-        finite = scores[np.isfinite(scores)]
-        peak = finite.max()
-        total = peak + np.log(np.exp(finite - peak).sum())
+        scores = self._scores  # raw logits: finite (no mask has run yet)
+        peak = scores.max()
+        total = peak + np.log(np.exp(scores - peak).sum())
         entry = self._item(sent, scores[token] - total)
         alternatives = []
         if self.top:

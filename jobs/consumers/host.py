@@ -20,6 +20,7 @@ from django.conf import settings
 from ballast import local
 from ballast.db import db_call
 from hosts import protocol
+from hosts.logprobs import TokenLogprobs
 from hosts.consumers import HostConsumer
 from hosts.services import HeartbeatResult
 
@@ -193,7 +194,8 @@ class HostRelayConsumer(HostConsumer):
         if info.get("relay_failed"):
             return  # never relay a token after a lost one: the connection is closing
         if "logprobs" in info:  # the offer asked for them: every frame has them
-            entries = await self._parsed(_token_logprobs(info), frame, attempt_id, info)
+            parse = info["logprobs"].parse
+            entries = await self._parsed(parse, frame, attempt_id, info)
             info["logprobs_outbox"].extend(entries)
         _sent_add(info, text)
         outbox = info.get("outbox")
@@ -358,15 +360,9 @@ class HostRelayConsumer(HostConsumer):
     async def attempt_offer(self, message: dict) -> None:
         """Send an ``offer`` to the host and open the attempt on this connection."""
         info: dict[str, Any] = {"reply": message["reply"], "claimed": False}
-        if message["frame"].get("logprobs") is not None:
-            # the tokens' logprobs asked for: alternatives per token, the entries
-            # waiting to be relayed, and the bytes of text and of entries so far
-            info.update(
-                logprobs=message["frame"]["logprobs"],
-                logprobs_outbox=[],
-                text_bytes=0,
-                logprob_bytes=0,
-            )
+        top = message["frame"].get("logprobs")
+        if top is not None:  # its frames' logprobs checked, then relayed
+            info.update(logprobs=TokenLogprobs(top), logprobs_outbox=[])
         self.open_attempts[message["attempt"]] = info
         await self.send_json(message["frame"])
 
@@ -408,25 +404,6 @@ class HostRelayConsumer(HostConsumer):
         an ``error`` frame, unless this connection cancelled it lately."""
         if attempt_id not in self.cancelled:
             await self.send_error(error)
-
-
-def _token_logprobs(info: dict):
-    """The parser of a ``token`` frame's ``logprobs`` for the attempt of
-    ``info`` (``protocol.parse_token_logprobs``), which also holds the tokens'
-    bytes within the text's: the entries of an attempt never cover more bytes
-    than the text it sent (so a cut of the text cuts its entries)."""
-
-    def parse(frame: dict) -> list[dict]:
-        entries = protocol.parse_token_logprobs(frame, top=info["logprobs"])
-        info["text_bytes"] += len(frame["text"].encode("utf-8"))
-        info["logprob_bytes"] += sum(len(entry["bytes"]) for entry in entries)
-        if info["logprob_bytes"] > info["text_bytes"]:
-            raise protocol.FrameError(
-                "token: the logprobs' tokens have more bytes than the text sent"
-            )
-        return entries
-
-    return parse
 
 
 def _sent_add(info: dict, text: str) -> None:

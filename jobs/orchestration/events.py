@@ -13,7 +13,7 @@ from ..models import Attempt, Job
 class Token:
     """A piece of output text delivered to the renter, with its tokens'
     log-probabilities when the request asked for them (entries of
-    ``hosts.protocol.parse_token_logprobs``; None when not asked)."""
+    ``hosts.logprobs.parse_token_logprobs``; None when not asked)."""
 
     text: str
     logprobs: list[dict] | None = None

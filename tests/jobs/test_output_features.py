@@ -490,3 +490,42 @@ def test_every_schema_form_the_engine_tests_enforce_is_admitted():
 
     for form, schema in ADMITTED.items():
         assert schema_checked(schema, param="schema") == schema, form
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_renter_websocket_gets_the_same_logprobs_and_format(
+    catalog, api_key, machine_token
+):
+    from channels.testing import WebsocketCommunicator
+
+    from ballast.asgi import application
+
+    host = await host_online(machine_token, "able", features=ALL)
+    ws = WebsocketCommunicator(
+        application,
+        "/ws/v1/chat/",
+        headers=[(b"authorization", f"Bearer {api_key}".encode())],
+    )
+    assert (await ws.connect())[0]
+    await ws.send_json_to(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "JSON please"}],
+            "response_format": {"type": "json_object"},
+            "logprobs": True,
+            "top_logprobs": 1,
+        }
+    )
+    offer = await host.recv_type("offer")
+    assert offer["response_format"] == {"type": "json_object"}
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "{}", logprobs=[_entry("{}", alternatives=1)])
+    await host.done(offer["job"], 1)
+    chunk = await ws.receive_json_from(timeout=5)
+    assert chunk["choices"][0]["delta"]["content"] == "{}"
+    assert chunk["choices"][0]["logprobs"]["content"] == [_entry("{}", alternatives=1)]
+    while (await ws.receive_json_from(timeout=5)).get("type") != "done":
+        pass
+    await ws.disconnect()
+    await host.close()
