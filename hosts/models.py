@@ -235,7 +235,8 @@ class Device(models.Model):
 
         ``job``: its ``placement``, ``target_device_id``, ``is_spot_check``,
         ``rental_id`` and ``features_needed`` (what its output needs of the
-        engine: ``response_format``, ``logprobs``) are read; ``vram_per_request_mb``: the model's need (MiB);
+        engine: ``response_format``, ``logprobs``) are read;
+        ``vram_per_request_mb``: the model's need (MiB);
         ``loaded``: the device's latest report lists the job's model as loaded;
         ``rented``: the device has an open (pending or live) rental; ``tried``:
         the device already had an attempt of ``job``. Reads ``self.machine``

@@ -25,7 +25,9 @@ import numpy as np
 
 from agent.engines.base import GenerationError, GenerationRequest, Piece
 
-TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
+TOKEN_DATA = np.dtype(
+    [("id", np.intc), ("logit", np.single), ("p", np.single)], align=True
+)
 """llama.cpp's ``llama_token_data`` as a numpy record."""
 
 GRAMMAR_TOP = 64

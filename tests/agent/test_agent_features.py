@@ -18,7 +18,10 @@ MODEL = "smollm2-135m-instruct"
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
     "script, declared",
-    [({}, []), ({"features": ["logprobs", "json_object"]}, ["json_object", "logprobs"])],
+    [
+        ({}, []),
+        ({"features": ["logprobs", "json_object"]}, ["json_object", "logprobs"]),
+    ],
 )
 async def test_the_hello_declares_what_the_engine_does(
     coordinator, agent_start, script, declared

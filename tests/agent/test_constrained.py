@@ -51,7 +51,10 @@ ADMITTED: dict[str, dict[str, Any]] = {
         "required": ["streets"],
         "additionalProperties": False,
     },
-    "tuple": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 8}, {"type": "integer"}]},
+    "tuple": {
+        "type": "array",
+        "prefixItems": [{"type": "string", "maxLength": 8}, {"type": "integer"}],
+    },
     "enum and const": {
         "type": "object",
         "properties": {
@@ -104,7 +107,9 @@ def json_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
 
 
-async def generate(engine: Any, **fields: Any) -> tuple[str, list[str], GenerationResult]:
+async def generate(
+    engine: Any, **fields: Any
+) -> tuple[str, list[str], GenerationResult]:
     params = {"temperature": 0, "max_tokens": 160} | fields.pop("params", {})
     request = GenerationRequest(
         model=MODEL,
@@ -159,7 +164,9 @@ async def test_every_admitted_schema_form_is_enforced(llama_engine, form) -> Non
 @pytest.mark.asyncio
 async def test_a_json_object_is_any_object(llama_engine) -> None:
     text, _, result = await generate(
-        llama_engine, response_format={"type": "json_object"}, params={"max_tokens": 200}
+        llama_engine,
+        response_format={"type": "json_object"},
+        params={"max_tokens": 200},
     )
     assert result.finish_reason == "stop"
     assert isinstance(json.loads(text), dict)

@@ -136,7 +136,10 @@ def test_a_pydantic_models_schema_is_admitted():
         ({"not": {"type": "string"}}, "schema.not"),
         ({"type": "array", "uniqueItems": True}, "schema.uniqueItems"),
         ({"type": "array", "minItems": 2}, "schema.minItems"),
-        ({"type": "array", "items": {"type": "string"}, "minItems": 300}, "schema.minItems"),
+        (
+            {"type": "array", "items": {"type": "string"}, "minItems": 300},
+            "schema.minItems",
+        ),
         ({"type": "string", "minLength": 5, "maxLength": 2}, "schema.minLength"),
         ({"type": ["string", "null"], "maxLength": 3}, "schema.maxLength"),
         ({"enum": [1, "a"], "type": "string"}, "schema.type"),
@@ -185,17 +188,21 @@ def test_a_schema_that_refers_to_itself_inside_an_object_is_admitted():
     assert _chat(response_format={"type": "json_schema", "json_schema": spec})
 
 
+def _spec(json_schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": json_schema}
+
+
 @pytest.mark.parametrize(
     "response_format, param",
     [
         ("json", "response_format"),
         ({"type": "yaml"}, "response_format.type"),
         ({"type": "json_schema"}, "response_format.json_schema"),
-        ({"type": "json_schema", "json_schema": {"schema": {}}}, "response_format.json_schema.name"),
-        ({"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}, "response_format.json_schema.name"),
-        ({"type": "json_schema", "json_schema": {"name": "a"}}, "response_format.json_schema.schema"),
+        (_spec({"schema": {}}), "response_format.json_schema.name"),
+        (_spec({"name": "a b", "schema": {}}), "response_format.json_schema.name"),
+        (_spec({"name": "a"}), "response_format.json_schema.schema"),
         ({"type": "json_object", "json_schema": {}}, "response_format.json_schema"),
-        ({"type": "json_schema", "json_schema": {"name": "a", "schema": {}, "x": 1}}, "response_format.json_schema.x"),
+        (_spec({"name": "a", "schema": {}, "x": 1}), "response_format.json_schema.x"),
     ],
 )
 def test_a_bad_response_format_is_a_400_naming_the_field(response_format, param):
@@ -342,8 +349,10 @@ async def test_the_offer_carries_the_format_and_the_logprobs_asked(
     assert await plain.ws.receive_nothing(timeout=0.1), "the best score cannot serve it"
     job = offer["job"]
     await able.claim(job)
-    await able.token(job, '{"city": ', logprobs=[_entry("{", alternatives=2), _entry('"city": ', alternatives=2)])
-    await able.token(job, '"Paris", "population": 2}', logprobs=[_entry('"Paris", "population": 2}', -1.0, 2)])
+    first = [_entry("{", alternatives=2), _entry('"city": ', alternatives=2)]
+    await able.token(job, '{"city": ', logprobs=first)
+    rest = '"Paris", "population": 2}'
+    await able.token(job, rest, logprobs=[_entry(rest, -1.0, 2)])
     await able.done(job, 3)
     response = await request
     events = [e for e in sse_events(await read_body(response)) if e != "[DONE]"]
@@ -355,7 +364,7 @@ async def test_the_offer_carries_the_format_and_the_logprobs_asked(
         if e["choices"][0]["logprobs"] is not None
         for item in e["choices"][0]["logprobs"]["content"]
     ]
-    assert [c["token"] for c in content] == ["{", '"city": ', '"Paris", "population": 2}']
+    assert [c["token"] for c in content] == ["{", '"city": ', rest]
     assert content[0]["top_logprobs"] == _entry("{", alternatives=2)["top_logprobs"]
     assert b"".join(bytes(c["bytes"]) for c in content) == text.encode()
     assert events[-1]["choices"][0]["finish_reason"] == "stop"
