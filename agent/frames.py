@@ -53,12 +53,35 @@ def request_from_offer(frame: dict[str, Any], device: int) -> GenerationRequest:
     continue_from = frame.get("continue_from") or ""
     if not isinstance(continue_from, str):
         raise ValueError("continue_from must be a string")
+    response_format = frame.get("response_format")
+    if response_format is not None and (
+        not isinstance(response_format, dict)
+        or response_format.get("type") not in ("json_object", "json_schema")
+        or (
+            response_format["type"] == "json_schema"
+            and not isinstance(
+                (response_format.get("json_schema") or {}).get("schema"), dict
+            )
+        )
+    ):
+        raise ValueError(
+            "response_format must be a json_object or a json_schema with a schema"
+        )
+    logprobs = frame.get("logprobs")
+    if logprobs is not None and (
+        not isinstance(logprobs, int)
+        or isinstance(logprobs, bool)
+        or not 0 <= logprobs <= 20
+    ):
+        raise ValueError("logprobs must be an integer from 0 to 20")
     return GenerationRequest(
         model=model,
         messages=messages,
         prompt=prompt,
         params=params,
         continue_from=continue_from,
+        response_format=response_format,
+        logprobs=logprobs,
     )
 
 

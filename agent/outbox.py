@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from agent.engines.base import Piece
+
 if TYPE_CHECKING:
     from agent.session import Session
 
@@ -34,14 +36,27 @@ class Outbox:
 
     MAX_PIECES = 64
 
-    def __init__(self, session: Session, job: str) -> None:
+    def __init__(self, session: Session, job: str, *, logprobs: bool = False) -> None:
+        """``logprobs``: the job's offer asked for them, so every ``token``
+        frame carries its pieces' entries (``Piece.logprobs``; maybe none)."""
         self.session, self.job = session, job
+        self.logprobs = logprobs
         self.pieces: list[str] = []
+        self.entries: list[dict[str, Any]] = []
         self.sender: asyncio.Task[None] | None = None
+
+    def frame(self, text: str, entries: list[dict[str, Any]] | None = None) -> dict:
+        """The ``token`` frame of ``text`` (with its tokens' ``entries``)."""
+        frame: dict[str, Any] = {"type": "token", "job": self.job, "text": text}
+        if self.logprobs:
+            frame["logprobs"] = list(entries or ())
+        return frame
 
     def add(self, piece: str) -> None:
         """Queue ``piece``; it leaves when the job's loop next gives way."""
         self.pieces.append(piece)
+        if self.logprobs:
+            self.entries.extend(piece_logprobs(piece))
         if self.sender is None or self.sender.done():
             if self.sender is not None:
                 self.sender.result()  # a failed send (ConnectionClosed) raises here
@@ -73,25 +88,43 @@ class Outbox:
         while self.pieces:
             text = "".join(self.pieces)
             self.pieces.clear()
-            await self.session.send({"type": "token", "job": self.job, "text": text})
+            entries, self.entries = self.entries, []
+            await self.session.send(self.frame(text, entries))
+
+
+def piece_logprobs(piece: str) -> list[dict[str, Any]]:
+    """The log-probability entries an engine's piece carries (``Piece``)."""
+    return list(getattr(piece, "logprobs", None) or ())
 
 
 def sendable(piece) -> str:
     """The text of an engine's piece as a ``token`` frame carries it: "" for
     anything but text; NUL characters dropped (the coordinator refuses a frame
     holding one: PostgreSQL text cannot store it, PROTOCOL.md §2 via
-    ``hosts.protocol``). The receipt signs the text as sent, so an engine that
-    emits a NUL still gets its answer paid."""
+    ``hosts.protocol``), from its tokens' entries too. The receipt signs the
+    text as sent, so an engine that emits a NUL still gets its answer paid."""
     if not isinstance(piece, str):
         return ""
-    return piece.replace("\x00", "") if "\x00" in piece else piece
+    if "\x00" not in piece:
+        return piece
+    text = piece.replace("\x00", "")
+    if not isinstance(piece, Piece):
+        return text
+    entries = []
+    for entry in piece.logprobs:
+        raw = [b for b in entry.get("bytes", ()) if b != 0]
+        if raw:
+            token = str(entry.get("token", "")).replace("\x00", "")
+            entries.append({**entry, "token": token, "bytes": raw})
+    return Piece(text, entries)
 
 
 async def first_piece(
-    pieces: AsyncIterator[str], session: Session, claim: dict[str, Any]
+    pieces: AsyncIterator[str], session: Session, claim: dict[str, Any], outbox: Outbox
 ) -> str:
     """Start the engine, send ``claim`` — with the first piece's ``token`` frame
-    when the engine yields it within ``CLAIM_WITH_FIRST_PIECE_S`` — and return
+    (``outbox.frame``) when the engine yields it within
+    ``CLAIM_WITH_FIRST_PIECE_S`` — and return
     that first piece once sent ("" when the stream ended without one).
 
     Pieces that are not non-empty text (``sendable``) are skipped, as the
@@ -111,13 +144,13 @@ async def first_piece(
     try:
         done, _ = await asyncio.wait({first}, timeout=CLAIM_WITH_FIRST_PIECE_S)
         if first in done and first.exception() is None and first.result():
-            token = {"type": "token", "job": claim["job"], "text": first.result()}
-            await session.send(claim, token)
-            return first.result()
+            piece = first.result()
+            await session.send(claim, outbox.frame(piece, piece_logprobs(piece)))
+            return piece
         await session.send(claim)
         piece = await first
         if piece:
-            await session.send({"type": "token", "job": claim["job"], "text": piece})
+            await session.send(outbox.frame(piece, piece_logprobs(piece)))
         return piece
     finally:
         if not first.done():  # cancelled: stop the engine's first step first

@@ -14,7 +14,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from agent import __version__
-from agent.engines.base import GenerationRequest, GenerationResult
+from agent.engines.base import FEATURES, GenerationRequest, GenerationResult
 from agent.frames import frame_parse, frame_summary, request_from_offer
 from agent.outbox import Outbox, first_piece, sendable
 from agent.receipts import challenge_sign, public_key_b64, receipt_sign
@@ -94,6 +94,7 @@ class Session:
             "engine": {"name": agent.engine.name, "version": agent.engine.version},
             "public_key": public_key_b64(agent.key),
             "accepts_serverless": agent.config.accepts_serverless,
+            "features": sorted(set(agent.engine.features) & set(FEATURES)),
             "devices": [
                 {"index": d.index, "name": d.name, "vram_total_mb": d.vram_total_mb}
                 for d in agent.telemetry.devices()
@@ -214,6 +215,11 @@ class Session:
                 raise ValueError(
                     f"no free slot ({agent.config.slots} of {agent.config.slots} busy)"
                 )
+            missing = request.features_needed() - set(agent.engine.features)
+            if missing:  # never served as plain text: refused, naming it
+                raise ValueError(
+                    f"this engine cannot serve {', '.join(sorted(missing))}"
+                )
         except ValueError as exc:
             log.warning("job %s refused: %s", job, exc)
             await self.send({"type": "error", "job": job, "message": str(exc)})
@@ -263,12 +269,12 @@ class Session:
         sent: list[str] = []
         result = GenerationResult()
         claim = {"type": "claim", "job": job}
-        outbox = Outbox(self, job)
+        outbox = Outbox(self, job, logprobs=request.logprobs is not None)
         self.sent[job] = []
         self.pieces[job] = 0
         try:
             async with _closing(engine.stream(request, result)) as pieces:
-                first = await first_piece(pieces, self, claim)
+                first = await first_piece(pieces, self, claim, outbox)
                 log.info(
                     "job %s claimed (%s)",
                     job,

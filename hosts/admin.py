@@ -88,6 +88,7 @@ class MachineAdmin(admin.ModelAdmin):
         "agent_version",
         "engine_name",
         "engine_version",
+        "features",
         "created_at",
         "retired_at",
     ]

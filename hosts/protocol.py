@@ -15,6 +15,11 @@ from django.conf import settings
 
 PROTOCOL_NAME = "ballast.host.v1"
 MAX_TEXT_CHARS = 65536
+# what an engine may declare it does beyond text (``hello.features``;
+# docs/protocol-notes.md "Output features"): a request that needs one goes only
+# to devices whose machine declared it
+FEATURES = ("json_object", "json_schema", "logprobs")
+MAX_FEATURES = 32  # entries of ``hello.features``, known or not
 
 
 def max_devices() -> int:
@@ -86,7 +91,10 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
     """Check a ``hello``: agent version, engine, Ed25519 key, devices.
 
     Returns ``{"agent_version", "engine_name", "engine_version", "public_key",
-    "accepts_serverless", "devices": [{"index", "name", "vram_total_mb"}]}``.
+    "accepts_serverless", "features", "devices": [{"index", "name",
+    "vram_total_mb"}]}``; ``features``: the known ``FEATURES`` the hello
+    declares, sorted (a feature this coordinator does not know is ignored;
+    none declared: none).
     """
     engine = _require(frame, "engine", dict)
     key = _str(frame, "public_key", max_len=64)
@@ -138,8 +146,22 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
         "engine_version": _utf8(engine_version, "hello: engine.version"),
         "public_key": key,
         "accepts_serverless": accepts,
+        "features": _features(frame.get("features", [])),
         "devices": cleaned,
     }
+
+
+def _features(value: Any) -> list[str]:
+    """The known ``FEATURES`` of a hello's ``features`` list, sorted."""
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_FEATURES
+        or not all(isinstance(f, str) and 0 < len(f) <= 64 for f in value)
+    ):
+        raise FrameError(
+            f"hello: features must be a list of at most {MAX_FEATURES} names"
+        )
+    return sorted(set(value) & set(FEATURES))
 
 
 def device_known(frame_type: str, index: int, known: frozenset[int]) -> int:

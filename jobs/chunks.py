@@ -11,7 +11,15 @@ from .requests import CompletionRequest
 
 
 class ChunkWriter:
-    """Builds OpenAI response objects (chunks and whole responses) for one job."""
+    """Builds OpenAI response objects (chunks and whole responses) for one job.
+
+    ``logprobs`` arguments are the tokens' entries as hosts send them
+    (``hosts.logprobs.parse_token_logprobs``: OpenAI's chat shape), or None
+    when the request asked for none; a completion's become OpenAI's
+    completions shape (``tokens``, ``token_logprobs``, ``top_logprobs``,
+    ``text_offset``: characters from the start of the prompt, as OpenAI and
+    llama.cpp count them).
+    """
 
     def __init__(self, job: Job, request: CompletionRequest) -> None:
         self.job = job
@@ -20,6 +28,28 @@ class ChunkWriter:
         self.created = int(time.time())
         self.id = f"{'chatcmpl' if self.chat else 'cmpl'}-{job.id}"
         self.first = True
+        self.offset = len(request.prompt or "")  # the next token's text_offset
+
+    def logprobs(self, entries: list[dict] | None) -> dict | None:
+        """A choice's ``logprobs`` object for ``entries`` (None: not asked)."""
+        if entries is None:
+            return None
+        if self.chat:
+            return {"content": entries, "refusal": None}
+        offsets = []
+        for entry in entries:
+            offsets.append(self.offset)
+            # characters: the bytes that begin one (not UTF-8 continuations)
+            self.offset += sum(1 for b in entry["bytes"] if b & 0xC0 != 0x80)
+        return {
+            "tokens": [entry["token"] for entry in entries],
+            "token_logprobs": [entry["logprob"] for entry in entries],
+            "top_logprobs": [
+                {alt["token"]: alt["logprob"] for alt in entry["top_logprobs"]}
+                for entry in entries
+            ],
+            "text_offset": offsets,
+        }
 
     def _base(self, choices: list) -> dict:
         return {
@@ -30,8 +60,14 @@ class ChunkWriter:
             "choices": choices,
         }
 
-    def chunk(self, text: str = "", finish_reason: str | None = None) -> dict:
-        """A streamed chunk carrying ``text`` (and the finish reason, at the end)."""
+    def chunk(
+        self,
+        text: str = "",
+        finish_reason: str | None = None,
+        logprobs: list[dict] | None = None,
+    ) -> dict:
+        """A streamed chunk carrying ``text`` and its tokens' ``logprobs`` (and
+        the finish reason, at the end)."""
         if self.chat:
             delta: dict = {"content": text} if text or finish_reason is None else {}
             if self.first:
@@ -41,37 +77,43 @@ class ChunkWriter:
                 "index": 0,
                 "delta": delta,
                 "finish_reason": finish_reason,
-                "logprobs": None,
+                "logprobs": self.logprobs(logprobs),
             }
         else:
             choice = {
                 "index": 0,
                 "text": text,
                 "finish_reason": finish_reason,
-                "logprobs": None,
+                "logprobs": self.logprobs(logprobs),
             }
         return self._base([choice])
 
-    def token_sse(self, text: str) -> bytes:
+    def token_sse(self, text: str, logprobs: list[dict] | None = None) -> bytes:
         """The server-sent event of a chunk carrying ``text``."""
-        return sse(self.chunk(text))
+        return sse(self.chunk(text, logprobs=logprobs))
 
-    def token_json(self, text: str) -> str:
+    def token_json(self, text: str, logprobs: list[dict] | None = None) -> str:
         """The renter websocket's message of a chunk carrying ``text``."""
-        return json.dumps(self.chunk(text))
+        return json.dumps(self.chunk(text, logprobs=logprobs))
 
     def usage_chunk(self, usage: dict) -> dict:
         """The final usage chunk of ``stream_options.include_usage``."""
         return {**self._base([]), "usage": usage}
 
-    def whole(self, text: str, finish_reason: str, usage: dict) -> dict:
-        """A non-streamed response object."""
+    def whole(
+        self,
+        text: str,
+        finish_reason: str,
+        usage: dict,
+        logprobs: list[dict] | None = None,
+    ) -> dict:
+        """A non-streamed response object (``logprobs``: every token's)."""
         if self.chat:
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": {"role": "assistant", "content": text, "refusal": None},
                 "finish_reason": finish_reason,
-                "logprobs": None,
+                "logprobs": self.logprobs(logprobs),
             }
             kind = "chat.completion"
         else:
@@ -79,7 +121,7 @@ class ChunkWriter:
                 "index": 0,
                 "text": text,
                 "finish_reason": finish_reason,
-                "logprobs": None,
+                "logprobs": self.logprobs(logprobs),
             }
             kind = "text_completion"
         return {

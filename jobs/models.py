@@ -13,6 +13,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from .formats import features_needed
+
 
 class ApiKey(models.Model):
     """A renter's API key, stored as a sha256 hash; the plain key is shown once.
@@ -166,6 +168,13 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.id} ({self.status})"
+
+    @property
+    def features_needed(self) -> tuple[str, ...]:
+        """What this job asks of its device's engine beyond text: a subset of
+        ``hosts.protocol.FEATURES`` (``jobs.formats.features_needed``); a
+        device whose machine did not declare them all is not eligible."""
+        return features_needed(self.params or {})
 
 
 class Attempt(models.Model):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ApiError
+from .formats import logprobs_parse, response_format_parse, response_format_stored
 
 # The bounds of a request (also the OpenAPI schema's: jobs.schema.completions)
 DEFAULT_MAX_TOKENS = 256
@@ -133,19 +134,16 @@ UNSUPPORTED: dict[str, tuple] = {
     "functions": (None, []),
     "tool_choice": (None, "none"),
     "function_call": (None, "none"),
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
     "echo": (None, False),
     "suffix": (None, ""),
     "best_of": (None, 1),
     "logit_bias": (None, {}),
-    "response_format": (None, {"type": "text"}),
 }
 
 
 def _unsupported_refused(body: dict) -> None:
     """Raise ApiError 400 naming the first field of ``UNSUPPORTED`` that asks
-    for something (tools, log probabilities, echo, a suffix, a JSON format, …)."""
+    for something (tools, echo, a suffix, …)."""
     for name, neutral in UNSUPPORTED.items():
         value = body.get(name)
         if not any(_same_value(value, ok) for ok in neutral):
@@ -203,7 +201,10 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
     """Check an OpenAI chat (``endpoint='chat'``) or completion body.
 
     Raises ApiError(400) naming the field: missing model, empty messages, a
-    temperature out of 0..2, ``n`` other than 1, etc.
+    temperature out of 0..2, ``n`` other than 1, etc. ``params`` holds
+    ``max_tokens``, ``temperature``, ``top_p``, ``stop``, ``seed``, and only
+    when asked ``response_format`` (JSON text: ``formats.response_format_of``
+    reads it) and ``logprobs`` (``jobs.formats``).
     """
     if not isinstance(body, dict):
         raise _bad("body", "the request body must be a JSON object")
@@ -272,6 +273,16 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
         "stop": stop,
         "seed": seed,
     }
+    # what the output must be beyond text (jobs.formats): kept only when asked,
+    # so a plain request's params are as they always were
+    response_format = response_format_parse(
+        body.get("response_format"), endpoint=endpoint
+    )
+    if response_format is not None:
+        params["response_format"] = response_format_stored(response_format)
+    logprobs = logprobs_parse(body, endpoint=endpoint)
+    if logprobs is not None:
+        params["logprobs"] = logprobs
     return CompletionRequest(
         model=model,
         endpoint=endpoint,

@@ -6,6 +6,7 @@ DESIGN.md "Picking a device" — the numbered eligibility rules are marked below
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime
 
 from django.conf import settings
@@ -46,6 +47,16 @@ def placement_filter(placement: dict) -> Q:
         q &= Q(vram_total_mb__gte=int(float(placement["min_vram_gb"]) * 1024))
     if placement.get("region"):
         q &= Q(machine__region__iexact=placement["region"])
+    return q
+
+
+def features_filter(features) -> Q:
+    """The Q of devices whose machine declared every one of ``features``
+    (rule 6: what the request's output needs of the engine), as
+    ``Machine.serves``: a name among the space-separated ``features``."""
+    q = Q()
+    for feature in features:
+        q &= Q(machine__features__regex=rf"(^| ){re.escape(feature)}( |$)")
     return q
 
 
@@ -111,6 +122,9 @@ def _eligible_where(
                 "NOT EXISTS (SELECT 1 FROM jobs_rental r WHERE r.device_id = d.id"
                 " AND r.status IN ('pending', 'live'))",
             ]
+    for feature in job.features_needed:  # rule 6: what the output needs
+        where.append("(' ' || m.features || ' ') LIKE %s ESCAPE '\\'")
+        params.append(f"% {_like_escaped(feature)} %")
     placement = job.placement or {}
     if placement.get("gpu"):  # rule 6: placement, a substring (wildcards escaped)
         where.append("UPPER(d.name) LIKE %s ESCAPE '\\'")
@@ -217,6 +231,7 @@ def devices_untried_exist(*, job: Job, model: CatalogModel, now: datetime) -> bo
         devices = devices.filter(id=job.target_device_id)
     return (
         devices.filter(placement_filter(job.placement))
+        .filter(features_filter(job.features_needed))
         .exclude(Exists(Attempt.objects.filter(job=job, device=OuterRef("pk"))))
         .exists()
     )
@@ -228,23 +243,27 @@ def requirement_unmet(
     placement: dict,
     now: datetime,
     target_device_id: int | None = None,
+    features: tuple[str, ...] = (),
 ) -> str | None:
     """Name the requirement no live device could ever meet, or None if one could.
 
     Used for the 503 of DESIGN.md "No eligible device": the model loaded nowhere
-    live, or a placement requirement nobody live meets (checked in that order).
+    live, a placement requirement nobody live meets, or a feature of the output
+    (``features``: ``Job.features_needed``) no live device's engine declared,
+    checked in that order (the feature named as the request's field asks it:
+    ``FEATURE_FIELDS``).
     """
     live = devices_live(now=now).filter(_loaded(model.id))
     if target_device_id is not None:
-        if not live.filter(id=target_device_id).exists():
+        live = live.filter(id=target_device_id)
+        if not live.exists():
             return (
                 f"the device this job must run on is not live with model '{model.id}'"
             )
-        return None
-    if not live.exists():
+    elif not live.exists():
         return f"model '{model.id}' is not loaded on any live device"
     for field in ("gpu", "min_vram_gb", "region"):
-        if placement.get(field) in (None, ""):
+        if target_device_id is not None or placement.get(field) in (None, ""):
             continue
         live = live.filter(placement_filter({field: placement[field]}))
         if not live.exists():
@@ -252,7 +271,27 @@ def requirement_unmet(
                 f"no live device with model '{model.id}' meets placement.{field}="
                 f"{placement[field]!r}"
             )
+    for feature in features:
+        live = live.filter(features_filter([feature]))
+        if not live.exists():
+            where = (
+                "the device this job must run on does not"
+                if target_device_id is not None
+                else f"no live device with model '{model.id}' can"
+            )
+            return (
+                f"{where} serve {FEATURE_FIELDS[feature]} (its engine must "
+                f"declare the feature '{feature}')"
+            )
     return None
+
+
+# how a 503 names each feature: as the request's field asks for it
+FEATURE_FIELDS = {
+    "json_object": "response_format json_object",
+    "json_schema": "response_format json_schema",
+    "logprobs": "logprobs",
+}
 
 
 def model_capacity(*, model_id: str, now: datetime) -> dict[str, int]:

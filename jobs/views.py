@@ -135,25 +135,33 @@ async def _completion_answer(request: HttpRequest, endpoint: str) -> HttpRespons
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
     else:
-        response = await _collect(first, events, writer)
+        response = await _collect(first, events, writer, parsed)
     for name, value in headers.items():
         response[name] = value
     return response
 
 
-async def _collect(first, events: AsyncIterator, writer: ChunkWriter) -> JsonResponse:
+async def _collect(
+    first, events: AsyncIterator, writer: ChunkWriter, parsed: CompletionRequest
+) -> JsonResponse:
     pieces: list[str] = []
+    # every token's logprobs, when the request asked for them
+    logprobs: list[dict] | None = [] if "logprobs" in parsed.params else None
     async with aclosing(events):
         event = first
         while True:
             if isinstance(event, Token):
                 pieces.append(event.text)
+                if logprobs is not None:
+                    logprobs.extend(event.logprobs or ())
             elif isinstance(event, Finished):
                 return JsonResponse(
-                    writer.whole("".join(pieces), event.finish_reason, event.usage)
+                    writer.whole(
+                        "".join(pieces), event.finish_reason, event.usage, logprobs
+                    )
                 )
             elif isinstance(event, Failed):
-                body = writer.whole("".join(pieces), "error", event.usage)
+                body = writer.whole("".join(pieces), "error", event.usage, logprobs)
                 body["error"] = error_body(event.status, event.message, event.code)[
                     "error"
                 ]
@@ -183,7 +191,7 @@ async def _stream(
         event = first
         while True:
             if isinstance(event, Token):
-                yield writer.token_sse(event.text)
+                yield writer.token_sse(event.text, event.logprobs)
             else:
                 if isinstance(event, Finished):
                     yield sse(writer.chunk(finish_reason=event.finish_reason))

@@ -177,8 +177,8 @@ def live_device(owner, catalog):
     """Create a machine with one live device through the real services.
 
     ``live_device(name, slots=1, temp_c=50, vram_free_mb=8000, models=(model,),
-    vram_total_mb=24576, gpu="RTX 4090", region="", accepts_serverless=True)``
-    returns the Device.
+    vram_total_mb=24576, gpu="RTX 4090", region="", accepts_serverless=True,
+    paused=False, features=())`` returns the Device.
     """
     from hosts.models import Device
     from tests.devices import device_online
@@ -195,6 +195,7 @@ def live_device(owner, catalog):
         region: str = "",
         accepts_serverless: bool = True,
         paused: bool = False,
+        features=(),
     ) -> Device:
         machine, _ = machine_create(
             owner_email=owner.email,
@@ -211,6 +212,7 @@ def live_device(owner, catalog):
             vram_free_mb=vram_free_mb,
             slots=slots,
             paused=paused,
+            features=features,
         )
 
     return make

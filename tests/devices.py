@@ -23,11 +23,13 @@ def device_online(
     paused: bool = False,
     agent_version: str = "test",
     engine: tuple[str, str] = ("scripted", "1"),
+    features=(),
     now=None,
 ) -> Device:
     """Say hello and send one heartbeat for ``machine``; return its device 0.
 
-    Sizes in MiB, temperature in °C (None: a CPU without a sensor).
+    Sizes in MiB, temperature in °C (None: a CPU without a sensor);
+    ``features``: what the hello declares its engine does beyond text.
     """
     machine_hello(
         machine_id=str(machine.id),
@@ -38,6 +40,7 @@ def device_online(
             "engine_version": engine[1],
             "public_key": public_key,
             "accepts_serverless": accepts_serverless,
+            "features": sorted(features),
             "devices": [{"index": 0, "name": gpu, "vram_total_mb": vram_total_mb}],
         },
         now=now,

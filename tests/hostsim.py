@@ -25,9 +25,17 @@ class HostSim:
     """One simulated machine with one device (index 0)."""
 
     def __init__(
-        self, token: str, *, name: str = "Sim GPU", vram_total_mb: int = 24576
+        self,
+        token: str,
+        *,
+        name: str = "Sim GPU",
+        vram_total_mb: int = 24576,
+        features: tuple[str, ...] = (),
     ) -> None:
+        """``features``: what its ``hello`` declares its engine does beyond
+        text (``json_schema``, ``logprobs``, …; none by default)."""
         self.machine_token = token
+        self.features = list(features)
         self.key = Ed25519PrivateKey.generate()
         self.name = name
         self.vram_total_mb = vram_total_mb
@@ -78,6 +86,7 @@ class HostSim:
             "engine": {"name": "scripted", "version": "1"},
             "public_key": self.public_key,
             "accepts_serverless": True,
+            "features": self.features or None,
             "devices": [
                 {"index": 0, "name": self.name, "vram_total_mb": self.vram_total_mb}
             ],
@@ -142,9 +151,10 @@ class HostSim:
     async def claim(self, job: str) -> None:
         await self.send({"type": "claim", "job": job})
 
-    async def token(self, job: str, text: str) -> None:
+    async def token(self, job: str, text: str, **extra) -> None:
+        """A ``token`` frame of ``text`` (``extra``: more fields, as ``logprobs``)."""
         self.sent_text[job] = self.sent_text.get(job, "") + text
-        await self.send({"type": "token", "job": job, "text": text})
+        await self.send({"type": "token", "job": job, "text": text, **extra})
 
     def receipt(self, job: str, completion_tokens: int) -> str:
         message = receipt_message(job, completion_tokens, self.sent_text.get(job, ""))

@@ -39,6 +39,13 @@ class GenerationRequest:
     (str or list of str), ``seed`` (int); any may be missing or None.
     ``continue_from`` is text the answer must continue exactly (possibly
     mid-word); the engine's output is what comes *after* it.
+
+    ``response_format`` (None: plain text) is ``{"type": "json_object"}`` or
+    ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``:
+    the answer — ``continue_from`` and the output together — must be JSON
+    (an object), matching the schema. ``logprobs`` (None: not asked) is how
+    many alternatives per token (0–20) the engine reports with each token's
+    log-probability (``Piece``). Both need the engine's ``features``.
     """
 
     model: str
@@ -46,6 +53,17 @@ class GenerationRequest:
     prompt: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     continue_from: str = ""
+    response_format: dict[str, Any] | None = None
+    logprobs: int | None = None
+
+    def features_needed(self) -> set[str]:
+        """The ``FEATURES`` this request needs of the engine."""
+        needs = set()
+        if self.response_format:
+            needs.add(str(self.response_format.get("type")))
+        if self.logprobs is not None:
+            needs.add("logprobs")
+        return needs
 
     def max_tokens(self) -> int:
         """The completion budget in tokens (``DEFAULT_MAX_TOKENS`` when absent)."""
@@ -68,6 +86,32 @@ class GenerationRequest:
         return [str(item) for item in value if item]
 
 
+FEATURES = ("json_object", "json_schema", "logprobs")
+"""What an engine may do beyond text (announced in ``hello.features``):
+``json_object`` / ``json_schema``, a ``response_format`` served by constrained
+decoding, also across a continuation; ``logprobs``, each token's
+log-probability and its top alternatives (``Piece``)."""
+
+
+class Piece(str):
+    """A piece of output text with its tokens' log-probabilities, for a
+    request that asked for them (``GenerationRequest.logprobs``).
+
+    ``logprobs``: one entry per token whose bytes end within this piece, in
+    order: ``{"token": text, "logprob": float <= 0, "bytes": [int],
+    "top_logprobs": [{"token", "logprob", "bytes"}]}`` (OpenAI's chat shape).
+    The entries of an answer's pieces, their ``bytes`` joined, are its text's
+    UTF-8 bytes (a last token cut by a stop sequence keeps the bytes sent).
+    """
+
+    logprobs: list[dict[str, Any]]
+
+    def __new__(cls, text: str, logprobs: list[dict[str, Any]] | None = None):
+        piece = super().__new__(cls, text)
+        piece.logprobs = list(logprobs or ())
+        return piece
+
+
 @dataclass
 class GenerationResult:
     """What an engine reports once a stream ends normally.
@@ -85,11 +129,14 @@ class Engine(ABC):
     """An inference backend serving one or more models on the agent's device.
 
     Subclasses set ``name`` and ``version`` (announced in ``hello`` as the
-    machine's build) and implement the three methods below.
+    machine's build), ``features`` (what they do beyond text, of
+    ``FEATURES``: the coordinator offers a request needing one only to an
+    engine that declares it) and implement the three methods below.
     """
 
     name: str = "engine"
     version: str = "unknown"
+    features: frozenset[str] = frozenset()
 
     #: Test doubles only: False makes the client ignore offers (never claim).
     claims_offers: bool = True
@@ -114,7 +161,8 @@ class Engine(ABC):
     ) -> AsyncIterator[str]:
         """Generate text for ``request``, yielding non-empty pieces in order.
 
-        Pieces are Python strings, so a UTF-8 character is never split. When the
+        Pieces are Python strings, so a UTF-8 character is never split; a
+        request with ``logprobs`` gets ``Piece`` strings carrying them. When the
         iterator ends normally, ``result`` holds the finish reason and the token
         counts. Closing the iterator early (``aclose()`` or cancelling the task
         that iterates it) stops the generation promptly.

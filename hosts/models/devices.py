@@ -81,8 +81,10 @@ class Device(models.Model):
         rules 1–6, for one row (``jobs.selectors.devices_eligible`` is the same
         rule as one query; a test holds the two equal).
 
-        ``job``: its ``placement``, ``target_device_id``, ``is_spot_check`` and
-        ``rental_id`` are read; ``vram_per_request_mb``: the model's need (MiB);
+        ``job``: its ``placement``, ``target_device_id``, ``is_spot_check``,
+        ``rental_id`` and ``features_needed`` (what its output needs of the
+        engine: ``response_format``, ``logprobs``) are read;
+        ``vram_per_request_mb``: the model's need (MiB);
         ``loaded``: the device's latest report lists the job's model as loaded;
         ``rented``: the device has an open (pending or live) rental; ``tried``:
         the device already had an attempt of ``job``. Reads ``self.machine``
@@ -124,6 +126,7 @@ class Device(models.Model):
                 not placement.get("region")
                 or str(placement["region"]).upper() == machine.region.upper()
             )
+            and machine.serves(job.features_needed)  # rule 6: what the output needs
         )
 
 

@@ -84,6 +84,14 @@ class Machine(models.Model):
         help_text="the agent's hello: both must accept serverless jobs",
     )
     paused = models.BooleanField(default=False, help_text="paused by its owner")
+    features = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="what its engine declared it does beyond text (hello.features):"
+        " known names, space-separated, sorted",
+    )
     host_paused = models.BooleanField(default=False, help_text="paused by the agent")
     connected = models.BooleanField(default=False)
     channel_name = models.CharField(max_length=200, blank=True)
@@ -133,6 +141,12 @@ class Machine(models.Model):
     def build(self) -> str:
         """The build this machine runs: ``agent version + engine name/version``."""
         return f"agent {self.agent_version} / {self.engine_name} {self.engine_version}"
+
+    def serves(self, features) -> bool:
+        """Whether this machine's engine declared every one of ``features``
+        (names of ``hosts.protocol.FEATURES``) in its latest ``hello``."""
+        declared = self.features.split()
+        return all(feature in declared for feature in features)
 
     def is_online(self, now: datetime) -> bool:
         """True when the websocket is open and the last heartbeat is fresh.

@@ -93,7 +93,8 @@ def machine_hello(
     lease_id=None,
     token_hash: str | None = None,
 ) -> str:
-    """Record a ``hello``: pin or check the key, store the build, upsert devices.
+    """Record a ``hello``: pin or check the key, store the build and the
+    features its engine declares, upsert devices.
 
     Marks the machine connected on ``channel_name``, vouched for by the process
     lease ``lease_id`` (None: by its recorded heartbeats only) and ``stale`` until
@@ -141,6 +142,7 @@ def machine_hello(
     machine.engine_name = hello["engine_name"]
     machine.engine_version = hello["engine_version"]
     machine.agent_accepts_serverless = hello["accepts_serverless"]
+    machine.features = " ".join(hello.get("features", ()))
     machine.connected = True
     machine.channel_name = channel_name
     machine.connected_at = now

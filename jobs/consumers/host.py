@@ -20,6 +20,7 @@ from django.conf import settings
 from ballast import local
 from ballast.db import db_call
 from hosts import protocol
+from hosts.logprobs import TokenLogprobs
 from hosts.consumers import HostConsumer
 from hosts.services import HeartbeatResult
 
@@ -192,6 +193,10 @@ class HostRelayConsumer(HostConsumer):
             return
         if info.get("relay_failed"):
             return  # never relay a token after a lost one: the connection is closing
+        if "logprobs" in info:  # the offer asked for them: every frame has them
+            parse = info["logprobs"].parse
+            entries = await self._parsed(parse, frame, attempt_id, info)
+            info["logprobs_outbox"].extend(entries)
         _sent_add(info, text)
         outbox = info.get("outbox")
         if outbox is None:
@@ -221,16 +226,16 @@ class HostRelayConsumer(HostConsumer):
             while outbox:
                 text = outbox[0] if len(outbox) == 1 else "".join(outbox)
                 outbox.clear()
-                await local.channel_send(
-                    self.channel_layer,
-                    info["reply"],
-                    {
-                        "type": "host.token",
-                        "attempt": attempt_id,
-                        "text": text,
-                        "at": info.get("relayed_chars", 0),
-                    },
-                )
+                message = {
+                    "type": "host.token",
+                    "attempt": attempt_id,
+                    "text": text,
+                    "at": info.get("relayed_chars", 0),
+                }
+                if "logprobs" in info:
+                    message["logprobs"] = info["logprobs_outbox"]
+                    info["logprobs_outbox"] = []
+                await local.channel_send(self.channel_layer, info["reply"], message)
                 info["relayed_chars"] = info.get("relayed_chars", 0) + len(text)
         except Exception:
             log.exception(
@@ -354,10 +359,11 @@ class HostRelayConsumer(HostConsumer):
     # --- messages from the job coroutines (channel layer) -----------------------------
     async def attempt_offer(self, message: dict) -> None:
         """Send an ``offer`` to the host and open the attempt on this connection."""
-        self.open_attempts[message["attempt"]] = {
-            "reply": message["reply"],
-            "claimed": False,
-        }
+        info: dict[str, Any] = {"reply": message["reply"], "claimed": False}
+        top = message["frame"].get("logprobs")
+        if top is not None:  # its frames' logprobs checked, then relayed
+            info.update(logprobs=TokenLogprobs(top), logprobs_outbox=[])
+        self.open_attempts[message["attempt"]] = info
         await self.send_json(message["frame"])
 
     async def attempt_cancel(self, message: dict) -> None:

@@ -121,7 +121,9 @@ class RenterChatConsumer(DirectDispatchConsumer):
         async with aclosing(run.events()) as events:
             async for event in events:
                 if isinstance(event, Token):
-                    await self.send(text_data=writer.token_json(event.text))
+                    await self.send(
+                        text_data=writer.token_json(event.text, event.logprobs)
+                    )
                     continue
                 if isinstance(event, Failed) and not event.after_output:
                     await self._error(

@@ -11,9 +11,12 @@ from ..models import Attempt, Job
 
 @dataclass
 class Token:
-    """A piece of output text delivered to the renter."""
+    """A piece of output text delivered to the renter, with its tokens'
+    log-probabilities when the request asked for them (entries of
+    ``hosts.logprobs.parse_token_logprobs``; None when not asked)."""
 
     text: str
+    logprobs: list[dict] | None = None
 
 
 @dataclass
@@ -51,10 +54,29 @@ class Segment:
     claimed_at: datetime | None = None
     first_token_at: datetime | None = None
     received: int = 0  # characters of the host's text that reached the job
+    logprob_bytes: int = 0  # bytes of the tokens whose logprobs were delivered
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    def logprobs_delivered(
+        self, entries: list[dict], text: str, *, cut: bool
+    ) -> list[dict]:
+        """``entries`` as delivered with ``text`` (not yet among ``pieces``): all
+        of them, or when the renter's ``max_tokens`` cut the text (``cut``), the
+        tokens whose bytes lie within the segment's text delivered."""
+        if cut:
+            room = len((self.text + text).encode("utf-8")) - self.logprob_bytes
+            kept = []
+            for entry in entries:
+                room -= len(entry["bytes"])
+                if room < 0:
+                    break
+                kept.append(entry)
+            entries = kept
+        self.logprob_bytes += sum(len(entry["bytes"]) for entry in entries)
+        return entries
 
 
 def usage_of(job: Job) -> dict:

@@ -62,6 +62,8 @@ class JobInbox:
                 and last.get("attempt") == message.get("attempt")
             ):
                 last["text"] += text
+                if "logprobs" in message:
+                    last["logprobs"] = last.get("logprobs", []) + message["logprobs"]
                 return
             message["local"] = True
         self.put(message)
@@ -81,11 +83,14 @@ class JobInbox:
             self.chars -= len(message["text"])
         return message
 
-    def more_text(self, attempt_id: str, *, at: int) -> str:
+    def more_text(
+        self, attempt_id: str, *, at: int, logprobs: list[dict] | None = None
+    ) -> str:
         """Text of this attempt's token messages waiting at the head that go on
         from character ``at`` of its text, taken: tokens that arrived together go
         to the renter as one chunk (a message relayed from another position is
-        left for the caller to judge)."""
+        left for the caller to judge). Their ``logprobs`` entries are added to
+        ``logprobs`` when given."""
         pieces = []
         while self.messages:
             head = self.messages[0]
@@ -93,7 +98,10 @@ class JobInbox:
                 break
             if head.get("at", at) != at:
                 break
-            text = self.take()["text"]
+            message = self.take()
+            text = message["text"]
+            if logprobs is not None:
+                logprobs.extend(message.get("logprobs", ()))
             pieces.append(text)
             at += len(text)
         return "".join(pieces)

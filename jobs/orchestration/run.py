@@ -208,8 +208,8 @@ class JobRun:
                 dispatch.machine_channel,
                 offer_message(str(segment.attempt.id), self.channel, dispatch.offer),
             )
-            async for piece in self._follow(segment):
-                yield Token(piece)
+            async for token in self._follow(segment):
+                yield token
             if segment.outcome == Attempt.Outcome.SUCCEEDED:
                 yield await self._succeed(segment)
                 return
@@ -245,8 +245,9 @@ class JobRun:
             if message.get("type") in ("slot.free", "job.lease_lost"):
                 return
 
-    async def _follow(self, segment: Segment) -> AsyncIterator[str]:
-        """Yield the attempt's text pieces; set ``segment.outcome`` when it ends."""
+    async def _follow(self, segment: Segment) -> AsyncIterator[Token]:
+        """Yield the attempt's text pieces (with their tokens' logprobs when
+        asked); set ``segment.outcome`` when it ends."""
         loop = asyncio.get_running_loop()
         attempt_id = str(segment.attempt.id)
         stage = CLAIM
@@ -282,14 +283,21 @@ class JobRun:
                     return
                 if not segment.pieces:
                     segment.first_token_at = timezone.now()  # written when it ends
+                entries = message.get("logprobs")
+                if entries is not None:
+                    entries = list(entries)
                 received = message["text"] + self.inbox.more_text(
-                    attempt_id, at=segment.received + len(message["text"])
+                    attempt_id,
+                    at=segment.received + len(message["text"]),
+                    logprobs=entries,
                 )
                 segment.received += len(received)
                 text, over = self.budget.take(received)
+                if entries is not None:
+                    entries = segment.logprobs_delivered(entries, text, cut=over)
                 if text:
                     segment.pieces.append(text)
-                    yield text
+                    yield Token(text, entries)
                 if over:
                     # past max_tokens: the answer ends there; the host is paid
                     # for what the renter received against its cancel receipt
@@ -485,3 +493,4 @@ class JobRun:
         except Exception:
             log.exception("job %s: cleanup after cancel failed", self.job_id)
         self.finished = True
+

@@ -29,6 +29,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 from rest_framework.views import APIView
 
+from .. import formats
 from .. import requests as rules
 from . import ERROR_OBJECT, RETRY_AFTER, errors
 
@@ -145,7 +146,41 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
         "placement": _placement_schema(),
         **{name: _neutral(values) for name, values in rules.UNSUPPORTED.items()},
     }
+    top = {"type": "integer", "minimum": 0, "maximum": formats.MAX_TOP_LOGPROBS}
     if endpoint == "chat":
+        properties["logprobs"] = {
+            "type": "boolean",
+            "nullable": True,
+            "description": "each token's log-probability in the answer",
+        }
+        properties["top_logprobs"] = {
+            **top,
+            "nullable": True,
+            "description": "alternatives per token (needs logprobs: true)",
+        }
+        properties["response_format"] = {
+            "type": "object",
+            "nullable": True,
+            "required": ["type"],
+            "properties": {
+                "type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
+                "json_schema": {
+                    "type": "object",
+                    "required": ["name", "schema"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                        "schema": {"type": "object"},
+                        "strict": {"type": "boolean", "nullable": True},
+                        "description": {"type": "string"},
+                    },
+                    "description": "a JSON Schema of the subset llama.cpp's grammar "
+                    "enforces (docs/protocol-notes.md \"Output features\"); any "
+                    "other keyword is a 400 naming its path",
+                },
+            },
+            "description": "constrained decoding: the answer parses as JSON "
+            "(json_object) or against the schema (json_schema)",
+        }
         message = {
             "type": "object",
             "required": ["role", "content"],
@@ -157,6 +192,11 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
         properties["messages"] = {"type": "array", "minItems": 1, "items": message}
         required = ["model", "messages"]
     else:
+        properties["logprobs"] = {
+            **top,
+            "nullable": True,
+            "description": "each token's log-probability and this many alternatives",
+        }
         prompt = _text(minLength=1)
         properties["prompt"] = {
             "anyOf": [

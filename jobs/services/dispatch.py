@@ -16,6 +16,7 @@ from catalog.models import CatalogModel
 from hosts.models import Device, Machine
 from hosts.services import spot_check_mark_due
 
+from ..formats import response_format_of
 from ..models import Attempt, Job
 from ..selectors import (
     device_pick_sql,
@@ -208,6 +209,7 @@ def _dispatch_unclaimed(
         placement=job.placement,
         now=now,
         target_device_id=job.target_device_id,
+        features=job.features_needed,
     )
     if unmet:
         return Dispatch(impossible=unmet)
@@ -233,6 +235,9 @@ def offer_frame(
 
     A continuation's ``max_tokens`` is what the renter's budget has left after
     the text already received (counted with the model's tokenizer where known).
+    ``response_format`` and ``logprobs`` (alternatives per token) are there
+    when the request asked for them; a continuation's output must go on under
+    the same ``response_format`` from ``continue_from``.
     """
     max_tokens = job.params.get("max_tokens")
     if continue_from and max_tokens:
@@ -252,6 +257,13 @@ def offer_frame(
         },
         "continue_from": continue_from,
     }
+    # what the output must be beyond text, only when asked (an offer of a plain
+    # request is as it always was): docs/protocol-notes.md "Output features"
+    response_format = response_format_of(job.params)
+    if response_format:
+        frame["response_format"] = response_format
+    if job.params.get("logprobs") is not None:
+        frame["logprobs"] = job.params["logprobs"]
     if job.endpoint == Job.Endpoint.CHAT:
         frame["messages"] = job.messages
     else:

@@ -14,11 +14,17 @@ from tests.hostsim import MODEL, HostSim
 
 
 async def host_online(
-    machine_token, name: str, *, score: int | None = None, slots: int = 1
+    machine_token,
+    name: str,
+    *,
+    score: int | None = None,
+    slots: int = 1,
+    features: tuple[str, ...] = (),
 ) -> HostSim:
-    """Register a machine, connect its scripted host, send a heartbeat."""
+    """Register a machine, connect its scripted host (declaring ``features``),
+    send a heartbeat."""
     machine, token = await database_sync_to_async(machine_token)(name)
-    host = HostSim(token)
+    host = HostSim(token, features=features)
     await host.connect()
     await host.heartbeat(slots=slots)
     await heartbeat_applied(machine, slots=slots)

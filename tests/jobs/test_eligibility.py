@@ -204,7 +204,7 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
     """``jobs.selectors.devices_eligible`` (one query) and
     ``Device.is_eligible_for`` (one row) pick the same devices, over fleets of
     random devices (each rule's field varied) and jobs (placement, spot check,
-    rental, devices already tried)."""
+    rental, devices already tried, what the output needs of the engine)."""
     import random
 
     from jobs.models import Rental
@@ -232,6 +232,10 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
             region=rng.choice(["", "eu", "EU", "us-east"]),
             accepts_serverless=sometimes([False], True),
             paused=sometimes([True], False),
+            features=rng.choice(
+                [(), ("logprobs",), ("json_schema",), ("json_object", "logprobs")]
+                + [("json_object", "json_schema", "logprobs")] * 2
+            ),
         )
         Device.objects.filter(id=device.id).update(
             slots_used=sometimes([device.slots_total], 0),
@@ -263,6 +267,18 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
         [{}, {"gpu": "rtx"}, {"gpu": "RTX_"}, {"min_vram_gb": 16}, {"region": "eu"}]
     )
     the_job = job_queued(renter, catalog, placement=placement)
+    the_job.params = {
+        "max_tokens": 8,
+        **rng.choice(
+            [
+                {},
+                {"logprobs": 2},
+                {"response_format": '{"type":"json_object"}'},
+                {"response_format": '{"type":"json_schema"}', "logprobs": 0},
+            ]
+        ),
+    }
+    Job.objects.filter(id=the_job.id).update(params=the_job.params)
     if rng.random() < 0.3:  # a spot check on one device
         the_job.is_spot_check = True
         the_job.target_device_id = rng.choice(devices).id

@@ -65,10 +65,11 @@ def _frames(segment: Segment, *kinds: tuple) -> list[dict]:
 
 
 async def _follow(run: JobRun, segment: Segment) -> list[str]:
-    """Every piece ``_follow`` yields from what is in the inbox, all at once."""
+    """The text of every piece ``_follow`` yields from what is in the inbox, all
+    at once."""
     pieces = []
-    async for piece in run._follow(segment):
-        pieces.append(piece)
+    async for token in run._follow(segment):
+        pieces.append(token.text)
     return pieces
 
 
@@ -83,12 +84,12 @@ async def _follow_one_by_one(
         if message["type"] != "host.token":
             continue
         try:
-            piece = await anext(follow)
+            piece = (await anext(follow)).text
         except StopAsyncIteration:
             return pieces
         pieces.append(piece)
-    async for piece in follow:
-        pieces.append(piece)
+    async for token in follow:
+        pieces.append(token.text)
     return pieces
 
 
@@ -122,10 +123,10 @@ async def test_a_token_arriving_later_is_its_own_piece():
     run, segment = _run(), _segment()
     run.inbox.extend(_frames(segment, ("claim",), ("token", "one")))
     follow = run._follow(segment)
-    assert await anext(follow) == "one"
+    assert (await anext(follow)).text == "one"
     for message in _frames(segment, ("token", " two"), ("token", " three")):
         run.inbox.put(message)
-    assert await anext(follow) == " two three"
+    assert (await anext(follow)).text == " two three"
     run.inbox.extend(_frames(segment, ("done",)))
     with pytest.raises(StopAsyncIteration):
         await anext(follow)

@@ -511,20 +511,18 @@ def test_stream_options_belong_to_a_stream(fields):
         ("functions", [{"name": "f"}]),
         ("tool_choice", "auto"),
         ("function_call", "auto"),
-        ("logprobs", True),
-        ("top_logprobs", 3),
         ("echo", True),
         ("suffix", "tail"),
         ("best_of", 2),
         ("logit_bias", {"50256": -100}),
-        ("response_format", {"type": "json_object"}),
         ("echo", 1),
         ("tools", "yes"),
     ],
 )
 def test_what_ballast_cannot_honour_is_a_400_naming_it(name, asking):
-    """A client asking for tools, log probabilities, echo, … gets a clear error,
-    not a plain answer that silently ignored the request."""
+    """A client asking for tools, echo, … gets a clear error, not a plain
+    answer that silently ignored the request (``response_format`` and
+    ``logprobs`` are served: tests/jobs/test_output_features.py)."""
     with pytest.raises(ApiError) as refused:
         _parse(**{name: asking})
     assert refused.value.status == 400 and refused.value.param == name
