@@ -284,7 +284,7 @@ class _SchemaWalk:
                     f"{path}.{key}",
                     f"'{key}' is not supported in a json_schema without a 'type'",
                 )
-        if kind not in _ALLOWED:
+        if not isinstance(kind, str) or kind not in _ALLOWED:
             raise _bad(f"{path}.type", f"'{path}.type' is not a JSON type")
         self._only(node, _ALLOWED[kind], path, f"of type {kind}")
         out: dict[str, Any] = {"type": kind}

@@ -158,28 +158,65 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
             "nullable": True,
             "description": "alternatives per token (needs logprobs: true)",
         }
+        kinds = [
+            {"type": "string", "enum": [kind]} for kind in ("text", "json_object")
+        ]
         properties["response_format"] = {
-            "type": "object",
             "nullable": True,
-            "required": ["type"],
-            "properties": {
-                "type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
-                "json_schema": {
-                    "type": "object",
-                    "required": ["name", "schema"],
-                    "properties": {
-                        "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                        "schema": {"type": "object"},
-                        "strict": {"type": "boolean", "nullable": True},
-                        "description": {"type": "string"},
-                    },
-                    "description": "a JSON Schema of the subset llama.cpp's grammar "
-                    "enforces (docs/protocol-notes.md \"Output features\"); any "
-                    "other keyword is a 400 naming its path",
-                },
-            },
             "description": "constrained decoding: the answer parses as JSON "
-            "(json_object) or against the schema (json_schema)",
+            "(json_object) or against the schema (json_schema). This schema shows "
+            "the simplest json_schema; the subset llama.cpp's grammar enforces is "
+            'in docs/protocol-notes.md "Output features" (any other keyword is a '
+            "400 naming its path)",
+            "oneOf": [
+                *(
+                    {
+                        "type": "object",
+                        "required": ["type"],
+                        "additionalProperties": False,
+                        "properties": {"type": kind},
+                    }
+                    for kind in kinds
+                ),
+                {
+                    "type": "object",
+                    "required": ["type", "json_schema"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "type": {"type": "string", "enum": ["json_schema"]},
+                        "json_schema": {
+                            "type": "object",
+                            "required": ["name", "schema"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "name": {
+                                    "type": "string",
+                                    "pattern": "^[A-Za-z0-9_-]{1,64}$",
+                                },
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["type"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "type": {
+                                            "type": "string",
+                                            "enum": [
+                                                "object",
+                                                "string",
+                                                "number",
+                                                "integer",
+                                                "boolean",
+                                                "null",
+                                            ],
+                                        }
+                                    },
+                                },
+                                "strict": {"type": "boolean"},
+                            },
+                        },
+                    },
+                },
+            ],
         }
         message = {
             "type": "object",
@@ -193,9 +230,12 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
         required = ["model", "messages"]
     else:
         properties["logprobs"] = {
-            **top,
-            "nullable": True,
-            "description": "each token's log-probability and this many alternatives",
+            "anyOf": [
+                {**top, "nullable": True},
+                {"type": "boolean", "enum": [False]},
+            ],
+            "description": "each token's log-probability and this many "
+            "alternatives (false or null: none)",
         }
         prompt = _text(minLength=1)
         properties["prompt"] = {
@@ -209,10 +249,30 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
         "type": "object",
         "required": required,
         "properties": properties,
-        # stream_options only with stream: true (as OpenAI answers it)
-        "anyOf": [
-            {"required": ["stream"], "properties": {"stream": {"enum": [True]}}},
-            {"properties": {"stream_options": {"enum": [None]}}},
+        "allOf": [
+            # stream_options only with stream: true (as OpenAI answers it)
+            {
+                "anyOf": [
+                    {"required": ["stream"], "properties": {"stream": {"enum": [True]}}},
+                    {"properties": {"stream_options": {"enum": [None]}}},
+                ]
+            },
+            *(
+                # chat: top_logprobs (but 0) only with logprobs: true
+                [
+                    {
+                        "anyOf": [
+                            {
+                                "required": ["logprobs"],
+                                "properties": {"logprobs": {"enum": [True]}},
+                            },
+                            {"properties": {"top_logprobs": {"enum": [None, 0]}}},
+                        ]
+                    }
+                ]
+                if endpoint == "chat"
+                else []
+            ),
         ],
     }
 

@@ -538,3 +538,20 @@ async def test_the_renter_websocket_gets_the_same_logprobs_and_format(
         pass
     await ws.disconnect()
     await host.close()
+
+
+@pytest.mark.parametrize("kind", [{}, [], 1, True])
+def test_a_schema_type_that_is_not_a_name_is_a_400_not_a_500(kind):
+    """Found by the schemathesis run (tests/fuzz): ``{"type": {}}`` raised a
+    TypeError (a 500) looking the value up among the JSON types."""
+    schema = {"type": kind}
+    refused = _refused(
+        response_format={
+            "type": "json_schema",
+            "json_schema": {
+                "name": "x",
+                "schema": {"type": "object", "properties": {"a": schema}},
+            },
+        }
+    )
+    assert refused.param.startswith("response_format.json_schema.schema")
