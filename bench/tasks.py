@@ -52,11 +52,16 @@ def main() -> int:
     print(f"settings: PostgreSQL scratch database, fleets {fleets}, best of {args.rounds}")
     with scratch_postgres() as url:
         django_on(url, BALLAST_SPOT_CHECKS="1")
+        import psycopg
+
         from ballast.celery import app
         from bench.claim import fleet_fill
 
         tasks = schedule()
         for fleet in fleets:
+            with psycopg.connect(url, autocommit=True) as conn:
+                # the last fleet's devices and what the tasks wrote about them
+                conn.execute("TRUNCATE hosts_machine CASCADE")
             fleet_fill(url, fleet)
             print(f"-- {fleet:,} live devices")
             for name, every in tasks:
