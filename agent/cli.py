@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import __version__
+from agent.engines import ENGINE_NAMES
 
 log = logging.getLogger("agent")
 
@@ -70,9 +71,10 @@ def _common_add(parser: argparse.ArgumentParser, *, server_required: bool) -> No
     parser.add_argument("--token", help=f"machine token (default: ${TOKEN_ENV})")
     parser.add_argument(
         "--engine",
-        choices=("llamacpp", "openai", "scripted"),
+        choices=ENGINE_NAMES,
         default="llamacpp",
-        help="inference engine (default llamacpp)",
+        help="inference engine (default llamacpp: llama.cpp in process; "
+        "llamacpp-server, ollama, vllm, openai: a local server; agent/README.md)",
     )
     parser.add_argument(
         "--model",
@@ -90,18 +92,25 @@ def _common_add(parser: argparse.ArgumentParser, *, server_required: bool) -> No
         help="llamacpp layers offloaded to the GPU (default -1: all, when supported)",
     )
     parser.add_argument(
+        "--engine-url",
         "--openai-url",
-        default="http://127.0.0.1:8080",
-        help="base URL of the local OpenAI-compatible server (engine openai)",
+        dest="engine_url",
+        metavar="URL",
+        help="base URL of the local server (default: llamacpp-server and openai "
+        "http://127.0.0.1:8080, ollama http://127.0.0.1:11434, vllm "
+        "http://127.0.0.1:8000)",
     )
     parser.add_argument(
+        "--engine-model",
         "--openai-model",
+        dest="engine_model",
+        metavar="NAME",
         help="the model's name on that server (default: --model or its only model)",
     )
     parser.add_argument(
         "--chat-template-from-gguf",
         metavar="PATH",
-        help="GGUF file whose chat template the openai engine renders, when the "
+        help="GGUF file whose chat template a server engine renders when the "
         "server exposes none (default: the SmolLM2 GGUF)",
     )
     parser.add_argument(
@@ -247,11 +256,11 @@ def _engine_opts(
             "model_path": args.model_path,
             "n_gpu_layers": args.n_gpu_layers,
         }
-    if args.engine == "openai":
+    if args.engine != "scripted":
         return {
             "model": args.model,
-            "base_url": args.openai_url,
-            "server_model": args.openai_model,
+            "base_url": args.engine_url,
+            "server_model": args.engine_model,
             "chat_template_gguf": args.chat_template_from_gguf,
         }
     return {"model": args.model, "script": script}

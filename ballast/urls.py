@@ -1,6 +1,8 @@
-"""URL routes: renter API under /v1/, pages, admin, OpenAPI schema, staff metrics."""
+"""URL routes: renter API under /v1/, pages, admin, OpenAPI schema, staff metrics,
+the load balancer's health check."""
 
 from django.contrib import admin
+from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.templatetags.static import static
 from django.urls import include, path, re_path
@@ -16,8 +18,16 @@ def favicon(request):
     return redirect(static("favicon.svg"), permanent=True)
 
 
+async def healthz(request):
+    """``GET /healthz``: 200 ``ok`` while this process serves HTTP, for a load
+    balancer's health check (``deploy/haproxy.cfg``). It reads no database: a
+    PostgreSQL or Redis outage must not mark every process down at once."""
+    return HttpResponse("ok", content_type="text/plain")
+
+
 urlpatterns = [
     path("favicon.ico", favicon),
+    path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("v1/", include("jobs.urls")),
     # a client's base URL ending in a slash asks for //v1/…: the API's JSON 404,

@@ -85,14 +85,19 @@ def scratch_postgres(base_url: str | None = None):
 def django_on(url: str, **env: str) -> None:
     """Set Django up in this process on the database ``url`` and migrate it.
 
-    No Redis (the in-memory channel layer), ``DJANGO_DEBUG=0`` (no query log), and
-    ``env`` as further settings (e.g. ``BALLAST_SPOT_CHECKS="0"``). For benches that
+    No Redis (the in-memory channel layer), ``DJANGO_DEBUG=0`` (no query log), the
+    per-key limits out of the way, and ``env`` as further settings (e.g. ``BALLAST_SPOT_CHECKS="0"``). For benches that
     call the services in-process on a ``scratch_postgres`` database.
     """
     os.environ["DATABASE_URL"] = url
     os.environ.pop("REDIS_URL", None)
     os.environ["DJANGO_DEBUG"] = "0"
     os.environ.setdefault("BALLAST_DEV", "1")
+    # one renter's key makes every request of a run: past a key's default limits
+    # (120/minute, 16 open jobs, the queue share) on purpose
+    os.environ.setdefault("BALLAST_KEY_RATE", "1000000/minute")
+    os.environ.setdefault("BALLAST_KEY_MAX_JOBS", "100000")
+    os.environ.setdefault("BALLAST_QUEUE_SHARE_MIN", "1000000")
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
     import django

@@ -45,7 +45,7 @@ def coordinator_env(db_url: str, layer: str, var_dir: str, **extra: str) -> dict
 
     Production-like: DEBUG off (no per-query log), spot checks off (no canary
     jobs in the figures), long first-token deadline (a bench may start 200 streams
-    before the host pushes anything).
+    before the host pushes anything), the per-key limits out of the way.
     """
     env = dict(os.environ)
     for name in ("REDIS_URL", "BALLAST_CHANNEL_LAYER"):
@@ -60,6 +60,11 @@ def coordinator_env(db_url: str, layer: str, var_dir: str, **extra: str) -> dict
         BALLAST_FIRST_TOKEN_TIMEOUT_S="120",
         BALLAST_CLAIM_TIMEOUT_S="30",
         BALLAST_BENCH="1",
+        # one renter's key sends every stream of a run: past a key's default
+        # limits (16 open jobs, 120/minute, the queue share) on purpose
+        BALLAST_KEY_MAX_JOBS="100000",
+        BALLAST_KEY_RATE="1000000/minute",
+        BALLAST_QUEUE_SHARE_MIN="1000000",
     )
     if LAYERS[layer]:
         env["REDIS_URL"] = REDIS_URL

@@ -12,7 +12,7 @@ from agent.engines.base import (
     ModelLoadError,
 )
 
-ENGINE_NAMES = ("llamacpp", "openai", "scripted")
+ENGINE_NAMES = ("llamacpp", "llamacpp-server", "ollama", "vllm", "openai", "scripted")
 
 __all__ = [
     "ENGINE_NAMES",
@@ -29,7 +29,9 @@ def engine_create(name: str, **opts: Any) -> Engine:
     """Build an engine by name with its keyword options.
 
     - ``llamacpp``: ``model``, ``model_path``, ``n_ctx``, ``n_gpu_layers``
-    - ``openai``: ``base_url``, ``model``, ``server_model``, ``chat_template_gguf``
+    - ``llamacpp-server``, ``ollama``, ``vllm``, ``openai`` (a local server):
+      ``base_url``, ``model``, ``server_model``, ``chat_template_gguf``
+      (``agent.engines.server.ServerEngine``)
     - ``scripted``: ``script`` (dict), ``model``
 
     Options set to None are dropped (the engine's default applies). Raises
@@ -40,6 +42,18 @@ def engine_create(name: str, **opts: Any) -> Engine:
         from agent.engines.llamacpp import LlamaCppEngine
 
         return LlamaCppEngine(**opts)
+    if name == "llamacpp-server":
+        from agent.engines.openai_server import LlamaCppServerEngine
+
+        return LlamaCppServerEngine(**opts)
+    if name == "ollama":
+        from agent.engines.ollama import OllamaEngine
+
+        return OllamaEngine(**opts)
+    if name == "vllm":
+        from agent.engines.vllm import VLLMEngine
+
+        return VLLMEngine(**opts)
     if name == "openai":
         from agent.engines.openai_server import OpenAIServerEngine
 

@@ -69,7 +69,7 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template failed: {exc}") from exc
 
 
-def _message_flatten(message: dict[str, Any]) -> dict[str, Any]:
+def message_flatten(message: dict[str, Any]) -> dict[str, Any]:
     """Join OpenAI content parts (``[{"type": "text", "text": ...}]``) into one
     string, which is what text-only chat templates expect."""
     content = message.get("content")
@@ -106,7 +106,7 @@ def prompt_build(
         if template is None:
             raise ChatTemplateError("no chat template to render these messages")
         head = template.render(
-            [_message_flatten(m) for m in messages], add_generation_prompt=True
+            [message_flatten(m) for m in messages], add_generation_prompt=True
         )
     else:
         head = prompt or ""

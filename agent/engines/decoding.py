@@ -154,3 +154,65 @@ class HeldTokens:
             else:
                 self._spans[0] -= emitted
                 emitted = 0
+
+
+TEXT_HEAL_MAX_CHARS = 32
+"""A prefix whose last word is longer than this is sent as is (not healed)."""
+
+
+def text_heal_split(continue_from: str) -> tuple[str, str]:
+    """Cut ``continue_from`` back to where its last word begins: ``(sent, tail)``.
+
+    The text analogue of ``heal_split`` for engines behind a server, whose
+    tokens the agent cannot see: ``sent`` ends where the model most likely ended
+    a token (before the space that opens the last word, or before trailing
+    whitespace), and the server must re-produce ``tail`` before anything new
+    (``TextHealer``). ``"The s"`` gives ``("The", " s")``; ``"Hi, "`` gives
+    ``("Hi,", " ")``; ``"x = (ab"`` gives ``("x = (", "ab")``. Nothing is healed
+    (``tail == ""``) when the prefix is empty, is one word, or its last word or
+    trailing whitespace is longer than ``TEXT_HEAL_MAX_CHARS``.
+    """
+    end = len(continue_from)
+    start = end
+    if continue_from[end - 1 : end].isspace():
+        while start > 0 and continue_from[start - 1].isspace():
+            start -= 1
+    else:
+        while start > 0 and continue_from[start - 1].isalnum():
+            start -= 1
+        if start < end and start > 0 and continue_from[start - 1] == " ":
+            start -= 1  # the space opening the word is in the word's token
+    if start == end or end - start > TEXT_HEAL_MAX_CHARS:
+        return continue_from, ""
+    return continue_from[:start], continue_from[start:]
+
+
+class HealDiverged(Exception):
+    """The server's text did not re-produce the healed tail."""
+
+
+class TextHealer:
+    """Checks that streamed text re-produces ``tail`` first; passes on the rest.
+
+    ``feed(piece)`` returns the part of ``piece`` beyond the tail ("" while the
+    tail is still being re-produced) and raises ``HealDiverged`` at the first
+    character that disagrees with it. ``healing`` is True until the tail is done.
+    """
+
+    def __init__(self, tail: str) -> None:
+        self.remaining = tail
+
+    @property
+    def healing(self) -> bool:
+        return bool(self.remaining)
+
+    def feed(self, piece: str) -> str:
+        if not self.remaining:
+            return piece
+        if piece.startswith(self.remaining):
+            new, self.remaining = piece[len(self.remaining) :], ""
+            return new
+        if self.remaining.startswith(piece):
+            self.remaining = self.remaining[len(piece) :]
+            return ""
+        raise HealDiverged(f"expected {self.remaining!r}, got {piece!r}")

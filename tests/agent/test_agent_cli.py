@@ -230,3 +230,31 @@ async def test_a_second_ctrl_c_stops_at_once(tmp_path: Path, coordinator_class) 
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "engine, exchanges_played",
+    [
+        ("ollama", ("tags", "version", "show", "load", "generate_stream", "generate_stream")),
+        ("vllm", ("models", "version", "chat_stream", "chat_stream")),
+    ],
+)
+async def test_the_engine_flags_drive_a_server_engine(engine, exchanges_played) -> None:
+    """``--engine``, ``--engine-url``, ``--engine-model`` reach the engine: a
+    benchmark (a warm-up and a measured answer) against the documented-exchange
+    double of that server (Ollama and vLLM cannot run here)."""
+    from .docserver import DocServer, exchanges
+
+    with DocServer(exchanges(engine, *exchanges_played)) as double:
+        extra = ["--engine-model", "smollm2:135m"] if engine == "ollama" else []
+        process = await agent_process(
+            "benchmark", "--engine", engine, "--engine-url", double.url, *extra,
+            "--max-tokens", "8",
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+        assert process.returncode == 0, err.decode()
+        figures = json.loads(out.decode().strip().splitlines()[-1])
+        assert figures["model"] == "smollm2-135m-instruct"
+        assert f"engine {engine} {engine}" in err.decode()  # "engine ollama ollama 0.5.1"
+        assert len([r for r in double.requests if r[0] == "POST"]) >= 2

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.engines.decoding import HeldTokens, TokenHealer, heal_split, stop_scan
+import pytest
+
+from agent.engines.decoding import (
+    HealDiverged,
+    HeldTokens,
+    TextHealer,
+    TokenHealer,
+    heal_split,
+    stop_scan,
+    text_heal_split,
+)
 from agent.engines.gguf import gguf_chat_template
 from agent.engines.llamacpp import smollm2_gguf_path
 
@@ -92,3 +102,31 @@ def test_held_tokens_past_a_stop_sequence_are_not_reported() -> None:
     held = HeldTokens()
     held.add(3)  # one token "a, " carrying the stop ", " after its first character
     assert held.unsent(1) == 0, "the token's 'a' was sent: it counts"
+
+
+@pytest.mark.parametrize(
+    "prefix, split",
+    [
+        ("The s", ("The", " s")),
+        ("The sea", ("The", " sea")),
+        ("Hi, ", ("Hi,", " ")),
+        ("beauty,\n\n", ("beauty,", "\n\n")),
+        ("x = (ab", ("x = (", "ab")),
+        ("Hel", ("", "Hel")),  # one short word: healed whole
+        ("", ("", "")),
+        ("Hello,", ("Hello,", "")),  # ends in punctuation: sent as is
+        ("see " + "a" * 40, ("see " + "a" * 40, "")),  # a last word too long
+    ],
+)
+def test_text_heal_split_cuts_back_to_where_the_last_word_begins(prefix, split):
+    assert text_heal_split(prefix) == split
+    assert "".join(split) == prefix
+
+
+def test_the_text_healer_passes_on_only_what_follows_the_tail() -> None:
+    healer = TextHealer(" momen")
+    assert healer.feed(" mom") == "" and healer.healing
+    assert healer.feed("ent") == "t" and not healer.healing
+    assert healer.feed(" of") == " of"
+    with pytest.raises(HealDiverged):
+        TextHealer(" s").feed(" ocean")

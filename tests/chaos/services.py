@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psycopg
 
-from ballast.stack import port_free
+from ballast.stack import ROOT, port_free
 
 PG_BIN = Path(os.environ.get("BALLAST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -166,56 +166,56 @@ class Redis:
             self.process.wait(timeout=30)
 
 
-HAPROXY_CONFIG = """\
-global
-    maxconn 4000
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 300s
-    timeout server 300s
-    timeout tunnel 1h
-    retries 3
-    option redispatch
-frontend ballast
-    bind 127.0.0.1:{port}
-    default_backend coordinators
-backend coordinators
-    balance roundrobin
-    option httpchk GET /
-    http-response set-header X-Ballast-Coordinator %s
-{servers}
-"""
+HAPROXY_CONFIG = ROOT / "deploy" / "haproxy.cfg"
+"""The documented example configuration (docs/scaling.md), run as it is: only
+its variables are set here."""
 
 
 @dataclass
 class LoadBalancer:
-    """HAProxy in front of the coordinators (``backends``: name -> port); passes
-    websockets (HTTP mode upgrades them), checks each backend every 0.5 s and
-    says which one answered in ``X-Ballast-Coordinator``."""
+    """HAProxy with ``deploy/haproxy.cfg`` in front of two coordinators
+    (``backends``: ``coordinator-a`` and ``coordinator-b`` -> port); passes
+    websockets, checks each backend every ``check_inter`` and says which one
+    answered in ``X-Ballast-Coordinator``. ``tls_cert``: a PEM file (certificate
+    and key) to serve HTTPS with, else plain HTTP."""
 
     root: Path
     backends: dict[str, int]
     port: int = 0
+    tls_cert: Path | None = None
+    check_inter: str = "500ms"
     process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls_cert else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        """The variables ``deploy/haproxy.cfg`` reads."""
+        if sorted(self.backends) != ["coordinator-a", "coordinator-b"]:
+            raise ValueError("deploy/haproxy.cfg names coordinator-a and coordinator-b")
+        env = {
+            "BALLAST_LB_BIND": f"127.0.0.1:{self.port}",
+            "BALLAST_HOST": "127.0.0.1",
+            "BALLAST_CHECK_INTER": self.check_inter,
+            "BALLAST_COORDINATOR_A": f"127.0.0.1:{self.backends['coordinator-a']}",
+            "BALLAST_COORDINATOR_B": f"127.0.0.1:{self.backends['coordinator-b']}",
+        }
+        if self.tls_cert:
+            env["BALLAST_TLS_CERT"] = str(self.tls_cert)
+        return env
 
     def start(self) -> None:
         self.port = self.port or port_free()
-        servers = "\n".join(
-            f"    server {name} 127.0.0.1:{port} check inter 500 fall 1 rise 1"
-            for name, port in self.backends.items()
-        )
-        config = self.root / "haproxy.cfg"
-        config.write_text(HAPROXY_CONFIG.format(port=self.port, servers=servers))
+        self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.root / "haproxy.log", "ab")  # noqa: SIM115
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BALLAST_")}
         self.process = subprocess.Popen(
-            ["haproxy", "-db", "-f", str(config)],
+            ["haproxy", "-db", "-f", str(HAPROXY_CONFIG)],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**env, **self.environment()},
             start_new_session=True,
         )
         _wait_port(self.port, "haproxy")

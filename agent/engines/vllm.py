@@ -1,0 +1,155 @@
+"""vLLM's OpenAI-compatible server as the engine (``--engine vllm``).
+
+Written from vLLM's documentation of its OpenAI-compatible server (its "extra
+parameters" of the chat and completions APIs); vLLM needs a GPU and cannot run
+here, so the tests replay exchanges shaped as that documentation and OpenAI's
+streaming format show them (``tests/agent/test_vllm_engine.py``).
+
+- ``GET /v1/models`` lists the served models (``data[].id``); ``GET /version``
+  gives vLLM's version.
+- A chat answer is ``POST /v1/chat/completions``, streamed, with vLLM's own
+  chat template (from the model's tokenizer configuration). A continuation
+  sends the answer so far as a last ``assistant`` message with
+  ``continue_final_message: true`` and ``add_generation_prompt: false``: the
+  template leaves that message open and the model goes on from it (healed:
+  ``server.ServerEngine``).
+- A raw prompt is ``POST /v1/completions`` with the prompt followed by the
+  answer so far.
+- The reference engine's sampler: ``top_k`` 40, ``min_p`` 0.05,
+  ``repetition_penalty`` 1 (vLLM's extra sampling parameters). Token counts
+  come from ``usage`` (``stream_options.include_usage``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from agent.engines.base import GenerationError, GenerationRequest
+from agent.engines.chat_template import message_flatten
+from agent.engines.openai_server import completion_events
+from agent.engines.server import (
+    MIN_P,
+    REPEAT_PENALTY,
+    TOP_K,
+    ServerEngine,
+    ServerEvent,
+    sampling_fields,
+)
+
+log = logging.getLogger(__name__)
+
+
+class VLLMEngine(ServerEngine):
+    """Drives one model of a local vLLM server (see ``ServerEngine`` for the
+    options; ``server_model`` is the name vLLM serves it under). No GGUF: the
+    chat template is vLLM's."""
+
+    name = "vllm"
+    default_url = "http://127.0.0.1:8000"
+
+    async def load(self) -> None:
+        """Check that vLLM serves the model. Raises ``ModelLoadError`` when the
+        server is unreachable or does not list it."""
+        served = await self._models_list("/v1/models", "data", "id")
+        self.server_model = self._server_model_pick(served)
+        version = await self._get_json("/version")
+        self.version = f"vllm {(version or {}).get('version') or 'unknown'}"
+        self._loaded = True
+        log.info(
+            "serving %s as %s from %s (%s)",
+            self.model_id,
+            self.server_model,
+            self.base_url,
+            self.version,
+        )
+
+    def body(self, request: GenerationRequest, prefix: str) -> tuple[str, dict[str, Any]]:
+        """``(path, body)`` of the request for ``request`` continued from ``prefix``."""
+        body: dict[str, Any] = {
+            "model": self.server_model,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": request.max_tokens(),
+            **sampling_fields(request),
+            "top_k": TOP_K,
+            "min_p": MIN_P,
+            "repetition_penalty": REPEAT_PENALTY,
+        }
+        if request.stop():
+            body["stop"] = request.stop()
+        if request.messages is None:
+            body["prompt"] = (request.prompt or "") + prefix
+            return "/v1/completions", body
+        body["messages"] = [message_flatten(m) for m in request.messages]
+        if prefix:
+            body["messages"].append({"role": "assistant", "content": prefix})
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        return "/v1/chat/completions", body
+
+    async def _events(
+        self, request: GenerationRequest, prefix: str
+    ) -> AsyncIterator[ServerEvent]:
+        """Stream the chat or raw completion (server-sent events). Raises
+        ``GenerationError`` on an HTTP error, an ``error`` event, a non-200
+        answer or a malformed event."""
+        path, body = self.body(request, prefix)
+        try:
+            async with self._client.stream("POST", path, json=body) as response:
+                if response.status_code != 200:
+                    detail = (await response.aread()).decode("utf-8", errors="replace")
+                    raise GenerationError(
+                        f"{self.base_url} answered {response.status_code}: "
+                        f"{detail[:300]}"
+                    )
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    events = (
+                        completion_events(chunk)
+                        if path == "/v1/completions"
+                        else chat_events(chunk)
+                    )
+                    for event in events:
+                        yield event
+        except httpx.HTTPError as exc:
+            raise GenerationError(
+                f"{self.base_url}: {type(exc).__name__}: {exc}"
+            ) from exc
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise GenerationError(
+                f"{self.base_url} sent a malformed event: {exc}"
+            ) from exc
+
+
+def chat_events(chunk: dict[str, Any]) -> list[ServerEvent]:
+    """The events of one ``chat.completion.chunk`` (``choices[].delta.content``,
+    ``finish_reason``; ``usage`` in the last chunk). An ``error`` object is a
+    ``GenerationError``."""
+    if chunk.get("error"):
+        raise GenerationError(f"the server failed: {chunk['error']}")
+    events = [
+        ServerEvent(
+            text=str((choice.get("delta") or {}).get("content") or ""),
+            finish_reason=choice.get("finish_reason") or None,
+        )
+        for choice in chunk.get("choices") or []
+    ]
+    usage = chunk.get("usage")
+    if usage:
+        events.append(
+            ServerEvent(
+                prompt_tokens=usage.get("prompt_tokens"),
+                completion_tokens=usage.get("completion_tokens"),
+            )
+        )
+    return events
