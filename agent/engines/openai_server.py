@@ -16,12 +16,9 @@ by the answer so far, so a continuation goes on from the exact prefix (healed:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
-
-import httpx
 
 from agent.engines.base import GenerationError, GenerationRequest
 from agent.engines.server import (
@@ -31,6 +28,8 @@ from agent.engines.server import (
     ServerEngine,
     ServerEvent,
     sampling_fields,
+    sse_events,
+    usage_events,
 )
 
 log = logging.getLogger(__name__)
@@ -98,33 +97,14 @@ class OpenAIServerEngine(ServerEngine):
         """Stream a raw completion (server-sent events, ``data: {json}`` lines
         ending with ``data: [DONE]``). Raises ``GenerationError`` on an HTTP
         error, a non-200 answer or a malformed event."""
-        body = self.body(request, prefix)
-        try:
-            async with self._client.stream(
-                "POST", "/v1/completions", json=body
-            ) as response:
-                if response.status_code != 200:
-                    detail = (await response.aread()).decode("utf-8", errors="replace")
-                    raise GenerationError(
-                        f"{self.base_url} answered {response.status_code}: "
-                        f"{detail[:300]}"
-                    )
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    for event in completion_events(json.loads(data)):
-                        yield event
-        except httpx.HTTPError as exc:
-            raise GenerationError(
-                f"{self.base_url}: {type(exc).__name__}: {exc}"
-            ) from exc
-        except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            raise GenerationError(
-                f"{self.base_url} sent a malformed event: {exc}"
-            ) from exc
+        async for event in sse_events(
+            self._client,
+            base_url=self.base_url,
+            path="/v1/completions",
+            body=self.body(request, prefix),
+            parse=completion_events,
+        ):
+            yield event
 
 
 def completion_events(chunk: dict[str, Any]) -> list[ServerEvent]:
@@ -140,15 +120,7 @@ def completion_events(chunk: dict[str, Any]) -> list[ServerEvent]:
         )
         for choice in chunk.get("choices") or []
     ]
-    usage = chunk.get("usage")
-    if usage:
-        events.append(
-            ServerEvent(
-                prompt_tokens=usage.get("prompt_tokens"),
-                completion_tokens=usage.get("completion_tokens"),
-            )
-        )
-    return events
+    return events + usage_events(chunk)
 
 
 class LlamaCppServerEngine(OpenAIServerEngine):

@@ -15,8 +15,9 @@ and read (``_events``): llama.cpp's server and other OpenAI-compatible servers
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -278,3 +279,51 @@ def sampling_fields(request: GenerationRequest) -> dict[str, Any]:
 
 def _number(value: Any, default: float) -> float:
     return default if value is None else float(value)
+
+
+async def sse_events(
+    client: httpx.AsyncClient,
+    *,
+    base_url: str,
+    path: str,
+    body: dict[str, Any],
+    parse: Callable[[dict[str, Any]], list[ServerEvent]],
+) -> AsyncIterator[ServerEvent]:
+    """POST ``body`` to ``path`` and yield the events ``parse`` finds in each
+    server-sent event (``data: {json}`` lines, until ``data: [DONE]``). Raises
+    ``GenerationError`` on an HTTP error, a non-200 answer, a malformed event or
+    an ``error`` object (``parse``'s)."""
+    try:
+        async with client.stream("POST", path, json=body) as response:
+            if response.status_code != 200:
+                detail = (await response.aread()).decode("utf-8", errors="replace")
+                raise GenerationError(
+                    f"{base_url} answered {response.status_code}: {detail[:300]}"
+                )
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                for event in parse(json.loads(data)):
+                    yield event
+    except httpx.HTTPError as exc:
+        raise GenerationError(f"{base_url}: {type(exc).__name__}: {exc}") from exc
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise GenerationError(f"{base_url} sent a malformed event: {exc}") from exc
+
+
+def usage_events(chunk: dict[str, Any]) -> list[ServerEvent]:
+    """The token counts of an OpenAI-shaped chunk's ``usage`` (sent in the last
+    chunk when ``stream_options.include_usage`` asked), as one event; none
+    without it."""
+    usage = chunk.get("usage")
+    if not usage:
+        return []
+    return [
+        ServerEvent(
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+        )
+    ]

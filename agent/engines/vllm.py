@@ -22,12 +22,9 @@ streaming format show them (``tests/agent/test_vllm_engine.py``).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
-
-import httpx
 
 from agent.engines.base import GenerationError, GenerationRequest
 from agent.engines.chat_template import message_flatten
@@ -39,6 +36,8 @@ from agent.engines.server import (
     ServerEngine,
     ServerEvent,
     sampling_fields,
+    sse_events,
+    usage_events,
 )
 
 log = logging.getLogger(__name__)
@@ -99,36 +98,11 @@ class VLLMEngine(ServerEngine):
         ``GenerationError`` on an HTTP error, an ``error`` event, a non-200
         answer or a malformed event."""
         path, body = self.body(request, prefix)
-        try:
-            async with self._client.stream("POST", path, json=body) as response:
-                if response.status_code != 200:
-                    detail = (await response.aread()).decode("utf-8", errors="replace")
-                    raise GenerationError(
-                        f"{self.base_url} answered {response.status_code}: "
-                        f"{detail[:300]}"
-                    )
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    chunk = json.loads(data)
-                    events = (
-                        completion_events(chunk)
-                        if path == "/v1/completions"
-                        else chat_events(chunk)
-                    )
-                    for event in events:
-                        yield event
-        except httpx.HTTPError as exc:
-            raise GenerationError(
-                f"{self.base_url}: {type(exc).__name__}: {exc}"
-            ) from exc
-        except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            raise GenerationError(
-                f"{self.base_url} sent a malformed event: {exc}"
-            ) from exc
+        parse = completion_events if path == "/v1/completions" else chat_events
+        async for event in sse_events(
+            self._client, base_url=self.base_url, path=path, body=body, parse=parse
+        ):
+            yield event
 
 
 def chat_events(chunk: dict[str, Any]) -> list[ServerEvent]:
@@ -144,12 +118,4 @@ def chat_events(chunk: dict[str, Any]) -> list[ServerEvent]:
         )
         for choice in chunk.get("choices") or []
     ]
-    usage = chunk.get("usage")
-    if usage:
-        events.append(
-            ServerEvent(
-                prompt_tokens=usage.get("prompt_tokens"),
-                completion_tokens=usage.get("completion_tokens"),
-            )
-        )
-    return events
+    return events + usage_events(chunk)
