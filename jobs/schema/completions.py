@@ -459,12 +459,19 @@ def _doc_view(endpoint: str, answer, chunk, model_ids: list[str]) -> type:
 def completions_endpoints(endpoints: list[tuple]) -> list[tuple]:
     """drf-spectacular preprocessing hook: ``endpoints`` (path, path_regex,
     method, callback) plus the two completions endpoints, described by their
-    documentation twins, made now (the catalog's models as they are now)."""
+    documentation twins, made now (the catalog's models as they are now; any
+    model name when the database cannot be read, as ``manage.py check`` before
+    the database is reachable)."""
+    from django.db import DatabaseError
+
     from catalog.models import CatalogModel
 
-    model_ids = sorted(
-        CatalogModel.objects.filter(active=True).values_list("id", flat=True)
-    )
+    try:
+        model_ids = sorted(
+            CatalogModel.objects.filter(active=True).values_list("id", flat=True)
+        )
+    except DatabaseError:
+        model_ids = []
     added = []
     for name, endpoint, answer, chunk in (
         ("chat-completions", "chat", CHAT_COMPLETION, CHAT_CHUNK),
