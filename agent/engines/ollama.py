@@ -66,14 +66,7 @@ class OllamaEngine(ServerEngine):
         self.version = f"ollama {(version or {}).get('version') or 'unknown'}"
         self._template = self._template_load(gguf=await self._blob_path())
         await self._post("/api/generate", {"model": self.server_model, "stream": False})
-        self._loaded = True
-        log.info(
-            "serving %s as %s from %s (%s)",
-            self.model_id,
-            self.server_model,
-            self.base_url,
-            self.version,
-        )
+        self._serving()
 
     async def _blob_path(self) -> Path | None:
         """The model's GGUF file, from ``/api/show``'s ``modelfile`` ``FROM``

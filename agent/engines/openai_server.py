@@ -16,7 +16,6 @@ by the answer so far, so a continuation goes on from the exact prefix (healed:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,8 +30,6 @@ from agent.engines.server import (
     sse_events,
     usage_events,
 )
-
-log = logging.getLogger(__name__)
 
 
 class OpenAIServerEngine(ServerEngine):
@@ -57,14 +54,7 @@ class OpenAIServerEngine(ServerEngine):
             bos_token=str(props.get("bos_token") or ""),
             eos_token=str(props.get("eos_token") or ""),
         )
-        self._loaded = True
-        log.info(
-            "serving %s as %s from %s (%s)",
-            self.model_id,
-            self.server_model,
-            self.base_url,
-            self.version,
-        )
+        self._serving()
 
     async def _version_probe(self, props: dict[str, Any]) -> str:
         """Best effort: llama.cpp server's build, Ollama's or vLLM's version."""

@@ -133,6 +133,17 @@ class ServerEngine(Engine):
                 self.model_id, f"cannot list models at {self.base_url}{path}: {exc}"
             ) from exc
 
+    def _serving(self) -> None:
+        """Mark the model loaded (``load`` done) and say which server serves it."""
+        self._loaded = True
+        log.info(
+            "serving %s as %s from %s (%s)",
+            self.model_id,
+            self.server_model,
+            self.base_url,
+            self.version,
+        )
+
     def _server_model_pick(self, served: list[str]) -> str:
         """The server's name for the model: ``server_model`` (which it must
         serve), else the catalog id, else its only model. Raises ``ModelLoadError``."""

@@ -22,7 +22,6 @@ streaming format show them (``tests/agent/test_vllm_engine.py``).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,8 +39,6 @@ from agent.engines.server import (
     usage_events,
 )
 
-log = logging.getLogger(__name__)
-
 
 class VLLMEngine(ServerEngine):
     """Drives one model of a local vLLM server (see ``ServerEngine`` for the
@@ -58,14 +55,7 @@ class VLLMEngine(ServerEngine):
         self.server_model = self._server_model_pick(served)
         version = await self._get_json("/version")
         self.version = f"vllm {(version or {}).get('version') or 'unknown'}"
-        self._loaded = True
-        log.info(
-            "serving %s as %s from %s (%s)",
-            self.model_id,
-            self.server_model,
-            self.base_url,
-            self.version,
-        )
+        self._serving()
 
     def body(self, request: GenerationRequest, prefix: str) -> tuple[str, dict[str, Any]]:
         """``(path, body)`` of the request for ``request`` continued from ``prefix``."""
