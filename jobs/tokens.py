@@ -234,12 +234,15 @@ def token_count_inflated(*, reported: int, text: str, recount: int | None) -> bo
     against the device's honesty).
 
     More tokens than characters, always; with the model's tokenizer's
-    ``recount``, more than ``recount`` by over ``max(2, 15 %)`` (a continuation
-    cut mid-word can tokenize one or two tokens differently). A count under the
-    recount is the host's loss, not a cheat.
+    ``recount``, more than ``recount`` by over ``max(2, 5 %)``: a continuation
+    cut mid-word can tokenize one or two tokens differently, and a sampled answer
+    may hold a token split the tokenizer would not make (SmolLM2 at temperatures
+    0–1.3 over 105 answers: at most 2 over the recount; tests/jobs/test_token_counts.py).
+    A 15 % inflation of an answer of 14 tokens or more is flagged. A count under
+    the recount is the host's loss, not a cheat.
     """
     if reported > len(text):
         return True
     if recount is None:
         return False
-    return reported - recount > max(2, recount * 15 // 100)
+    return reported - recount > max(2, recount * 5 // 100)

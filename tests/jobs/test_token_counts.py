@@ -1,0 +1,87 @@
+"""The token sanity check against what the real model produces (DESIGN.md
+"Money": billed = min(reported, recount); a count that is not believable is a
+failed check of the device's honesty).
+
+The tolerance (``jobs.tokens.token_count_inflated``: max(2, 5 %) over the
+recount) must pass every honest count of the reference model, sampled answers
+included, and flag a host that inflates its counts by 15 %.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from jobs.tokens import token_count, token_count_inflated
+
+PROMPTS = [
+    "Write a short poem about the sea.",
+    "Explain photosynthesis in two sentences.",
+    "List three uses of copper.",
+    "Tell me a story about a dragon who loved tea.",
+    "Why is the sky blue?",
+    "Write Python code that reverses a list.",
+]
+
+
+@pytest.fixture(scope="module")
+def honest_answers():
+    """(text, completion_tokens) of the real engine at temperatures 0, 0.8, 1.2."""
+    from agent.engines.base import GenerationRequest, GenerationResult
+    from agent.engines.llamacpp import LlamaCppEngine
+
+    async def generate():
+        engine = LlamaCppEngine(n_ctx=1024)
+        await engine.load()
+        answers = []
+        try:
+            for seed, temperature in enumerate((0.0, 0.8, 1.2)):
+                for prompt in PROMPTS:
+                    request = GenerationRequest(
+                        model=engine.model_id,
+                        messages=[{"role": "user", "content": prompt}],
+                        params={"max_tokens": 96, "temperature": temperature, "seed": seed},
+                    )
+                    result = GenerationResult()
+                    text = ""
+                    async for piece in engine.stream(request, result):
+                        text += piece if isinstance(piece, str) else piece.text
+                    answers.append((text, result.completion_tokens))
+        finally:
+            await engine.close()
+        return answers
+
+    return asyncio.run(generate())
+
+
+def test_honest_counts_of_the_real_model_are_believable(honest_answers, catalog):
+    for text, reported in honest_answers:
+        recount = token_count(catalog.id, text)
+        assert recount is not None
+        assert not token_count_inflated(reported=reported, text=text, recount=recount), (
+            text,
+            reported,
+            recount,
+        )
+
+
+def test_a_count_inflated_by_15_percent_is_flagged(honest_answers, catalog):
+    flagged = 0
+    long_answers = [(t, n) for t, n in honest_answers if n >= 14]
+    assert long_answers
+    for text, reported in long_answers:
+        inflated = reported * 115 // 100
+        recount = token_count(catalog.id, text)
+        flagged += token_count_inflated(reported=inflated, text=text, recount=recount)
+    assert flagged == len(long_answers)
+
+
+def test_the_tolerance_at_its_edges():
+    assert not token_count_inflated(reported=12, text="x" * 100, recount=10)
+    assert token_count_inflated(reported=13, text="x" * 100, recount=10)
+    assert not token_count_inflated(reported=105, text="x" * 400, recount=100)
+    assert token_count_inflated(reported=106, text="x" * 400, recount=100)
+    # never more tokens than characters, even without a tokenizer
+    assert token_count_inflated(reported=5, text="abcd", recount=None)
+    assert not token_count_inflated(reported=4, text="abcd", recount=None)
