@@ -20,6 +20,7 @@ from hosts import protocol
 from .. import spotchecks
 from ..orchestration import JobRun
 from ..verification.offers import verification_send
+from ..verification.plausibility import token_scores_parse
 from ..verification.records import verification_refused, verification_scored
 
 log = logging.getLogger("ballast.jobs")
@@ -85,12 +86,16 @@ class ChecksRelay:
         self.verifications.discard(ver_id)
         try:
             scores = protocol.parse_scores(frame)
-        except protocol.FrameError as exc:
+            tokens = token_scores_parse(scores["tokens"])
+        except (protocol.FrameError, ValueError) as exc:
             await self._verification_refused(ver_id, f"malformed scores: {exc}")
-            raise
+            raise protocol.FrameError(str(exc)) from None
         try:
             second = await db_call(verification_scored)(
-                verification_id=ver_id, machine_id=self.machine_id, scores=scores
+                verification_id=ver_id,
+                machine_id=self.machine_id,
+                tokens=tokens,
+                receipt=scores["receipt"],
             )
         except Exception:
             log.exception("verification %s: scores not recorded", ver_id)

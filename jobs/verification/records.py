@@ -29,7 +29,7 @@ from ..models import Attempt, Job, Rental, Verification
 from ..services.checks import device_check_failed
 from ..services.endings import job_price_nano
 from ..tokens import token_count, token_count_inflated
-from .plausibility import Plausibility, answer_plausible, token_scores_parse
+from .plausibility import Plausibility, TokenScore, answer_plausible
 from .rate import rate_ceiling, verification_draw, verification_rate
 
 log = logging.getLogger("ballast.jobs")
@@ -165,13 +165,18 @@ def scores_cover_answer(*, n: int, answer: str, recount: int | None) -> bool:
 
 @transaction.atomic
 def verification_scored(
-    *, verification_id: str, machine_id: str, scores: dict, now: datetime | None = None
+    *,
+    verification_id: str,
+    machine_id: str,
+    tokens: list[TokenScore],
+    receipt: str,
+    now: datetime | None = None,
 ) -> str | None:
-    """Judge the ``scores`` (``hosts.protocol.parse_scores``) a verifier on
-    machine ``machine_id`` sent for verification ``verification_id`` (hex).
+    """Judge the ``tokens`` scores (``plausibility.token_scores_parse`` of a
+    ``scores`` frame) and ``receipt`` a verifier on machine ``machine_id``
+    sent for verification ``verification_id`` (hex).
 
-    Refused against the verifier (``verification_refused``): entries that are
-    not token scores, a count that cannot be the whole answer
+    Refused against the verifier (``verification_refused``): a count that cannot be the whole answer
     (``scores_cover_answer``), a receipt that does not verify (over the
     verification's id, the count and the answer's text, with the verifier
     machine's pinned key). Else scored (``answer_plausible`` at the job's
@@ -185,11 +190,6 @@ def verification_scored(
         return None
     job = ver.job
     answer = job.output_text
-    try:
-        tokens = token_scores_parse(scores["tokens"])
-    except ValueError as exc:
-        _verifier_failed(ver, V.Status.REFUSED, f"malformed scores: {exc}", now)
-        return None
     recount = token_count(job.model_id, answer)
     if not scores_cover_answer(n=len(tokens), answer=answer, recount=recount):
         detail = f"{len(tokens)} scores for an answer of {recount} tokens"
@@ -197,7 +197,7 @@ def verification_scored(
         return None
     if not receipt_verify(
         public_key_b64=ver.verifier.machine.public_key,
-        signature_b64=scores["receipt"],
+        signature_b64=receipt,
         job=ver.id.hex,
         completion_tokens=len(tokens),
         text=answer,
