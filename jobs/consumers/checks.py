@@ -43,7 +43,8 @@ class ChecksRelay:
         task.add_done_callback(self.spot_check_tasks.discard)
 
     async def _spot_checks_start(self) -> None:
-        """Run the spot checks due on this machine's devices (a compare-and-set takes each)."""
+        """Run the spot checks due on this machine's devices (a compare-and-set
+        takes each)."""
         if not settings.BALLAST_SPOT_CHECKS:
             return  # (no thread hop for nothing on every written heartbeat)
         for job in await db_call(spotchecks.spot_checks_take_due)(
@@ -80,7 +81,7 @@ class ChecksRelay:
         ver_id = protocol.parse_job_frame(frame)
         if ver_id not in self.verifications:
             await self.send_error(
-                f"scores: job {ver_id[:40]} is not a verification offered to this machine"
+                f"scores: job {ver_id[:40]} is not a verification offered here"
             )
             return
         self.verifications.discard(ver_id)

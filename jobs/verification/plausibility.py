@@ -66,7 +66,9 @@ def token_scores_parse(value: object) -> list[TokenScore]:
             raise ValueError(f"scores: tokens[{i}].rank must be an integer >= 0")
         logprob = entry.get("logprob")
         if logprob is not None and not _number(logprob, high=0.0):
-            raise ValueError(f"scores: tokens[{i}].logprob must be a number <= 0 or null")
+            raise ValueError(
+                f"scores: tokens[{i}].logprob must be a number <= 0 or null"
+            )
         mean, var = entry.get("mean"), entry.get("var")
         if not _number(mean, high=0.0):
             raise ValueError(f"scores: tokens[{i}].mean must be a number <= 0")
@@ -97,9 +99,8 @@ def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausib
     n = len(tokens)
     outside = sum(1 for t in tokens if t.logprob is None)
     if outside > OUTSIDE_FREE + OUTSIDE_SHARE * n:
-        return Plausibility(
-            False, n, 0.0, 0, outside, f"{outside} of {n} tokens outside the sampler's support"
-        )
+        detail = f"{outside} of {n} tokens outside the sampler's support"
+        return Plausibility(False, n, 0.0, 0, outside, detail)
     if temperature == 0:
         misses = sum(1 for t in tokens if t.rank > 0)
         plausible = misses <= GREEDY_MISSES_FREE + GREEDY_MISSES_SHARE * n
