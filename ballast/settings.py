@@ -268,9 +268,9 @@ SPECTACULAR_SETTINGS = {
     "PREPROCESSING_HOOKS": ["jobs.schema.completions.completions_endpoints"],
     "SERVE_INCLUDE_SCHEMA": False,  # the schema itself is no renter endpoint
     "ENUM_NAME_OVERRIDES": {
-        "ChatCompletionObjectEnum": "jobs.schema.completions.CHAT_OBJECT",
-        "ChatCompletionChunkObjectEnum": "jobs.schema.completions.CHAT_CHUNK_OBJECT",
-        "TextCompletionObjectEnum": "jobs.schema.completions.TEXT_OBJECT",
+        "ChatCompletionObjectEnum": "jobs.schema.completion_answers.CHAT_OBJECT",
+        "ChatCompletionChunkObjectEnum": "jobs.schema.completion_answers.CHAT_CHUNK_OBJECT",
+        "TextCompletionObjectEnum": "jobs.schema.completion_answers.TEXT_OBJECT",
     },
 }
 
