@@ -522,7 +522,7 @@ def test_stream_options_belong_to_a_stream(fields):
 def test_what_ballast_cannot_honour_is_a_400_naming_it(name, asking):
     """A client asking for tools, echo, … gets a clear error, not a plain
     answer that silently ignored the request (``response_format`` and
-    ``logprobs`` are served: tests/jobs/test_output_features.py)."""
+    ``logprobs`` are served: tests/jobs/test_output_features_*.py)."""
     with pytest.raises(ApiError) as refused:
         _parse(**{name: asking})
     assert refused.value.status == 400 and refused.value.param == name
