@@ -129,8 +129,8 @@ def request_make(prompt: str, temperature: float, top_p: float, max_tokens: int,
 def _cheat_blocking(engine: Any, request: Any, cheat: Cheat, seed: int) -> str:
     """One cheat's answer, by llama.cpp's own generate loop (the engine's model
     and lock, none of its generation code)."""
-    import numpy as np
     import llama_cpp
+    import numpy as np
 
     from agent.engines.prefill import prompt_tokenize
     from agent.engines.sampling import MIN_P, TOP_K, sampling_params

@@ -36,14 +36,20 @@ from typing import Any
 
 GREEDY_MISSES_BASE = 2
 """Tokens below the top an honest answer at temperature 0 may have, plus
-``GREEDY_MISSES_SHARE`` of its tokens."""
+``GREEDY_MISSES_SHARE`` of its tokens. Calibrated: honest greedy answers scored
+on the same build miss none; evaluating the answer in one batch instead (other
+arithmetic, as another device's) flipped near-ties at up to 4 % of tokens;
+every cheat's greedy answers missed 29 % or more."""
 GREEDY_MISSES_SHARE = 0.10
-OUTSIDE_BASE = 1
+OUTSIDE_BASE = 2
 """Tokens outside the sampler's support an honest answer may have, plus
-``OUTSIDE_SHARE`` of its tokens."""
-OUTSIDE_SHARE = 0.05
-Z_MIN = -5.0
-"""An answer at T > 0 whose z is below this is implausible."""
+``OUTSIDE_SHARE`` of its tokens. Calibrated: honest answers had at most 2 (the
+answer's text retokenized otherwise than generation split it), 3 of 6,794
+tokens in all."""
+OUTSIDE_SHARE = 0.02
+Z_MIN = -4.0
+"""An answer at T > 0 whose z is below this is implausible. Calibrated: honest
+answers' z ranged from −2.1 to 2.1 (90 answers of up to 64 tokens)."""
 Z_VAR_FLOOR = 1.0
 """Added to Σ var (nats²) under the square root: a short or nearly certain
 answer's z is not blown up by a tiny variance."""
@@ -140,7 +146,7 @@ def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausib
     outside = n - len(inside)
     z = 0.0
     if inside:
-        gap = sum(token.logprob - token.mean for token in inside)  # type: ignore[operator]
+        gap = sum(t.logprob - t.mean for t in inside)  # type: ignore[operator]
         z = gap / math.sqrt(sum(max(0.0, t.var) for t in inside) + Z_VAR_FLOOR)
     outside_max = OUTSIDE_BASE + OUTSIDE_SHARE * n
     greedy = temperature <= 0
@@ -149,13 +155,22 @@ def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausib
         plausible, detail = True, "no token to judge"
     elif outside > outside_max:
         plausible = False
-        detail = f"{outside} of {n} tokens outside the sampler's support (most {outside_max:g})"
+        detail = (
+            f"{outside} of {n} tokens outside the sampler's support "
+            f"(most {outside_max:g})"
+        )
     elif greedy and misses > misses_max:
         plausible = False
-        detail = f"{misses} of {n} tokens not the model's top at temperature 0 (most {misses_max:g})"
+        detail = (
+            f"{misses} of {n} tokens not the model's top at temperature 0 "
+            f"(most {misses_max:g})"
+        )
     elif not greedy and z < Z_MIN:
         plausible = False
-        detail = f"z {z:.2f} below {Z_MIN:g} at temperature {temperature:g} ({n} tokens)"
+        detail = (
+            f"z {z:.2f} below {Z_MIN:g} at temperature {temperature:g} "
+            f"({n} tokens)"
+        )
     else:
         plausible = True
         detail = (
