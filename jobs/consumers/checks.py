@@ -21,7 +21,11 @@ from .. import spotchecks
 from ..orchestration import JobRun
 from ..verification.offers import verification_send
 from ..verification.plausibility import token_scores_parse
-from ..verification.records import verification_refused, verification_scored
+from ..verification.records import (
+    VERIFY_MAX_TOKENS,
+    verification_refused,
+    verification_scored,
+)
 
 log = logging.getLogger("ballast.jobs")
 
@@ -87,7 +91,7 @@ class ChecksRelay:
         self.verifications.discard(ver_id)
         try:
             scores = protocol.parse_scores(frame)
-            tokens = token_scores_parse(scores["tokens"])
+            tokens = token_scores_parse(scores["tokens"], max_tokens=VERIFY_MAX_TOKENS)
         except (protocol.FrameError, ValueError) as exc:
             await self._verification_refused(ver_id, f"malformed scores: {exc}")
             raise protocol.FrameError(str(exc)) from None
