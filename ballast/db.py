@@ -152,6 +152,8 @@ def insert_sql(obj, *, exprs: dict[str, tuple[str, list]] | None = None) -> tupl
     quote = connection.ops.quote_name
     columns, values, params = [], [], []
     for field in obj._meta.concrete_fields:
+        if field is obj._meta.auto_field and getattr(obj, field.attname) is None:
+            continue  # the database numbers it
         columns.append(quote(field.column))
         if field.attname in exprs:
             sql, expr_params = exprs[field.attname]
@@ -166,6 +168,30 @@ def insert_sql(obj, *, exprs: dict[str, tuple[str, list]] | None = None) -> tupl
         f" SELECT {', '.join(values)}"
     )
     return sql, params
+
+
+def insert_once(obj) -> bool:
+    """Store the unsaved model instance ``obj`` unless a row already holds one of
+    its unique values: ``INSERT … ON CONFLICT DO NOTHING`` (PostgreSQL and
+    SQLite alike; no savepoint around it). True when stored (``obj`` then
+    saved, its number set), False when a unique value was taken (nothing
+    written; a row being written by another transaction is waited for, as a
+    plain INSERT would)."""
+    sql, params = insert_sql(obj)
+    pk = obj._meta.pk
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"{sql} WHERE true ON CONFLICT DO NOTHING"
+            f" RETURNING {connection.ops.quote_name(pk.column)}",
+            params,
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    if getattr(obj, pk.attname) is None:
+        setattr(obj, pk.attname, pk.to_python(row[0]))
+    obj._state.adding, obj._state.db = False, connection.alias
+    return True
 
 
 def commit_unflushed() -> None:

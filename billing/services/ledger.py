@@ -12,6 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from ballast import metrics
+from ballast.db import insert_once
 
 from ..models import Account, Entry, LedgerTransaction
 from .balance_low import balance_low_mark, balance_low_rearm
@@ -74,33 +75,32 @@ def ledger_post(
     low-balance state (``balance_low.balance_low_mark`` after a debit,
     ``balance_low_rearm`` after a credit: docs/money.md "Low balance").
     Raises UnbalancedTransaction when the legs do not sum to zero or none is
-    left (the database refuses an unbalanced transaction too: docs/money.md). Works inside a caller's transaction: the
-    insert runs in a savepoint, so a key posted before rolls back only that.
+    left (the database refuses an unbalanced transaction too: docs/money.md). Works inside a caller's transaction: a key posted before writes nothing
+    (``ballast.db.insert_once``: no savepoint).
     """
     legs = [(account, amount) for account, amount in legs if amount]
     total = sum(amount for _, amount in legs)
     if total != 0 or not legs:
         raise UnbalancedTransaction(f"{kind} {key}: {len(legs)} legs sum to {total}")
-    try:
-        with transaction.atomic():
-            txn = LedgerTransaction.objects.create(
-                kind=kind,
-                key=key,
-                job_id=job_id,
-                memo=memo[:300],
-                actor=actor,
-                leg_count=len(legs),
-            )
-            Entry.objects.bulk_create(
-                [
-                    Entry(transaction=txn, account=account, amount_nano=amount)
-                    for account, amount in legs
-                ]
-            )
-    except IntegrityError:
-        if LedgerTransaction.objects.filter(key=key).exists():
-            return None
-        raise
+    txn = LedgerTransaction(
+        kind=kind,
+        key=key,
+        job_id=job_id,
+        memo=memo[:300],
+        actor=actor,
+        leg_count=len(legs),
+    )
+    with transaction.atomic(savepoint=False):  # the transaction with its entries
+        if not insert_once(txn):
+            if LedgerTransaction.objects.filter(key=key).exists():
+                return None
+            raise IntegrityError(f"ledger transaction {key}: a unique value taken")
+        Entry.objects.bulk_create(
+            [
+                Entry(transaction=txn, account=account, amount_nano=amount)
+                for account, amount in legs
+            ]
+        )
     for account, amount in legs:
         if account.kind == Account.Kind.RENTER_CREDIT:
             if amount < 0:
