@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 
 log = logging.getLogger("ballast.db")
 
@@ -106,27 +106,29 @@ def update_then(
     """Run ``claim`` (an ``UPDATE … RETURNING`` of ``columns``, at most one row)
     and then each of ``steps`` (``(sql, params)``: writes that read the claimed
     row as the table ``claimed``, empty when none was), in the caller's
-    transaction; return the claimed row (a tuple in ``columns``' order) or None.
+    transaction if any; return the claimed row (a tuple in ``columns``' order) or None.
 
     PostgreSQL: one statement, one round trip (``WITH claimed AS (claim), …
     SELECT … FROM claimed``: the steps are data-modifying sub-statements);
     SQLite (no writes inside WITH): the claim, then each step after
-    ``WITH claimed(columns) AS (VALUES (the row))``. The same SQL texts either
-    way: only how they are sent differs.
+    ``WITH claimed(columns) AS (VALUES (the row))``, in one transaction. The
+    same SQL texts either way: only how they are sent differs. Atomic whether
+    or not the caller holds a transaction.
     """
     claim_sql, claim_params = claim
     names = ", ".join(connection.ops.quote_name(c) for c in columns)
-    with connection.cursor() as cursor:
-        if _postgresql():
-            parts = [f"claimed AS ({claim_sql})"]
-            params = list(claim_params)
-            for number, (sql, step_params) in enumerate(steps):
-                parts.append(f"step{number} AS ({sql})")
-                params += step_params
+    if _postgresql():
+        parts = [f"claimed AS ({claim_sql})"]
+        params = list(claim_params)
+        for number, (sql, step_params) in enumerate(steps):
+            parts.append(f"step{number} AS ({sql})")
+            params += step_params
+        with connection.cursor() as cursor:
             cursor.execute(
                 f"WITH {', '.join(parts)} SELECT {names} FROM claimed", params
             )
             return cursor.fetchone()
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(claim_sql, claim_params)
         row = cursor.fetchone()
         marks = ", ".join(["%s"] * len(columns))

@@ -1,4 +1,4 @@
-"""Dispatch: the pick and the claim of a slot for a job, in one transaction
+"""Dispatch: the pick and the claim of a slot for a job, in one statement
 (DESIGN.md "How a request flows" step 2, "Picking a device", "No eligible device").
 """
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.utils import timezone
 
 from ballast.db import insert_sql, update_then
@@ -69,7 +69,9 @@ def job_dispatch(
     that waits, to be woken when a slot frees. ``model``: the job's catalog
     model, read here when not given. ``job`` may be unsaved (the request's
     new job, ``requests.job_build``): it is stored with the claim, running or
-    queued. Joins the caller's transaction (or is one).
+    queued. Joins the caller's transaction; outside one, the claim with its
+    attempt and the job's row is atomic on its own (``device_claim``: one
+    statement on PostgreSQL) and needs none.
     """
     now = now or timezone.now()
     if model is None:
@@ -83,26 +85,25 @@ def job_dispatch(
         offered_at=offered_at,
         claim_deadline=claim_deadline(offered_at),
     )
-    with transaction.atomic(savepoint=False):
-        device = device_claim(
+    device = device_claim(
+        job=job,
+        model=model,
+        now=now,
+        fcfs=fcfs,
+        attempt=attempt,
+        failed_over=job.failed_over or bool(continue_from),
+    )
+    if device is None:
+        ahead = jobs_ahead_count(job=job, now=now) if fcfs else 0
+        return _dispatch_unclaimed(
             job=job,
             model=model,
             now=now,
-            fcfs=fcfs,
-            attempt=attempt,
-            failed_over=job.failed_over or bool(continue_from),
+            ahead=ahead,
+            waiting_channel=waiting_channel,
         )
-        if device is None:
-            ahead = jobs_ahead_count(job=job, now=now) if fcfs else 0
-            return _dispatch_unclaimed(
-                job=job,
-                model=model,
-                now=now,
-                ahead=ahead,
-                waiting_channel=waiting_channel,
-            )
-        if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
-            spot_check_mark_due(device_id=device.id, reason="rate", now=now)
+    if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
+        spot_check_mark_due(device_id=device.id, reason="rate", now=now)
     return Dispatch(
         attempt=attempt,
         machine_channel=device.machine.channel_name,
