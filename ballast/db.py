@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 
 log = logging.getLogger("ballast.db")
 
@@ -98,6 +98,102 @@ def for_update(of: str) -> str:
     if _postgresql():
         return f" FOR UPDATE OF {of}"
     return ""
+
+
+def update_then(
+    claim: tuple[str, list], columns: tuple[str, ...], steps: list[tuple[str, list]]
+) -> tuple | None:
+    """Run ``claim`` (an ``UPDATE … RETURNING`` of ``columns``, at most one row)
+    and then each of ``steps`` (``(sql, params)``: writes that read the claimed
+    row as the table ``claimed``, empty when none was), in the caller's
+    transaction if any; return the claimed row (a tuple in ``columns``' order) or None.
+
+    PostgreSQL: one statement, one round trip (``WITH claimed AS (claim), …
+    SELECT … FROM claimed``: the steps are data-modifying sub-statements);
+    SQLite (no writes inside WITH): the claim, then each step after
+    ``WITH claimed(columns) AS (VALUES (the row))``, in one transaction. The
+    same SQL texts either way: only how they are sent differs. Atomic whether
+    or not the caller holds a transaction.
+    """
+    claim_sql, claim_params = claim
+    names = ", ".join(connection.ops.quote_name(c) for c in columns)
+    if _postgresql():
+        parts = [f"claimed AS ({claim_sql})"]
+        params = list(claim_params)
+        for number, (sql, step_params) in enumerate(steps):
+            parts.append(f"step{number} AS ({sql})")
+            params += step_params
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH {', '.join(parts)} SELECT {names} FROM claimed", params
+            )
+            return cursor.fetchone()
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(claim_sql, claim_params)
+        row = cursor.fetchone()
+        marks = ", ".join(["%s"] * len(columns))
+        rows = f"VALUES ({marks})" if row else f"SELECT {marks} WHERE 0"
+        values = list(row) if row else [None] * len(columns)
+        for sql, step_params in steps:
+            cursor.execute(
+                f"WITH claimed({names}) AS ({rows}) {sql}", [*values, *step_params]
+            )
+        return row
+
+
+def insert_sql(obj, *, exprs: dict[str, tuple[str, list]] | None = None) -> tuple:
+    """``(sql, params)`` of ``INSERT INTO <obj's table> (<every column>) SELECT
+    <its values>``: the unsaved model instance ``obj`` stored as
+    ``obj.save(force_insert=True)`` stores it (each field's ``pre_save`` run,
+    so ``auto_now_add`` fields are set on ``obj``; values adapted by the
+    ORM), but in one statement the caller may extend (`` FROM …``) or send
+    inside another (``update_then``). ``exprs``: attname → ``(SQL expression,
+    its params)`` standing in for that field's value (the field on ``obj`` is
+    left as it is: the caller sets it once the statement ran)."""
+    exprs = exprs or {}
+    quote = connection.ops.quote_name
+    columns, values, params = [], [], []
+    for field in obj._meta.concrete_fields:
+        if field is obj._meta.auto_field and getattr(obj, field.attname) is None:
+            continue  # the database numbers it
+        columns.append(quote(field.column))
+        if field.attname in exprs:
+            sql, expr_params = exprs[field.attname]
+            values.append(sql)
+            params += expr_params
+            continue
+        value = field.pre_save(obj, add=True)
+        values.append("%s")
+        params.append(field.get_db_prep_save(value, connection=connection))
+    sql = (
+        f"INSERT INTO {quote(obj._meta.db_table)} ({', '.join(columns)})"
+        f" SELECT {', '.join(values)}"
+    )
+    return sql, params
+
+
+def insert_once(obj) -> bool:
+    """Store the unsaved model instance ``obj`` unless a row already holds one of
+    its unique values: ``INSERT … ON CONFLICT DO NOTHING`` (PostgreSQL and
+    SQLite alike; no savepoint around it). True when stored (``obj`` then
+    saved, its number set), False when a unique value was taken (nothing
+    written; a row being written by another transaction is waited for, as a
+    plain INSERT would)."""
+    sql, params = insert_sql(obj)
+    pk = obj._meta.pk
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"{sql} WHERE true ON CONFLICT DO NOTHING"
+            f" RETURNING {connection.ops.quote_name(pk.column)}",
+            params,
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    if getattr(obj, pk.attname) is None:
+        setattr(obj, pk.attname, pk.to_python(row[0]))
+    obj._state.adding, obj._state.db = False, connection.alias
+    return True
 
 
 def commit_unflushed() -> None:

@@ -307,6 +307,11 @@ def main() -> int:
     parser.add_argument("--devices", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", default="", help="cProfile output file")
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="print the statements of one job's end (after the warm-up)",
+    )
     args = parser.parse_args()
 
     with scratch_postgres() as url:
@@ -328,6 +333,14 @@ def main() -> int:
         accounts = accounts_make(renter, keys)
         # warm up: the tokenizer's vocabulary, the model median cache, connections
         run_ballast(attempts_make(renter, keys, 5))
+        if args.statements:
+            from django.test.utils import CaptureQueriesContext
+
+            calls = attempts_make(renter, keys, 1)
+            with CaptureQueriesContext(connection) as captured:
+                run_ballast(calls)
+            for number, query in enumerate(captured.captured_queries, 1):
+                print(f"statement {number:2d}: {query['sql'][:150]}")
         for _ in range(args.rounds):
             for side in ("bare", "ballast"):
                 calls = attempts_make(renter, keys, args.jobs)

@@ -38,6 +38,11 @@ from bench.common import (  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="print the statements of one request (after the warm-up)",
+    )
     args = parser.parse_args()
     sigterm_exits()
     print(f"machine: {machine_line()}")
@@ -93,6 +98,15 @@ def main() -> int:
 
         for _ in range(20):  # warm up: the connection, the tokenizer, plans
             one(timed=False)
+        if args.statements:
+            from django.db import connection
+            from django.test.utils import CaptureQueriesContext
+
+            with CaptureQueriesContext(connection) as captured:
+                one(timed=False)
+            # the last two are the untimed clean-up's
+            for number, query in enumerate(captured.captured_queries[:-2], 1):
+                print(f"statement {number:2d}: {query['sql'][:150]}")
         for _ in range(args.requests):
             one(timed=True)
     print(f"request  wall {summary_ms(wall)}")

@@ -41,7 +41,7 @@ from .credit import (
     renter_top_up,
 )
 from .holds import earnings_reverse_held, holds_release
-from .ledger import UnbalancedTransaction, account_for, ledger_post
+from .ledger import UnbalancedTransaction, account_for, accounts_for, ledger_post
 from .payouts import (
     PayoutError,
     payout_approve,
@@ -62,6 +62,7 @@ __all__ = [
     "UnbalancedTransaction",
     "account_balance_nano",
     "account_for",
+    "accounts_for",
     "balance_low_emails_send",
     "balance_low_mark",
     "balance_low_rearm",

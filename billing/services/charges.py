@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from ..models import Account, Earning, LedgerTransaction, ReceiptCheck
 from ..money import share_of
-from .ledger import account_for, ledger_post
+from .ledger import account_for, accounts_for, ledger_post
 
 
 @dataclass
@@ -179,15 +179,17 @@ def charge_post(
     if renter is None and paid <= 0:
         return None
     if renter is None:
-        legs = [(account_for(kind=Account.Kind.PLATFORM_CHECKS), -paid)]
+        wanted = [((Account.Kind.PLATFORM_CHECKS, None), -paid)]
     else:
-        legs = [(account_for(kind=Account.Kind.RENTER_CREDIT, user=renter), -plan.cost)]
-    legs += [
-        (account_for(kind=Account.Kind.HOST_HELD, user_id=segment.host_id), share)
+        wanted = [((Account.Kind.RENTER_CREDIT, renter.pk), -plan.cost)]
+    wanted += [
+        ((Account.Kind.HOST_HELD, segment.host_id), share)
         for segment, share in plan.shares
     ]
     if renter is not None:
-        legs.append((account_for(kind=Account.Kind.PLATFORM), plan.platform))
+        wanted.append(((Account.Kind.PLATFORM, None), plan.platform))
+    accounts = accounts_for([account for account, _ in wanted])  # one read
+    legs = [(account, amount) for account, (_, amount) in zip(accounts, wanted)]
     txn = ledger_post(
         kind=LedgerTransaction.Kind.CHARGE,
         key=key or f"charge:{job_id}",

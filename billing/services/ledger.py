@@ -12,6 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from ballast import metrics
+from ballast.db import insert_once
 
 from ..models import Account, Entry, LedgerTransaction
 from .balance_low import balance_low_mark, balance_low_rearm
@@ -21,12 +22,6 @@ class UnbalancedTransaction(ValueError):
     """The legs of a ledger transaction do not sum to zero."""
 
 
-_USER_ACCOUNT_SQL = "SELECT * FROM billing_account WHERE kind = %s AND user_id = %s"
-_SYSTEM_ACCOUNT_SQL = (
-    "SELECT * FROM billing_account WHERE kind = %s AND user_id IS NULL"
-)
-
-
 def account_for(
     *,
     kind: str,
@@ -34,20 +29,40 @@ def account_for(
     user_id: int | None = None,
 ) -> Account:
     """Return the ledger account of this kind: the user's (given as ``user`` or
-    by ``user_id``), or the system one when neither is given.
-
-    Created on first use; a concurrent first use is settled by the unique
-    constraints on (kind, user).
+    by ``user_id``), or the system one when neither is given (``accounts_for``).
     """
     owner = user.pk if user is not None else user_id
-    # the usual case: one fixed statement (every charge reads three), no savepoint
-    if owner is None:
-        found = Account.objects.raw(_SYSTEM_ACCOUNT_SQL, [kind])
-    else:
-        found = Account.objects.raw(_USER_ACCOUNT_SQL, [kind, owner])
-    account = next(iter(found), None)
-    if account is not None:
-        return account
+    return accounts_for([(kind, owner)])[0]
+
+
+def accounts_for(wanted: list[tuple[str, int | None]]) -> list[Account]:
+    """The ledger accounts of ``wanted`` (kind, user id or None for the system
+    account of that kind), in that order, read in one statement (a charge
+    needs three).
+
+    Each is created on first use; a concurrent first use is settled by the
+    unique constraints on (kind, user).
+    """
+    where, params = [], []
+    for kind, owner in wanted:
+        if owner is None:
+            where.append("(kind = %s AND user_id IS NULL)")
+            params.append(kind)
+        else:
+            where.append("(kind = %s AND user_id = %s)")
+            params += [kind, owner]
+    found = {
+        (account.kind, account.user_id): account
+        for account in Account.objects.raw(
+            "SELECT * FROM billing_account WHERE " + " OR ".join(where), params
+        )
+    }
+    return [found.get(want) or _account_make(*want) for want in wanted]
+
+
+def _account_make(kind: str, owner: int | None) -> Account:
+    """The account (kind, owner) on its first use, made unless a concurrent
+    first use made it."""
     try:
         with transaction.atomic():
             account, _ = Account.objects.get_or_create(kind=kind, user_id=owner)
@@ -74,33 +89,32 @@ def ledger_post(
     low-balance state (``balance_low.balance_low_mark`` after a debit,
     ``balance_low_rearm`` after a credit: docs/money.md "Low balance").
     Raises UnbalancedTransaction when the legs do not sum to zero or none is
-    left (the database refuses an unbalanced transaction too: docs/money.md). Works inside a caller's transaction: the
-    insert runs in a savepoint, so a key posted before rolls back only that.
+    left (the database refuses an unbalanced transaction too: docs/money.md). Works inside a caller's transaction: a key posted before writes nothing
+    (``ballast.db.insert_once``: no savepoint).
     """
     legs = [(account, amount) for account, amount in legs if amount]
     total = sum(amount for _, amount in legs)
     if total != 0 or not legs:
         raise UnbalancedTransaction(f"{kind} {key}: {len(legs)} legs sum to {total}")
-    try:
-        with transaction.atomic():
-            txn = LedgerTransaction.objects.create(
-                kind=kind,
-                key=key,
-                job_id=job_id,
-                memo=memo[:300],
-                actor=actor,
-                leg_count=len(legs),
-            )
-            Entry.objects.bulk_create(
-                [
-                    Entry(transaction=txn, account=account, amount_nano=amount)
-                    for account, amount in legs
-                ]
-            )
-    except IntegrityError:
-        if LedgerTransaction.objects.filter(key=key).exists():
-            return None
-        raise
+    txn = LedgerTransaction(
+        kind=kind,
+        key=key,
+        job_id=job_id,
+        memo=memo[:300],
+        actor=actor,
+        leg_count=len(legs),
+    )
+    with transaction.atomic(savepoint=False):  # the transaction with its entries
+        if not insert_once(txn):
+            if LedgerTransaction.objects.filter(key=key).exists():
+                return None
+            raise IntegrityError(f"ledger transaction {key}: a unique value taken")
+        Entry.objects.bulk_create(
+            [
+                Entry(transaction=txn, account=account, amount_nano=amount)
+                for account, amount in legs
+            ]
+        )
     for account, amount in legs:
         if account.kind == Account.Kind.RENTER_CREDIT:
             if amount < 0:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
+from ballast.db import insert_once
+
 from ..models import ReceiptCheck
 from ..receipts import receipt_verify
 
@@ -35,7 +37,7 @@ def receipt_check(
     the first verdict and writes nothing. The unique keys of the table (attempt,
     signature) decide, so a concurrent second ``done`` or the same signature
     racing in for another attempt ends the same way. Works inside a caller's
-    transaction (the insert runs in a savepoint).
+    transaction (``ballast.db.insert_once``: no savepoint).
     """
     signature = (signature_b64 or "")[:200] or None
     verdict = receipt_verdict(
@@ -46,28 +48,29 @@ def receipt_check(
         completion_tokens=completion_tokens,
         text=text,
     )
-    try:
-        with transaction.atomic():
-            ReceiptCheck.objects.create(
-                attempt_id=attempt_id,
-                device_id=device_id,
-                signature=signature,
-                verdict=verdict,
-            )
-    except IntegrityError:
-        first = (
-            ReceiptCheck.objects.filter(attempt_id=attempt_id)
-            .values_list("verdict", flat=True)
-            .first()
+    stored = insert_once(
+        ReceiptCheck(
+            attempt_id=attempt_id,
+            device_id=device_id,
+            signature=signature,
+            verdict=verdict,
         )
-        if first is not None:  # a second done of this attempt: its verdict stands
-            return first
-        if signature is None:
-            raise
-        verdict = ReceiptCheck.Verdict.REPLAYED  # the signature is stored already
-        ReceiptCheck.objects.create(
-            attempt_id=attempt_id, device_id=device_id, signature=None, verdict=verdict
-        )
+    )
+    if stored:
+        return verdict
+    first = (
+        ReceiptCheck.objects.filter(attempt_id=attempt_id)
+        .values_list("verdict", flat=True)
+        .first()
+    )
+    if first is not None:  # a second done of this attempt: its verdict stands
+        return first
+    if signature is None:
+        raise IntegrityError(f"receipt check of {attempt_id}: a unique value taken")
+    verdict = ReceiptCheck.Verdict.REPLAYED  # the signature is stored already
+    ReceiptCheck.objects.create(
+        attempt_id=attempt_id, device_id=device_id, signature=None, verdict=verdict
+    )
     return verdict
 
 

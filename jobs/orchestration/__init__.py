@@ -1,5 +1,6 @@
 """Running a job (DESIGN.md "How a request flows" steps 3–8): ``run.JobRun``
-follows its attempts; ``channels`` holds its side of the channel layer."""
+dispatches and ends its attempts, ``follow`` follows each one's frames;
+``channels`` holds its side of the channel layer."""
 
 from .channels import (
     cancel_message,

@@ -3,8 +3,8 @@ request flows" steps 3–8).
 
 ``JobRun`` dispatches an attempt, sends the offer to the machine's connection
 through the channel layer, awaits that attempt's frames on its own channel with
-asyncio deadlines (claim, first token, stall), yields each piece of text as it
-comes and, after a failure, does what ``failover`` decides: another attempt, the
+asyncio deadlines (claim, first token, stall: ``follow.segment_follow``), yields
+each piece of text as it comes and, after a failure, does what ``failover`` decides: another attempt, the
 one continuation, or the end. The text delivered is kept exactly, so billing and
 the continuation's ``continue_from`` are both the renter's own text.
 """
@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import DatabaseError
-from django.utils import timezone
 
 from ballast import local
 from ballast.db import db_call, db_call_durable, db_call_retried
@@ -29,18 +28,12 @@ from catalog.models import CatalogModel
 from .. import services
 from ..failover import Fail, Failover, after_failed_attempt, when_not_dispatched
 from ..models import Attempt, Job, Verification
-from ..services.deadlines import (
-    CLAIM,
-    FIRST_TOKEN,
-    NEXT_TOKEN,
-    TIMEOUT_OUTCOMES,
-    stage_timeout_s,
-)
-from ..tokens import token_count
+from ..services.deadlines import CLAIM, stage_timeout_s
 from ..verification.offers import verification_send_soon
 from .budget import OutputBudget
 from .channels import cancel_message, offer_message, slots_announce_soon
 from .events import Failed, Finished, Segment, Token, usage_of
+from .follow import receipt_wait, segment_follow
 from .inbox import JobInbox
 from .lease import LEASE_LOST, job_lease_keep
 
@@ -246,121 +239,28 @@ class JobRun:
             if message.get("type") in ("slot.free", "job.lease_lost"):
                 return
 
-    async def _follow(self, segment: Segment) -> AsyncIterator[Token]:
-        """Yield the attempt's text pieces (with their tokens' logprobs when
-        asked); set ``segment.outcome`` when it ends."""
-        loop = asyncio.get_running_loop()
-        attempt_id = str(segment.attempt.id)
-        stage = CLAIM
-        deadline = loop.time() + stage_timeout_s(stage)
-        while True:
-            try:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise TimeoutError
-                message = await self.inbox.next(left)
-            except TimeoutError:
-                segment.outcome = TIMEOUT_OUTCOMES[stage]
-                segment.error = f"no frame within the deadline ({segment.outcome})"
-                return
-            if message.get("type") == "job.lease_lost":
-                segment.outcome = Attempt.Outcome.CANCELLED
-                segment.error = "the job's lease was lost"
-                return
-            if message.get("attempt") != attempt_id:
-                continue  # late frames of an earlier attempt, or a stray wake-up
-            kind = message["type"]
-            if kind == "host.claim":
-                segment.claimed_at = timezone.now()  # the consumer records it too
-                stage = FIRST_TOKEN
-                deadline = loop.time() + stage_timeout_s(stage)
-            elif kind == "host.token":
-                if message.get("at", segment.received) != segment.received:
-                    # a message lost between processes (Redis pub/sub delivers at
-                    # most once, e.g. across a restart): what follows would not
-                    # continue what the renter has; not the host's fault
-                    segment.outcome = Attempt.Outcome.CANCELLED
-                    segment.error = "tokens lost between coordinator processes"
-                    return
-                if not segment.pieces:
-                    segment.first_token_at = timezone.now()  # written when it ends
-                entries = message.get("logprobs")
-                if entries is not None:
-                    entries = list(entries)
-                received = message["text"] + self.inbox.more_text(
-                    attempt_id,
-                    at=segment.received + len(message["text"]),
-                    logprobs=entries,
-                )
-                segment.received += len(received)
-                text, over = self.budget.take(received)
-                if entries is not None:
-                    entries = segment.logprobs_delivered(entries, text, cut=over)
-                if text:
-                    segment.pieces.append(text)
-                    yield Token(text, entries)
-                if over:
-                    # past max_tokens: the answer ends there; the host is paid
-                    # for what the renter received against its cancel receipt
-                    segment.outcome = Attempt.Outcome.SUCCEEDED
-                    segment.done = {
-                        "finish_reason": "length",
-                        "prompt_tokens": 0,
-                        "completion_tokens": token_count(
-                            self.job.model_id, segment.text
-                        )
-                        or 0,
-                        "receipt": None,  # asked for: ``cancel_receipt``
-                    }
-                    segment.cancel_receipt = await self._receipt_wait(segment)
-                    return
-                stage = NEXT_TOKEN
-                deadline = loop.time() + stage_timeout_s(stage)
-            elif kind == "host.done":
-                if not segment.pieces:  # never an empty success (DESIGN.md)
-                    segment.outcome = Attempt.Outcome.EMPTY_ANSWER
-                    segment.error = "done without any output"
-                else:
-                    segment.outcome = Attempt.Outcome.SUCCEEDED
-                    segment.done = message["done"]
-                return
-            elif kind in ("host.error", "host.gone"):
-                segment.outcome = (
-                    Attempt.Outcome.DIED_MIDSTREAM
-                    if segment.pieces
-                    else Attempt.Outcome.HOST_ERROR
-                )
-                segment.error = message.get("message", "")
-                return
+    def _follow(self, segment: Segment) -> AsyncIterator[Token]:
+        """Yield the attempt's text pieces; set ``segment.outcome`` when it ends
+        (``follow.segment_follow``)."""
+        return segment_follow(
+            segment,
+            inbox=self.inbox,
+            budget=self.budget,
+            model_id=self.job.model_id,
+            receipt_wait=self._receipt_wait,
+        )
 
     # --- ends -------------------------------------------------------------------
     async def _receipt_wait(self, segment: Segment) -> dict | None:
-        """Tell the host to stop a segment the renter received text of, and
-        wait (at most ``BALLAST_CANCEL_RECEIPT_WAIT_S``) for its answer: its
-        usage and receipt over the text it sent (``cancelled``), relayed with
-        that text by its connection. None when none comes (a host that died,
-        or one that does not answer)."""
-        attempt_id = str(segment.attempt.id)
-        await local.channel_send(
-            self.layer,
-            segment.machine_channel,
-            cancel_message(attempt_id, reply=self.channel),
+        """The host's receipt of a segment it is told to stop
+        (``follow.receipt_wait``); None when none comes."""
+        return await receipt_wait(
+            segment,
+            inbox=self.inbox,
+            layer=self.layer,
+            reply_channel=self.channel,
+            job_id=self.job_id,
         )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.BALLAST_CANCEL_RECEIPT_WAIT_S
-        while (left := deadline - loop.time()) > 0:
-            try:
-                message = await self.inbox.next(left)
-            except TimeoutError:
-                break
-            if message.get("attempt") != attempt_id:
-                continue
-            if message["type"] == "host.cancelled":
-                return message["cancelled"]
-            if message["type"] == "host.gone":
-                return None
-        log.info("job %s: no receipt for the cancelled %s", self.job_id, attempt_id)
-        return None
 
     async def _end_segment(self, segment: Segment) -> None:
         """End a failed or cancelled attempt: record it, tell the host, free the

@@ -41,6 +41,7 @@ from .keys import (
 )
 from .requests import (
     JOB_LEASE_S,
+    job_build,
     job_create,
     job_lease_renew,
     job_open,
@@ -70,6 +71,7 @@ __all__ = [
     "device_claim",
     "first_token_deadline",
     "job_charge",
+    "job_build",
     "job_create",
     "job_dispatch",
     "job_finish",

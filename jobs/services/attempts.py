@@ -165,16 +165,20 @@ def attempt_end(
             "receipt_valid",
         ]
     )
-    # the slot first: the device's row before its device-model rows, as the
-    # claim takes them (no lock cycle)
-    Device.objects.filter(id=attempt.device_id, slots_used__gt=0).update(
-        slots_used=F("slots_used") - 1
-    )
     job = attempt.job
     not_the_devices = outcome == Attempt.Outcome.CANCELLED or (
         outcome == Attempt.Outcome.EMPTY_ANSWER and empty_answer_explained(job.params)
     )
-    if attempt.token_count_flagged and not job.is_spot_check:
+    scored = not not_the_devices and not job.is_spot_check
+    flagged = attempt.token_count_flagged and not job.is_spot_check
+    if flagged or not scored:
+        # the slot first: the device's row before its device-model rows, as
+        # the claim takes them (no lock cycle); a scored end gives it back
+        # with the score (``device_outcome_record``'s ``slot_free``)
+        Device.objects.filter(id=attempt.device_id, slots_used__gt=0).update(
+            slots_used=F("slots_used") - 1
+        )
+    if flagged:
         device_check_failed(
             device_id=attempt.device_id,
             model_id=job.model_id,
@@ -182,7 +186,7 @@ def attempt_end(
             f"{attempt.tokens_billed} counted",
             now=now,
         )
-    if not not_the_devices and not job.is_spot_check:
+    if scored:
         device_outcome_record(
             device_id=attempt.device_id,
             success=outcome == Attempt.Outcome.SUCCEEDED,
@@ -190,6 +194,7 @@ def attempt_end(
             model_id=attempt.job.model_id,
             ttft_ms=attempt.ttft_ms if outcome == Attempt.Outcome.SUCCEEDED else None,
             now=now,
+            slot_free=not flagged,
         )
     return attempt
 

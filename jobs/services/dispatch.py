@@ -1,4 +1,4 @@
-"""Dispatch: the pick and the claim of a slot for a job, in one transaction
+"""Dispatch: the pick and the claim of a slot for a job, in one statement
 (DESIGN.md "How a request flows" step 2, "Picking a device", "No eligible device").
 """
 
@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.utils import timezone
+
+from ballast.db import insert_sql, update_then
 
 from catalog.models import CatalogModel
 from hosts.models import Device, Machine
@@ -65,42 +67,43 @@ def job_dispatch(
     received (a continuation's attempt). At ``BALLAST_CANARY_RATE`` a spot check
     is marked due on the device claimed. ``waiting_channel``: noted on a job
     that waits, to be woken when a slot frees. ``model``: the job's catalog
-    model, read here when not given. Joins the caller's transaction (or is one).
+    model, read here when not given. ``job`` may be unsaved (the request's
+    new job, ``requests.job_build``): it is stored with the claim, running or
+    queued. Joins the caller's transaction; outside one, the claim with its
+    attempt and the job's row is atomic on its own (``device_claim``: one
+    statement on PostgreSQL) and needs none.
     """
     now = now or timezone.now()
     if model is None:
         model = CatalogModel.objects.get(id=job.model_id)
     fcfs = not continue_from and not job.target_device_id
-    with transaction.atomic(savepoint=False):
-        device = device_claim(job=job, model=model, now=now, fcfs=fcfs)
-        if device is None:
-            ahead = jobs_ahead_count(job=job, now=now) if fcfs else 0
-            return _dispatch_unclaimed(
-                job=job,
-                model=model,
-                now=now,
-                ahead=ahead,
-                waiting_channel=waiting_channel,
-            )
-        offered_at = timezone.now()  # the claim's own time, whatever ``now`` says
-        attempt = Attempt(
+    offered_at = timezone.now()  # the claim's own time, whatever ``now`` says
+    attempt = Attempt(
+        job=job,
+        kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
+        continue_from_chars=len(continue_from),
+        offered_at=offered_at,
+        claim_deadline=claim_deadline(offered_at),
+    )
+    device = device_claim(
+        job=job,
+        model=model,
+        now=now,
+        fcfs=fcfs,
+        attempt=attempt,
+        failed_over=job.failed_over or bool(continue_from),
+    )
+    if device is None:
+        ahead = jobs_ahead_count(job=job, now=now) if fcfs else 0
+        return _dispatch_unclaimed(
             job=job,
-            device=device,
-            kind=Attempt.Kind.CONTINUATION if continue_from else Attempt.Kind.FRESH,
-            continue_from_chars=len(continue_from),
-            offered_at=offered_at,
-            claim_deadline=claim_deadline(offered_at),
+            model=model,
+            now=now,
+            ahead=ahead,
+            waiting_channel=waiting_channel,
         )
-        attempt.save(force_insert=True)
-        job.status = Job.Status.RUNNING
-        job.failed_over = job.failed_over or bool(continue_from)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE jobs_job SET status = %s, failed_over = %s WHERE id = %s",
-                [job.status, job.failed_over, _db_id(job.pk)],
-            )
-        if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
-            spot_check_mark_due(device_id=device.id, reason="rate", now=now)
+    if not job.is_spot_check and random.random() < settings.BALLAST_CANARY_RATE:
+        spot_check_mark_due(device_id=device.id, reason="rate", now=now)
     return Dispatch(
         attempt=attempt,
         machine_channel=device.machine.channel_name,
@@ -113,8 +116,18 @@ def job_dispatch(
     )
 
 
+# what the claim returns of the claimed device (``update_then``'s columns)
+_CLAIMED = ("id", "index", "machine_id", "channel_name")
+
+
 def device_claim(
-    *, job: Job, model: CatalogModel, now: datetime, fcfs: bool = False
+    *,
+    job: Job,
+    model: CatalogModel,
+    now: datetime,
+    fcfs: bool = False,
+    attempt: Attempt | None = None,
+    failed_over: bool = False,
 ) -> Device | None:
     """Take a slot of the best eligible device for ``job``: the pick and the
     claim are one statement, on PostgreSQL (the picked row locked ``SKIP
@@ -124,33 +137,63 @@ def device_claim(
     same statement).
 
     The slot is taken only while ``slots_used < slots_total``; the claimed
-    row's tie-break key moves on by ``selectors.tiebreak_step()``. Returns the
-    device (its id, index and machine's channel read; the rest on access), or
-    None when no eligible device was free.
+    row's tie-break key moves on by ``selectors.tiebreak_step()``. With
+    ``attempt`` (unsaved, its device unset), it is stored on the device
+    claimed and the job marked running (``failed_over``), in the same
+    statement (``ballast.db.update_then``); an unsaved ``job`` is stored there
+    too, running, or queued when nothing was claimed. Returns the device (its
+    id, index and machine's channel read; the rest on access), or None when no
+    eligible device was free.
     """
+    new = job._state.adding
+    if new and attempt is None:
+        raise ValueError("an unsaved job is stored with its first attempt")
+    # first: the job's ``created_at`` is set here, and the queue ahead counts by it
+    steps = [_job_insert_sql(job)] if new else []
     if fcfs:
         ahead, ahead_params = _jobs_ahead_sql(job=job, now=now)
     else:
         ahead, ahead_params = "0", []
     pick, params = device_pick_sql(job=job, model=model, now=now, offset=ahead)
-    with connection.cursor() as cursor:
-        cursor.execute(
+    steps.append(
+        (
+            "UPDATE hosts_devicemodel SET tiebreak = tiebreak + %s"
+            " WHERE device_id = (SELECT id FROM claimed) AND model_id = %s",
+            [tiebreak_step(), model.id],
+        )
+    )
+    if attempt is not None:
+        sql, attempt_params = insert_sql(
+            attempt, exprs={"device_id": ("claimed.id", [])}
+        )
+        steps.append((sql + " FROM claimed", attempt_params))
+        if not new:
+            steps.append(
+                (
+                    "UPDATE jobs_job SET status = %s, failed_over = %s"
+                    " WHERE id = %s AND EXISTS (SELECT 1 FROM claimed)",
+                    [Job.Status.RUNNING, failed_over, _db_id(job.pk)],
+                )
+            )
+    row = update_then(
+        (
             "UPDATE hosts_device SET slots_used = slots_used + 1"
             f" WHERE slots_used < slots_total AND id = ({pick})"
             ' RETURNING id, "index", machine_id, (SELECT channel_name'
-            " FROM hosts_machine WHERE id = hosts_device.machine_id)",
+            " FROM hosts_machine WHERE id = hosts_device.machine_id) AS channel_name",
             [*params, *ahead_params],
-        )
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        device_id, index, machine_id, channel = row
-        machine_id = Machine._meta.pk.to_python(machine_id)  # SQLite: its hex
-        cursor.execute(
-            "UPDATE hosts_devicemodel SET tiebreak = tiebreak + %s"
-            " WHERE device_id = %s AND model_id = %s",
-            [tiebreak_step(), device_id, model.id],
-        )
+        ),
+        _CLAIMED,
+        steps,
+    )
+    if new:
+        job._state.adding, job._state.db = False, DEFAULT_DB_ALIAS
+    if row is None:
+        if new:
+            job.status = Job.Status.QUEUED
+        return None
+    device_id, index, machine_id, channel = row
+    machine_id = Machine._meta.pk.to_python(machine_id)  # SQLite: its hex
     # (from_db takes the values in the model's field order)
     device = Device.from_db(
         DEFAULT_DB_ALIAS, ["id", "machine_id", "index"], [device_id, machine_id, index]
@@ -158,7 +201,25 @@ def device_claim(
     device.machine = Machine.from_db(
         DEFAULT_DB_ALIAS, ["id", "channel_name"], [machine_id, channel]
     )
+    if attempt is not None:
+        attempt.device = device
+        attempt._state.adding, attempt._state.db = False, DEFAULT_DB_ALIAS
+        job.status, job.failed_over = Job.Status.RUNNING, failed_over
     return device
+
+
+def _job_insert_sql(job: Job) -> tuple[str, list]:
+    """The INSERT of the unsaved ``job`` (``ballast.db.insert_sql``), its status
+    running when the statement claimed a slot, else queued."""
+    return insert_sql(
+        job,
+        exprs={
+            "status": (
+                "CASE WHEN EXISTS (SELECT 1 FROM claimed) THEN %s ELSE %s END",
+                [Job.Status.RUNNING, Job.Status.QUEUED],
+            )
+        },
+    )
 
 
 def _jobs_ahead_sql(*, job: Job, now: datetime) -> tuple[str, list]:

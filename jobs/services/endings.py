@@ -84,21 +84,25 @@ def job_finish(
     which its coroutine sends once this transaction has committed.
     """
     now = now or timezone.now()
-    job = Job.objects.select_for_update().get(id=job_id)
+    # the renter with the job (its charge names it), only the job's row locked
+    job = (
+        Job.objects.select_for_update(of=("self",))
+        .select_related("renter")
+        .get(id=job_id)
+    )
     if job.status not in Job.OPEN_STATUSES:
         return job
-    for attempt in job.attempts.filter(state__in=Attempt.OPEN_STATES):
+    attempts = _attempts_of(job)
+    still_open = [a for a in attempts if a.state in Attempt.OPEN_STATES]
+    for attempt in still_open:
         attempt_end(
             attempt_id=str(attempt.id), outcome=Attempt.Outcome.CANCELLED, now=now
         )
     if not received:
         job.attempts.filter(tokens_billed__gt=0).update(tokens_billed=0)
         output_text = ""
-    attempts = list(
-        job.attempts.select_related("device__machine", "receipt_check").order_by(
-            "offered_at", "id"
-        )
-    )
+    if still_open or not received:  # read again as those ends wrote them
+        attempts = _attempts_of(job)
     job.prompt_tokens = renter_prompt_tokens(
         [(a.kind, a.prompt_tokens_reported) for a in attempts],
         lambda: prompt_token_count(job.model_id, job.messages, job.prompt),
@@ -129,6 +133,15 @@ def job_finish(
             ),
         )
     return job
+
+
+def _attempts_of(job: Job) -> list[Attempt]:
+    """The job's attempts in offer order, with device, machine and receipt check."""
+    return list(
+        job.attempts.select_related("device__machine", "receipt_check").order_by(
+            "offered_at", "id"
+        )
+    )
 
 
 def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:

@@ -129,7 +129,8 @@ def queue_share_check(*, job: Job) -> None:
 def job_submit(
     *, api_key: ApiKey, request: CompletionRequest, waiting_channel: str = ""
 ) -> tuple[Job, CatalogModel]:
-    """Store a renter's checked request as a queued job inside the caller's
+    """A renter's checked request as a new job (``job_build``: unsaved, stored
+    with its first claim by ``dispatch.job_dispatch``) inside the caller's
     transaction; return the job and its model.
 
     The renter's credit account is locked until the transaction ends, so
@@ -154,7 +155,7 @@ def job_submit(
         worst_case_nano=worst_case,
         max_tokens=request.params["max_tokens"],
     )
-    job = job_create(
+    job = job_build(
         renter=api_key.user,
         api_key=api_key,
         rental=rental,
@@ -170,7 +171,16 @@ def job_submit(
     return job, model
 
 
-def job_create(
+def job_create(**fields) -> Job:
+    """Store a new queued job (``job_build``'s, with the same ``fields``): for
+    the jobs made outside a request (spot checks); a request's job is stored
+    with its first claim (``dispatch.job_dispatch``)."""
+    job = job_build(**fields)
+    job.save(force_insert=True)
+    return job
+
+
+def job_build(
     *,
     renter: AbstractBaseUser | None,
     api_key: ApiKey | None,
@@ -186,15 +196,15 @@ def job_create(
     target_device_id: int | None = None,
     waiting_channel: str = "",
 ) -> Job:
-    """Store a new queued job, its lease held (``JOB_LEASE_S``) by the coroutine
-    that will run it, at the model's price now.
+    """A new queued job, unsaved, its lease held (``JOB_LEASE_S``) by the
+    coroutine that will run it, at the model's price now.
 
     A rental's job runs only on the rented device, a spot check on its
     ``target_device_id``; ``waiting_channel`` is woken when a slot frees.
     """
     if rental is not None:
         target_device_id = rental.device_id
-    return Job.objects.create(
+    return Job(
         rental=rental,
         target_device_id=target_device_id,
         waiting_channel=waiting_channel,
