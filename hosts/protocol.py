@@ -263,20 +263,7 @@ def parse_done(frame: dict[str, Any]) -> dict[str, Any]:
     reason = frame.get("finish_reason", "stop")
     if reason not in ("stop", "length"):
         raise FrameError("done: finish_reason must be 'stop' or 'length'")
-    usage = _require(frame, "usage", dict)
-    prompt = _nonneg_int(usage.get("prompt_tokens", 0), "done: usage.prompt_tokens")
-    completion = _nonneg_int(
-        usage.get("completion_tokens"), "done: usage.completion_tokens"
-    )
-    receipt = frame.get("receipt", "")
-    if not isinstance(receipt, str) or len(receipt) > 200:
-        raise FrameError("done: receipt must be a base64 string")
-    return {
-        "finish_reason": reason,
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "receipt": receipt,
-    }
+    return {"finish_reason": reason, **_usage_receipt(frame, "done")}
 
 
 def parse_error_message(frame: dict[str, Any]) -> str:
@@ -334,22 +321,25 @@ def parse_scores(frame: dict[str, Any]) -> dict[str, Any]:
     Returns ``{"tokens", "prompt_tokens", "completion_tokens", "receipt"}``.
     """
     tokens = _require(frame, "tokens", list)
-    usage = _require(frame, "usage", dict)
-    prompt = _nonneg_int(usage.get("prompt_tokens", 0), "scores: usage.prompt_tokens")
-    completion = _nonneg_int(
-        usage.get("completion_tokens"), "scores: usage.completion_tokens"
-    )
-    if completion != len(tokens):
+    checked = _usage_receipt(frame, "scores")
+    if checked["completion_tokens"] != len(tokens):
         raise FrameError("scores: usage.completion_tokens must be the number of tokens")
+    return {"tokens": tokens, **checked}
+
+
+def _usage_receipt(frame: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The ``usage`` counts and the ``receipt`` of a ``done`` or ``scores``
+    frame (``kind`` names it in the error): ``{"prompt_tokens",
+    "completion_tokens", "receipt"}``."""
+    usage = _require(frame, "usage", dict)
+    prompt = _nonneg_int(usage.get("prompt_tokens", 0), f"{kind}: usage.prompt_tokens")
+    completion = _nonneg_int(
+        usage.get("completion_tokens"), f"{kind}: usage.completion_tokens"
+    )
     receipt = frame.get("receipt", "")
     if not isinstance(receipt, str) or len(receipt) > 200:
-        raise FrameError("scores: receipt must be a base64 string")
-    return {
-        "tokens": tokens,
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "receipt": receipt,
-    }
+        raise FrameError(f"{kind}: receipt must be a base64 string")
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "receipt": receipt}
 
 
 def parse_model_load_failed(frame: dict[str, Any]) -> dict[str, Any]:
