@@ -10,6 +10,9 @@ from agent.engines.base import GenerationRequest
 
 log = logging.getLogger(__name__)
 
+MAX_MESSAGE_CHARS = 2000
+"""Error texts sent to the coordinator are cut to this length (characters)."""
+
 
 def request_from_offer(frame: dict[str, Any], device: int) -> GenerationRequest:
     """Build a ``GenerationRequest`` from an offer.
@@ -85,6 +88,25 @@ def request_from_offer(frame: dict[str, Any], device: int) -> GenerationRequest:
     )
 
 
+def request_from_verify(
+    frame: dict[str, Any], device: int
+) -> tuple[GenerationRequest, str]:
+    """The request and the answer of a ``verify`` frame (an answer to score by
+    prefill): its ``device``, ``model``, ``messages`` or ``prompt`` and
+    ``params`` are checked as an offer's are, ``answer`` must be a string.
+
+    Raises ``ValueError`` naming the bad field.
+    """
+    answer = frame.get("answer")
+    if not isinstance(answer, str):
+        raise ValueError("verify: answer must be a string")
+    try:
+        request = request_from_offer(frame, device)
+    except ValueError as exc:
+        raise ValueError(f"verify: {exc}") from None
+    return request, answer
+
+
 def frame_parse(message: str | bytes) -> dict[str, Any] | None:
     """Decode a frame; None (logged) when it is not a JSON object with a type."""
     try:
@@ -102,6 +124,8 @@ def frame_parse(message: str | bytes) -> dict[str, Any] | None:
 
 def frame_summary(frame: dict[str, Any]) -> str:
     summary = {
-        k: v for k, v in frame.items() if k not in ("messages", "prompt", "devices")
+        k: v
+        for k, v in frame.items()
+        if k not in ("messages", "prompt", "devices", "answer", "tokens")
     }
     return json.dumps(summary, ensure_ascii=False)[:200]

@@ -4,12 +4,16 @@ sent with the first one when the engine is quick (PROTOCOL.md §2)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from agent.engines.base import Piece
 
 if TYPE_CHECKING:
+    from websockets.asyncio.client import ClientConnection
+
     from agent.session import Session
 
 CLAIM_WITH_FIRST_PIECE_S = 0.002
@@ -156,3 +160,26 @@ async def first_piece(
         if not first.done():  # cancelled: stop the engine's first step first
             first.cancel()
             await asyncio.wait({first})
+
+
+@contextlib.contextmanager
+def corked(ws: ClientConnection, cork: bool):
+    """Hold the socket's output while the block writes (Linux ``TCP_CORK``), so
+    its frames leave in one segment; a no-op when ``cork`` is false or the
+    platform or transport has no such option."""
+    transport = getattr(ws, "transport", None) if cork else None
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    option = getattr(socket, "TCP_CORK", None)
+    if sock is None or option is None:
+        yield
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, 0)

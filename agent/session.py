@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -15,17 +14,21 @@ from websockets.exceptions import ConnectionClosed
 
 from agent import __version__
 from agent.engines.base import FEATURES, GenerationRequest, GenerationResult
-from agent.frames import frame_parse, frame_summary, request_from_offer
-from agent.outbox import Outbox, first_piece, sendable
+from agent.frames import (
+    MAX_MESSAGE_CHARS,
+    frame_parse,
+    frame_summary,
+    request_from_offer,
+)
+from agent.outbox import Outbox, corked, first_piece, sendable
 from agent.receipts import challenge_sign, public_key_b64, receipt_sign
+from agent.verify import verify_handle
 
 if TYPE_CHECKING:
     from agent.client import HostAgent
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_CHARS = 2000
-"""Error texts sent to the coordinator are cut to this length (characters)."""
 
 
 class Session:
@@ -39,7 +42,8 @@ class Session:
         # engine's pieces (about one token each), for the receipt of a cancel
         self.sent: dict[str, list[str]] = {}
         self.pieces: dict[str, int] = {}
-        self.answers: set[asyncio.Task[None]] = set()  # ``cancelled`` on their way
+        # ``cancelled`` and ``scores`` (verify) answers on their way
+        self.answers: set[asyncio.Task[None]] = set()
         self._send_lock = asyncio.Lock()
         self._heartbeat: asyncio.Task[None] | None = None
 
@@ -52,7 +56,7 @@ class Session:
         """
         data = [json.dumps(frame, ensure_ascii=False) for frame in frames]
         async with self._send_lock:
-            with _corked(self.ws, len(data) > 1):
+            with corked(self.ws, len(data) > 1):
                 for frame, text in zip(frames, data, strict=True):
                     if frame["type"] == "token" and frame["job"] in self.sent:
                         # a text frame is written before ``send`` first waits:
@@ -95,6 +99,7 @@ class Session:
             "public_key": public_key_b64(agent.key),
             "accepts_serverless": agent.config.accepts_serverless,
             "features": sorted(set(agent.engine.features) & set(FEATURES)),
+            **({"verifies": True} if agent.engine.verifies else {}),
             "devices": [
                 {"index": d.index, "name": d.name, "vram_total_mb": d.vram_total_mb}
                 for d in agent.telemetry.devices()
@@ -178,6 +183,8 @@ class Session:
             await self.offer(frame)
         elif kind == "cancel":
             self.cancel(frame)
+        elif kind == "verify":
+            await verify_handle(self, frame)
         elif kind == "error":
             job = frame.get("job")
             log.warning(
@@ -368,29 +375,6 @@ class Session:
                 }
             )
         return {"type": "heartbeat", "devices": devices, "paused": agent.draining}
-
-
-@contextlib.contextmanager
-def _corked(ws: ClientConnection, cork: bool):
-    """Hold the socket's output while the block writes (Linux ``TCP_CORK``), so
-    its frames leave in one segment; a no-op when ``cork`` is false or the
-    platform or transport has no such option."""
-    transport = getattr(ws, "transport", None) if cork else None
-    sock = transport.get_extra_info("socket") if transport is not None else None
-    option = getattr(socket, "TCP_CORK", None)
-    if sock is None or option is None:
-        yield
-        return
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, option, 1)
-    except OSError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, option, 0)
 
 
 @contextlib.asynccontextmanager

