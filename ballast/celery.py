@@ -55,6 +55,12 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(
         60.0, sender.signature("jobs.tasks.rentals_settle"), name="rentals"
     )
+    # a verification past BALLAST_VERIFY_DEADLINE_S counts against its verifier
+    sender.add_periodic_task(
+        max(5.0, min(60.0, settings.BALLAST_VERIFY_DEADLINE_S / 2)),
+        sender.signature("jobs.tasks.verifications_expire"),
+        name="verifications expired",
+    )
     # a run calibrates for at most BALLAST_CANARY_POOL_BUDGET_S (20 s), so runs
     # neither pile up nor hold the worker from the tasks above for long
     sender.add_periodic_task(

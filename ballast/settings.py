@@ -489,6 +489,16 @@ BALLAST_CANARY_POOL_BUDGET_S = env_float(
 BALLAST_CANARY_SHAPE_JOBS = env_int("BALLAST_CANARY_SHAPE_JOBS", 500, minimum=1)
 BALLAST_CANARY_VOCAB_FILE = os.environ.get("BALLAST_CANARY_VOCAB_FILE", "")
 BALLAST_QUARANTINE_CHECK_EVERY_S = env_float("BALLAST_QUARANTINE_CHECK_EVERY_S", 180.0)
+# verification of real answers (jobs/verification/rate.py): the base share of
+# answers re-scored by prefill on another owner's device, raised for a
+# device's first jobs and after a failed check (halving every
+# BALLAST_VERIFY_SUSPECT_PASSES passes); a verifier's scores due within the deadline
+BALLAST_VERIFY_RATE = float(env_decimal("BALLAST_VERIFY_RATE", "0.05"))
+BALLAST_VERIFY_NEW_JOBS = env_int("BALLAST_VERIFY_NEW_JOBS", 20, minimum=0)
+BALLAST_VERIFY_NEW_RATE = float(env_decimal("BALLAST_VERIFY_NEW_RATE", "0.5"))
+BALLAST_VERIFY_SUSPECT_RATE = float(env_decimal("BALLAST_VERIFY_SUSPECT_RATE", "0.5"))
+BALLAST_VERIFY_SUSPECT_PASSES = env_int("BALLAST_VERIFY_SUSPECT_PASSES", 5, minimum=1)
+BALLAST_VERIFY_DEADLINE_S = env_float("BALLAST_VERIFY_DEADLINE_S", 60.0, minimum=1.0)
 BALLAST_RENTAL_CHECK_EVERY_S = env_float("BALLAST_RENTAL_CHECK_EVERY_S", 1800.0)
 BALLAST_RENTAL_USD_PER_HOUR = os.environ.get("BALLAST_RENTAL_USD_PER_HOUR", "0.20")
 BALLAST_HOST_SHARE = env_decimal("BALLAST_HOST_SHARE", "0.80")

@@ -91,10 +91,11 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
     """Check a ``hello``: agent version, engine, Ed25519 key, devices.
 
     Returns ``{"agent_version", "engine_name", "engine_version", "public_key",
-    "accepts_serverless", "features", "devices": [{"index", "name",
-    "vram_total_mb"}]}``; ``features``: the known ``FEATURES`` the hello
-    declares, sorted (a feature this coordinator does not know is ignored;
-    none declared: none).
+    "accepts_serverless", "features", "verifies", "devices": [{"index",
+    "name", "vram_total_mb"}]}``; ``features``: the known ``FEATURES`` the
+    hello declares, sorted (a feature this coordinator does not know is
+    ignored; none declared: none); ``verifies``: its engine scores answers by
+    prefill (``verify`` offers; absent: False).
     """
     engine = _require(frame, "engine", dict)
     key = _str(frame, "public_key", max_len=64)
@@ -132,6 +133,9 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
     accepts = frame.get("accepts_serverless", True)
     if not isinstance(accepts, bool):
         raise FrameError("hello: accepts_serverless must be true or false")
+    verifies = frame.get("verifies", False)
+    if not isinstance(verifies, bool):
+        raise FrameError("hello: verifies must be true or false")
     engine_name = engine.get("name")
     engine_version = engine.get("version", "")
     if not isinstance(engine_name, str) or not engine_name or len(engine_name) > 64:
@@ -147,6 +151,7 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
         "public_key": key,
         "accepts_serverless": accepts,
         "features": _features(frame.get("features", [])),
+        "verifies": verifies,
         "devices": cleaned,
     }
 
@@ -314,6 +319,33 @@ def parse_cancelled(frame: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(receipt, str) or len(receipt) > 200:
         raise FrameError("cancelled: receipt must be a base64 string")
     return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "receipt": receipt,
+    }
+
+
+def parse_scores(frame: dict[str, Any]) -> dict[str, Any]:
+    """Check the envelope of a ``scores`` (the answer to a ``verify``): its
+    ``tokens`` a list (each entry is the judge's to check:
+    ``jobs.verification.plausibility.token_scores_parse``), usage and receipt.
+    The frame's size is bounded by the consumer (256 KiB).
+
+    Returns ``{"tokens", "prompt_tokens", "completion_tokens", "receipt"}``.
+    """
+    tokens = _require(frame, "tokens", list)
+    usage = _require(frame, "usage", dict)
+    prompt = _nonneg_int(usage.get("prompt_tokens", 0), "scores: usage.prompt_tokens")
+    completion = _nonneg_int(
+        usage.get("completion_tokens"), "scores: usage.completion_tokens"
+    )
+    if completion != len(tokens):
+        raise FrameError("scores: usage.completion_tokens must be the number of tokens")
+    receipt = frame.get("receipt", "")
+    if not isinstance(receipt, str) or len(receipt) > 200:
+        raise FrameError("scores: receipt must be a base64 string")
+    return {
+        "tokens": tokens,
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "receipt": receipt,

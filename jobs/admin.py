@@ -3,7 +3,15 @@
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from .models import ApiKey, Attempt, CanaryPrompt, Job, Rental, SpotCheck
+from .models import (
+    ApiKey,
+    Attempt,
+    CanaryPrompt,
+    Job,
+    Rental,
+    SpotCheck,
+    Verification,
+)
 
 
 @admin.register(ApiKey)
@@ -165,6 +173,29 @@ class SpotCheckAdmin(admin.ModelAdmin):
         "detail",
         "judged_at",
     ]
+
+
+@admin.register(Verification)
+class VerificationAdmin(admin.ModelAdmin):
+    """Verifications of real answers (staff only: no host page lists them)."""
+
+    list_display = [
+        "offered_at",
+        "job",
+        "device",
+        "verifier",
+        "round",
+        "status",
+        "verdict",
+        "plausible",
+        "detail",
+    ]
+    list_filter = ["status", "verdict", "round"]
+    search_fields = ["detail", "device__machine__name", "verifier__machine__name"]
+    readonly_fields = [f.name for f in Verification._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
 
 
 @admin.register(Rental)

@@ -48,3 +48,11 @@ def scores_recompute() -> int:
     for device_id in ids:
         device_score_recompute(device_id=device_id)
     return len(ids)
+
+
+@shared_task(name="jobs.tasks.verifications_expire")
+def verifications_expire() -> int:
+    """Expire verifications whose verifier sent no scores in time (against it)."""
+    from .verification.records import verifications_expire as expire
+
+    return expire()

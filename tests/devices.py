@@ -24,12 +24,14 @@ def device_online(
     agent_version: str = "test",
     engine: tuple[str, str] = ("scripted", "1"),
     features=(),
+    verifies: bool = False,
     now=None,
 ) -> Device:
     """Say hello and send one heartbeat for ``machine``; return its device 0.
 
     Sizes in MiB, temperature in °C (None: a CPU without a sensor);
-    ``features``: what the hello declares its engine does beyond text.
+    ``features``: what the hello declares its engine does beyond text;
+    ``verifies``: the hello says its engine scores answers (verify offers).
     """
     machine_hello(
         machine_id=str(machine.id),
@@ -41,6 +43,7 @@ def device_online(
             "public_key": public_key,
             "accepts_serverless": accepts_serverless,
             "features": sorted(features),
+            "verifies": verifies,
             "devices": [{"index": 0, "name": gpu, "vram_total_mb": vram_total_mb}],
         },
         now=now,

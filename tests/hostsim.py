@@ -31,11 +31,14 @@ class HostSim:
         name: str = "Sim GPU",
         vram_total_mb: int = 24576,
         features: tuple[str, ...] = (),
+        verifies: bool = False,
     ) -> None:
         """``features``: what its ``hello`` declares its engine does beyond
-        text (``json_schema``, ``logprobs``, …; none by default)."""
+        text (``json_schema``, ``logprobs``, …; none by default);
+        ``verifies``: its ``hello`` says it scores answers (``verify`` offers)."""
         self.machine_token = token
         self.features = list(features)
+        self.verifies = verifies
         self.key = Ed25519PrivateKey.generate()
         self.name = name
         self.vram_total_mb = vram_total_mb
@@ -87,6 +90,7 @@ class HostSim:
             "public_key": self.public_key,
             "accepts_serverless": True,
             "features": self.features or None,
+            "verifies": True if self.verifies else None,
             "devices": [
                 {"index": 0, "name": self.name, "vram_total_mb": self.vram_total_mb}
             ],
@@ -215,6 +219,24 @@ class HostSim:
         if tokens is None:
             tokens = token_count(MODEL, "".join(pieces))
         await self.done(job, tokens)
+
+    def scores_frame(
+        self, verify: dict, tokens: list[dict], *, receipt: str | None = None
+    ) -> dict:
+        """The ``scores`` answer to a ``verify`` frame: ``tokens`` (hand-built
+        token scores, as a scripted verifier's), usage, and a receipt signed
+        over the verification's id, their count and the answer's text (or
+        ``receipt``)."""
+        if receipt is None:
+            message = receipt_message(verify["job"], len(tokens), verify["answer"])
+            receipt = base64.b64encode(self.key.sign(message)).decode()
+        return {
+            "type": "scores",
+            "job": verify["job"],
+            "tokens": tokens,
+            "usage": {"prompt_tokens": 10, "completion_tokens": len(tokens)},
+            "receipt": receipt,
+        }
 
     async def close(self) -> None:
         if self.ws is not None:

@@ -215,3 +215,36 @@ def test_a_low_balance_amount_that_is_not_one_is_refused_at_start(tmp_path):
         assert (run.returncode == 0) is ok, (value, run.stderr[-300:])
         if not ok:
             assert "BALLAST_LOW_BALANCE_USD must be a USD amount" in run.stderr
+
+
+def test_verification_settings_that_are_not_rates_are_refused_at_start(tmp_path):
+    """``BALLAST_VERIFY_RATE`` (and the raised rates) are fractions 0..1, the
+    deadline a number of seconds ≥ 1: anything else stops start-up naming the
+    variable (jobs/verification/rate.py)."""
+    code = "from django.conf import settings; print(settings.BALLAST_VERIFY_RATE)"
+    cases = [
+        ("BALLAST_VERIFY_RATE", "0.02", True),
+        ("BALLAST_VERIFY_RATE", "1.5", False),
+        ("BALLAST_VERIFY_RATE", "often", False),
+        ("BALLAST_VERIFY_NEW_RATE", "-0.1", False),
+        ("BALLAST_VERIFY_SUSPECT_RATE", "2", False),
+        ("BALLAST_VERIFY_DEADLINE_S", "0.5", False),
+        ("BALLAST_VERIFY_NEW_JOBS", "x", False),
+    ]
+    for name, value, ok in cases:
+        run = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "BALLAST_VAR_DIR": str(tmp_path),
+                name: value,
+                "DJANGO_SETTINGS_MODULE": "ballast.settings",
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (run.returncode == 0) is ok, (name, value, run.stderr[-300:])
+        if not ok:
+            assert f"{name} must be" in run.stderr

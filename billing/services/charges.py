@@ -154,13 +154,16 @@ def charge_post(
     model_id: str,
     plan: ChargePlan,
     now: datetime,
+    key: str = "",
+    memo: str = "",
 ) -> LedgerTransaction | None:
     """Post ``plan`` as the charge of job ``job_id`` (UUID or str) to ``renter``
     (the job's renter, a user; None for a spot check, which the platform pays);
     return the transaction, or None when nothing was posted.
 
-    One transaction, key ``charge:<job_id>``, memo "<tokens> tokens of
-    <model_id>": the renter's credit −``plan.cost``, each paid segment's host's
+    One transaction, key ``charge:<job_id>`` (or ``key``: the prefill of a
+    verification, paid by the platform like a spot check, ``job_id`` None),
+    memo "<tokens> tokens of <model_id>" (or ``memo``): the renter's credit −``plan.cost``, each paid segment's host's
     ``host_held`` +its share with an ``Earning`` (held until ``now`` +
     ``BALLAST_HOLD_HOURS``), the platform the rest; zero legs are dropped. A
     spot check's hosts are paid the same shares, from ``platform_checks``
@@ -187,10 +190,10 @@ def charge_post(
         legs.append((account_for(kind=Account.Kind.PLATFORM), plan.platform))
     txn = ledger_post(
         kind=LedgerTransaction.Kind.CHARGE,
-        key=f"charge:{job_id}",
+        key=key or f"charge:{job_id}",
         legs=legs,
         job_id=job_id,
-        memo=f"{plan.tokens} tokens of {model_id}",
+        memo=memo or f"{plan.tokens} tokens of {model_id}",
     )
     if txn is None:
         return None

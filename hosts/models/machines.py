@@ -92,6 +92,12 @@ class Machine(models.Model):
         help_text="what its engine declared it does beyond text (hello.features):"
         " known names, space-separated, sorted",
     )
+    verifies = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="its engine scores answers by prefill (hello.verifies): it may be"
+        " sent verify offers (DESIGN.md \"Verifying real answers\")",
+    )
     host_paused = models.BooleanField(default=False, help_text="paused by the agent")
     connected = models.BooleanField(default=False)
     channel_name = models.CharField(max_length=200, blank=True)

@@ -143,6 +143,7 @@ def machine_hello(
     machine.engine_version = hello["engine_version"]
     machine.agent_accepts_serverless = hello["accepts_serverless"]
     machine.features = " ".join(hello.get("features", ()))
+    machine.verifies = hello.get("verifies", False)
     machine.connected = True
     machine.channel_name = channel_name
     machine.connected_at = now

@@ -4,7 +4,8 @@ token, done, error) relayed to the coroutine that owns each job.
 
 Frames of an attempt are relayed only while the attempt is open on *this*
 connection; a token costs no database write. Spot checks due on the machine
-run here, through the ordinary job path (DESIGN.md "Components").
+run here, through the ordinary job path (DESIGN.md "Components"), and the
+verifications offered to it are relayed here (``checks.ChecksRelay``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from contextlib import aclosing
 from typing import Any
 
-from django.conf import settings
 
 from ballast import local
 from ballast.db import db_call
@@ -24,8 +23,9 @@ from hosts.logprobs import TokenLogprobs
 from hosts.consumers import HostConsumer
 from hosts.services import HeartbeatResult
 
-from .. import services, spotchecks
-from ..orchestration import JobRun, slots_announce
+from .. import services
+from ..orchestration import slots_announce
+from .checks import ChecksRelay
 
 log = logging.getLogger("ballast.jobs")
 
@@ -52,11 +52,11 @@ def _host_gone(attempt_id: str) -> dict:
     }
 
 
-class HostRelayConsumer(HostConsumer):
+class HostRelayConsumer(ChecksRelay, HostConsumer):
     """A machine's connection with the frames of its attempts."""
 
     async def connect(self) -> None:
-        self.spot_check_tasks: set[asyncio.Task] = set()
+        self.checks_open()
         # attempt id -> {"reply": channel of the job's coroutine, "claimed": bool}
         self.open_attempts: dict[str, dict[str, Any]] = {}
         # the last attempts cancelled here: the host's frames of them that cross
@@ -99,35 +99,6 @@ class HostRelayConsumer(HostConsumer):
         if result.models_with_capacity:
             await slots_announce(result.models_with_capacity, slots=result.slots_gained)
         await self._spot_checks_start()
-
-    def spot_checks_poke(self) -> None:
-        """Take this machine's due spot checks soon (called by the lease loop)."""
-        task = asyncio.create_task(self._spot_checks_start())
-        self.spot_check_tasks.add(task)
-        task.add_done_callback(self.spot_check_tasks.discard)
-
-    async def _spot_checks_start(self) -> None:
-        """Run the spot checks due on this machine's devices (a compare-and-set takes each)."""
-        if not settings.BALLAST_SPOT_CHECKS:
-            return  # (no thread hop for nothing on every written heartbeat)
-        for job in await db_call(spotchecks.spot_checks_take_due)(
-            machine_id=self.machine_id
-        ):
-            task = asyncio.create_task(self._spot_check_run(job))
-            self.spot_check_tasks.add(task)
-            task.add_done_callback(self.spot_check_tasks.discard)
-
-    async def _spot_check_run(self, job) -> None:
-        """Run a due spot check through the ordinary job path, then judge it."""
-        try:
-            async with aclosing(JobRun(job).events()) as events:
-                async for _ in events:
-                    pass
-            await db_call(spotchecks.spot_check_judge)(job_id=str(job.id))
-        except Exception:
-            log.exception(
-                "spot check %s on machine %s failed to run", job.id, self.machine_name
-            )
 
     def _open(self, frame: dict) -> tuple[str, dict | None]:
         attempt_id = protocol.parse_job_frame(frame)
@@ -287,6 +258,7 @@ class HostRelayConsumer(HostConsumer):
             return
         info = self.open_attempts.get(job)
         if info is None:
+            await self.verification_error(job, message)
             return  # an error for a job that already ended changes nothing
         await self._attempt_failed(job, info, message)
 

@@ -28,7 +28,7 @@ from catalog.models import CatalogModel
 
 from .. import services
 from ..failover import Fail, Failover, after_failed_attempt, when_not_dispatched
-from ..models import Attempt, Job
+from ..models import Attempt, Job, Verification
 from ..services.deadlines import (
     CLAIM,
     FIRST_TOKEN,
@@ -37,6 +37,7 @@ from ..services.deadlines import (
     stage_timeout_s,
 )
 from ..tokens import token_count
+from ..verification.offers import verification_send_soon
 from .budget import OutputBudget
 from .channels import cancel_message, offer_message, slots_announce_soon
 from .events import Failed, Finished, Segment, Token, usage_of
@@ -421,6 +422,9 @@ class JobRun:
             cancel_receipt=segment.cancel_receipt,
         )
         slots_announce_soon([self.job.model_id])
+        chosen = job.verification_chosen
+        if chosen is not None and chosen.status == Verification.Status.OFFERED:
+            verification_send_soon(chosen.id.hex)  # to the verifier only
         return job
 
     async def _fail_as(self, fail: Fail) -> Failed:

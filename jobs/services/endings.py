@@ -79,6 +79,9 @@ def job_finish(
     none of ``output_text`` (a non-streamed answer whose renter left before its
     response): every segment is billed 0 tokens (each attempt keeps the text its
     host sent, for the record), the job's text is empty, nothing is charged.
+    A renter's answer may be chosen for verification (``jobs.verification.
+    records.verification_choose``): the returned job's ``verification_chosen``,
+    which its coroutine sends once this transaction has committed.
     """
     now = now or timezone.now()
     job = Job.objects.select_for_update().get(id=job_id)
@@ -109,6 +112,10 @@ def job_finish(
     job.finished_at = now
     job_charge(job=job, attempts=attempts, now=now)
     job.save()
+    # (the verification module reads these services: imported when first used)
+    from ..verification.records import verification_choose
+
+    job.verification_chosen = verification_choose(job=job, attempts=attempts, now=now)
     if not job.is_spot_check:
         metrics.job_ended(
             model_id=job.model_id,

@@ -1,0 +1,102 @@
+"""How likely a device's answer is verified (DESIGN.md "Verifying real
+answers": ``BALLAST_VERIFY_RATE``, higher for a device's first jobs and after a
+failed check, decaying as checks pass), and the draw a host cannot predict."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+
+from hosts.models import DeviceOutcome
+
+from ..models import Attempt, Verification
+
+# the draw's resolution: a uniform number in [0, 1) from 53 random bits
+_BITS = 53
+# past this many of its new-job spans (BALLAST_VERIFY_NEW_JOBS) a device's
+# real jobs are not counted further: the new-device part is below 0.1 % by then
+_NEW_SPANS_COUNTED = 10
+
+
+def verification_draw() -> float:
+    """A uniform number in [0, 1) from ``secrets`` (the operating system's
+    randomness: nothing a host can read or replay tells the next draw)."""
+    return secrets.randbits(_BITS) / (1 << _BITS)
+
+
+def rate_ceiling() -> float:
+    """The highest rate ``verification_rate`` can give: a draw at or above it
+    verifies no device's answer (so most answers cost no query)."""
+    return min(
+        1.0,
+        max(
+            settings.BALLAST_VERIFY_RATE,
+            settings.BALLAST_VERIFY_NEW_RATE,
+            settings.BALLAST_VERIFY_SUSPECT_RATE,
+        ),
+    )
+
+
+def verification_rate(*, device_id: int) -> float:
+    """The chance (0..1) that an answer of device ``device_id`` is verified:
+    the largest of
+
+    - the base, ``BALLAST_VERIFY_RATE``;
+    - the new-device rate ``BALLAST_VERIFY_NEW_RATE`` over its first
+      ``BALLAST_VERIFY_NEW_JOBS`` real jobs (succeeded attempts of renters'
+      jobs), then halving every ``BALLAST_VERIFY_NEW_JOBS`` jobs more;
+    - suspicion after its last failed check (a failed spot check, a confirmed
+      implausible answer, an inflated count: ``services.device_check_failed``):
+      ``BALLAST_VERIFY_SUSPECT_RATE`` halving every
+      ``BALLAST_VERIFY_SUSPECT_PASSES`` checks passed since (spot checks
+      passed, answers found plausible).
+
+    Reads the database (at most four indexed queries)."""
+    base = settings.BALLAST_VERIFY_RATE
+    return min(1.0, max(base, _new_rate(device_id), _suspect_rate(device_id)))
+
+
+def _new_rate(device_id: int) -> float:
+    span = settings.BALLAST_VERIFY_NEW_JOBS
+    if span <= 0:
+        return 0.0
+    jobs = (
+        Attempt.objects.filter(
+            device_id=device_id,
+            state=Attempt.State.ENDED,
+            outcome=Attempt.Outcome.SUCCEEDED,
+            job__is_spot_check=False,
+        )
+        .values("id")[: span * _NEW_SPANS_COUNTED]
+        .count()
+    )
+    if jobs <= span:
+        return settings.BALLAST_VERIFY_NEW_RATE
+    return settings.BALLAST_VERIFY_NEW_RATE * 0.5 ** ((jobs - span) / span)
+
+
+def _suspect_rate(device_id: int) -> float:
+    failed_at = (
+        DeviceOutcome.objects.filter(
+            device_id=device_id, source=DeviceOutcome.Source.SPOT_CHECK, success=False
+        )
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    if failed_at is None:
+        return 0.0
+    passes = DeviceOutcome.objects.filter(
+        device_id=device_id,
+        source=DeviceOutcome.Source.SPOT_CHECK,
+        success=True,
+        created_at__gt=failed_at,
+    ).count()
+    passes += Verification.objects.filter(
+        device_id=device_id,
+        verdict__in=(Verification.Verdict.PLAUSIBLE, Verification.Verdict.CLEARED),
+        scored_at__gt=failed_at,
+    ).count()
+    return settings.BALLAST_VERIFY_SUSPECT_RATE * 0.5 ** (
+        passes / settings.BALLAST_VERIFY_SUSPECT_PASSES
+    )

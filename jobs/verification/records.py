@@ -1,0 +1,374 @@
+"""Verifications as rows: chosen at a job's end, a verifier picked, its scores
+judged and paid, and what follows for the verified device (DESIGN.md
+"Verifying real answers"; docs/design-notes.md "Verification of real answers").
+
+Every function here runs in a transaction of its own (or the caller's) and
+writes rows only; sending the ``verify`` frame is ``offers``' (after commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from billing.models import ReceiptCheck
+from billing.receipts import receipt_verify
+from billing.services import Segment, charge_plan, charge_post
+from hosts.liveness import live_q
+from hosts.models import Device, DeviceModel
+from hosts.services import device_outcome_record
+
+from ..formats import response_format_of
+from ..models import Attempt, Job, Rental, Verification
+from ..services.checks import device_check_failed
+from ..services.endings import job_price_nano
+from ..tokens import token_count, token_count_inflated
+from .plausibility import Plausibility, TokenScore, answer_plausible
+from .rate import rate_ceiling, verification_draw, verification_rate
+
+log = logging.getLogger("ballast.jobs")
+
+# the longest answer verified, in billed tokens: its ``scores`` frame (about
+# 90 bytes an entry) stays within the host frame bound (256 KiB)
+VERIFY_MAX_TOKENS = 2048
+# verifiers considered for one pick (the best scores first, then one at random)
+VERIFIERS_CONSIDERED = 64
+V = Verification
+
+
+def verifiable(job: Job, attempts: list[Attempt]) -> bool:
+    """Whether a finished job's answer may be verified: a renter's job (not a
+    spot check) that succeeded with output in one fresh attempt (no
+    continuation), without a ``response_format`` (a grammar changes the
+    distribution the verifier would score), within ``VERIFY_MAX_TOKENS``."""
+    return (
+        job.status == Job.Status.SUCCEEDED
+        and not job.is_spot_check
+        and job.renter_id is not None
+        and bool(job.output_text)
+        and len(attempts) == 1
+        and attempts[0].kind == Attempt.Kind.FRESH
+        and attempts[0].outcome == Attempt.Outcome.SUCCEEDED
+        and response_format_of(job.params or {}) is None
+        and 0 < job.tokens_billed <= VERIFY_MAX_TOKENS
+    )
+
+
+def verification_choose(
+    *, job: Job, attempts: list[Attempt], now: datetime
+) -> Verification | None:
+    """At the end of ``job`` (``services.job_finish``, in its transaction, with
+    its attempts): draw whether its answer is verified, at its device's
+    ``verification_rate``, and if so store round 1 (``offered`` to a verifier,
+    or ``no_verifier``). Returns that row, or None (not verifiable, not drawn).
+    The one place a verification of a real answer begins."""
+    if not verifiable(job, attempts):
+        return None
+    draw = verification_draw()
+    if draw >= rate_ceiling():
+        return None  # above any device's rate: no query
+    attempt = attempts[0]
+    if draw >= verification_rate(device_id=attempt.device_id):
+        return None
+    return verification_open(job=job, attempt=attempt, round=1, now=now)
+
+
+def verification_open(
+    *, job: Job, attempt: Attempt, round: int, now: datetime, exclude_owners=()
+) -> Verification:
+    """Store a verification of ``attempt`` (of ``job``) in ``round`` with a
+    verifier picked among other owners' devices (``verifier_pick``: never the
+    verified host's owner, nor any of ``exclude_owners``); ``no_verifier``
+    when there is none."""
+    owner_id = attempt.device.machine.owner_id
+    verifier = verifier_pick(
+        model_id=job.model_id, exclude_owners={owner_id, *exclude_owners}, now=now
+    )
+    return Verification.objects.create(
+        job=job,
+        attempt=attempt,
+        device_id=attempt.device_id,
+        verifier=verifier,
+        round=round,
+        status=V.Status.OFFERED if verifier else V.Status.NO_VERIFIER,
+        offered_at=now,
+    )
+
+
+def verifier_pick(*, model_id: str, exclude_owners, now: datetime) -> Device | None:
+    """A device to verify an answer of ``model_id``: live, in its machine's
+    latest ``hello``, the model loaded, its machine declaring ``verifies``,
+    not paused, quarantined or retired, not rented (a rental's device is its
+    renter's), on a machine of none of ``exclude_owners`` (user ids). One of
+    the ``VERIFIERS_CONSIDERED`` best scored, drawn with ``secrets``; None when
+    no device qualifies."""
+    candidates = list(
+        Device.objects.filter(
+            live_q(now, prefix="machine__"),
+            Exists(
+                DeviceModel.objects.filter(
+                    device=OuterRef("pk"), model_id=model_id, loaded=True
+                )
+            ),
+            retired_at__isnull=True,
+            quarantined=False,
+            paused=False,
+            machine__verifies=True,
+            machine__paused=False,
+            machine__host_paused=False,
+            machine__retired_at__isnull=True,
+        )
+        .exclude(machine__owner_id__in=list(exclude_owners))
+        .exclude(
+            Exists(
+                Rental.objects.filter(
+                    device=OuterRef("pk"), status__in=Rental.OPEN_STATUSES
+                )
+            )
+        )
+        .select_related("machine")
+        .order_by("-score", "id")[:VERIFIERS_CONSIDERED]
+    )
+    return secrets.choice(candidates) if candidates else None
+
+
+def _open_verification(verification_id: str, machine_id: str) -> Verification | None:
+    """The ``offered`` verification of this id whose verifier is on machine
+    ``machine_id``, locked; None otherwise (unknown, ended, another's)."""
+    return (
+        Verification.objects.select_for_update(of=("self",))
+        .select_related("job", "attempt__device__machine", "verifier__machine")
+        .filter(
+            id=verification_id,
+            status=V.Status.OFFERED,
+            verifier__machine_id=machine_id,
+        )
+        .first()
+    )
+
+
+def scores_cover_answer(*, n: int, answer: str, recount: int | None) -> bool:
+    """Whether ``n`` scored tokens can be the whole ``answer``: at least one,
+    not inflated (``jobs.tokens.token_count_inflated``), and with the model's
+    tokenizer's ``recount`` not under it by more than ``max(2, 15 %)`` (the
+    answer tokenized after the prompt may split at its start differently)."""
+    if n < 1 or token_count_inflated(reported=n, text=answer, recount=recount):
+        return False
+    return recount is None or recount - n <= max(2, recount * 15 // 100)
+
+
+@transaction.atomic
+def verification_scored(
+    *,
+    verification_id: str,
+    machine_id: str,
+    tokens: list[TokenScore],
+    receipt: str,
+    now: datetime | None = None,
+) -> str | None:
+    """Judge the ``tokens`` scores (``plausibility.token_scores_parse`` of a
+    ``scores`` frame) and ``receipt`` a verifier on machine ``machine_id``
+    sent for verification ``verification_id`` (hex).
+
+    Refused against the verifier (``verification_refused``): a count that cannot be the whole answer
+    (``scores_cover_answer``), a receipt that does not verify (over the
+    verification's id, the count and the answer's text, with the verifier
+    machine's pinned key). Else scored (``answer_plausible`` at the job's
+    temperature), the verifier paid for the prefill (``verifier_pay``) and a
+    success on its score, and the verdict followed (``verdict_follow``).
+    Returns the id (hex) of a round 2 to send, else None. A verification not
+    offered to this machine changes nothing (None)."""
+    now = now or timezone.now()
+    ver = _open_verification(verification_id, machine_id)
+    if ver is None:
+        return None
+    job = ver.job
+    answer = job.output_text
+    recount = token_count(job.model_id, answer)
+    if not scores_cover_answer(n=len(tokens), answer=answer, recount=recount):
+        detail = f"{len(tokens)} scores for an answer of {recount} tokens"
+        _verifier_failed(ver, V.Status.REFUSED, detail, now)
+        return None
+    if not receipt_verify(
+        public_key_b64=ver.verifier.machine.public_key,
+        signature_b64=receipt,
+        job=ver.id.hex,
+        completion_tokens=len(tokens),
+        text=answer,
+    ):
+        _verifier_failed(ver, V.Status.REFUSED, "the receipt does not verify", now)
+        return None
+    temperature = job.params.get("temperature")
+    judged = answer_plausible(
+        temperature=1.0 if temperature is None else float(temperature), tokens=tokens
+    )
+    _judged_store(ver, judged, now)
+    paid = min(len(tokens), recount) if recount is not None else len(tokens)
+    verifier_pay(ver, tokens=paid, now=now)
+    device_outcome_record(
+        device_id=ver.verifier_id,
+        success=True,
+        reason="verified",
+        model_id=job.model_id,
+        now=now,
+    )
+    return verdict_follow(ver, plausible=judged.plausible, now=now)
+
+
+def _judged_store(ver: Verification, judged: Plausibility, now: datetime) -> None:
+    ver.status = V.Status.SCORED
+    ver.n, ver.z, ver.misses = judged.n, judged.z, judged.misses
+    ver.outside, ver.plausible = judged.outside, judged.plausible
+    ver.detail = judged.detail[:300]
+    ver.scored_at = now
+
+
+def verifier_pay(ver: Verification, *, tokens: int, now: datetime) -> None:
+    """Pay the verifier for the prefill of ``tokens`` scored tokens (its
+    receipt valid) like a job's segment: the host share of the verified job's
+    price for them, held 24 h, from ``platform_checks`` (the one charge path,
+    ``billing.services.charge_post``, keyed ``verify:<id>``: paid once). Nobody
+    is billed."""
+    segment = Segment(
+        attempt_id=None,
+        device_id=ver.verifier_id,
+        host_id=ver.verifier.machine.owner_id,
+        tokens_billed=tokens,
+        output_chars=len(ver.job.output_text),
+        token_count_flagged=False,
+        receipt_valid=True,
+        verdict=ReceiptCheck.Verdict.VALID,
+    )
+    plan = charge_plan(segments=[segment], max_tokens=None, price=job_price_nano(ver.job))
+    posted = charge_post(
+        job_id=None,
+        renter=None,
+        model_id=ver.job.model_id,
+        plan=plan,
+        now=now,
+        key=f"verify:{ver.id}",
+        memo=f"verification: {plan.tokens} tokens of {ver.job.model_id} scored",
+    )
+    if posted is not None:
+        ver.paid_nano = sum(share for _, share in plan.shares)
+
+
+def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str | None:
+    """What a scored verification means for the verified device; saves
+    ``ver``. Round 1 plausible: nothing. Round 1 implausible: a round 2 on a
+    device of a third owner (returned, hex, to be sent), or ``unconfirmed``
+    when there is none (a lone verifier never fails a host). Round 2
+    plausible: ``cleared``; implausible too: the device fails a check
+    (``services.device_check_failed``: score, held earnings reversed,
+    quarantine judged)."""
+    second = None
+    if ver.round == 1 and plausible:
+        ver.verdict = V.Verdict.PLAUSIBLE
+    elif ver.round == 1:
+        nxt = verification_open(
+            job=ver.job,
+            attempt=ver.attempt,
+            round=2,
+            now=now,
+            exclude_owners={ver.verifier.machine.owner_id},
+        )
+        ver.verdict = (
+            V.Verdict.CONFIRMING if nxt.verifier_id else V.Verdict.UNCONFIRMED
+        )
+        second = nxt.id.hex if nxt.verifier_id else None
+    elif plausible:
+        ver.verdict = V.Verdict.CLEARED
+    else:
+        ver.verdict = V.Verdict.FAILED
+        first = Verification.objects.get(job_id=ver.job_id, round=1)
+        device_check_failed(
+            device_id=ver.device_id,
+            model_id=ver.job.model_id,
+            detail=f"verification of job {ver.job_id}: implausible twice"
+            f" ({first.detail}; {ver.detail})",
+            now=now,
+        )
+    ver.save()
+    return second
+
+
+def _verifier_failed(ver: Verification, status: str, detail: str, now: datetime) -> None:
+    """End ``ver`` as the verifier's failure (``refused`` or ``expired``): an
+    outcome against the verifier's score, nothing against the verified host;
+    a round 2 that failed leaves round 1 ``unconfirmed``."""
+    ver.status, ver.detail, ver.scored_at = status, detail[:300], now
+    ver.save(update_fields=["status", "detail", "scored_at"])
+    device_outcome_record(
+        device_id=ver.verifier_id,
+        success=False,
+        reason=f"verify_{status}",
+        model_id=ver.job.model_id,
+        now=now,
+    )
+    _first_round_unconfirmed(ver)
+    log.info("verification %s: verifier %s %s (%s)", ver.id, ver.verifier_id, status, detail)
+
+
+def _first_round_unconfirmed(ver: Verification) -> None:
+    """A round 2 that ended unscored leaves its round 1 ``unconfirmed``: an
+    implausible answer found once is never a verdict against the host."""
+    if ver.round == 2:
+        Verification.objects.filter(
+            job_id=ver.job_id, round=1, verdict=V.Verdict.CONFIRMING
+        ).update(verdict=V.Verdict.UNCONFIRMED)
+
+
+@transaction.atomic
+def verification_refused(
+    *, verification_id: str, machine_id: str, detail: str, now: datetime | None = None
+) -> bool:
+    """The verifier on machine ``machine_id`` answered verification
+    ``verification_id`` (hex) with an ``error`` or a malformed ``scores``
+    (``detail`` says which): ``refused``, against the verifier (a refused
+    offer). True when it was open there."""
+    ver = _open_verification(verification_id, machine_id)
+    if ver is None:
+        return False
+    _verifier_failed(ver, V.Status.REFUSED, detail, now or timezone.now())
+    return True
+
+
+def verifications_expire(*, now: datetime | None = None) -> int:
+    """Expire the verifications offered more than ``BALLAST_VERIFY_DEADLINE_S``
+    ago without scores (Celery beat); returns how many. Against the verifier
+    when its ``verify`` was sent; one never sent (its coordinator process
+    stopped first) expires against nobody."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.BALLAST_VERIFY_DEADLINE_S)
+    expired = 0
+    for ver_id in Verification.objects.filter(
+        status=V.Status.OFFERED, offered_at__lt=cutoff
+    ).values_list("id", flat=True):
+        expired += _verification_expire(ver_id, now)
+    return expired
+
+
+@transaction.atomic
+def _verification_expire(ver_id, now: datetime) -> int:
+    ver = (
+        Verification.objects.select_for_update(of=("self",))
+        .select_related("job")
+        .filter(id=ver_id, status=V.Status.OFFERED)
+        .first()
+    )
+    if ver is None:
+        return 0
+    if ver.sent_at is None:
+        ver.status, ver.detail, ver.scored_at = V.Status.EXPIRED, "never sent", now
+        ver.save(update_fields=["status", "detail", "scored_at"])
+        _first_round_unconfirmed(ver)
+        return 1
+    detail = f"no scores within {settings.BALLAST_VERIFY_DEADLINE_S:g} s"
+    _verifier_failed(ver, V.Status.EXPIRED, detail, now)
+    return 1
