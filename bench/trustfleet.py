@@ -36,8 +36,6 @@ from datetime import timedelta
 CHEATS = ("canary_aware", "hot", "other_model", "inflate", "refuser", "sleeper")
 SLEEPER_HONEST_JOBS = 500
 HONEST_ERROR_RATE = 0.005
-MACHINE_FEATURES = "verify"
-"""What Ballast's llama.cpp agent declares that matters here (it can verify)."""
 TEMPERATURES = ((0.0, 0.3), (0.7, 0.5), (1.0, 0.2))
 """Real traffic's temperatures and their shares."""
 
@@ -118,7 +116,7 @@ def fleet_make(*, model_id: str, kinds: list[str], tag: str) -> list[SimDevice]:
             token_hash=f"{tag}-{i}",
             connected=True,
             last_heartbeat_at=now + timedelta(days=8),
-            features=MACHINE_FEATURES,
+            verifies=True,
         )
         OnlineSpan.objects.create(
             machine=machine, started_at=now - timedelta(days=1), ended_at=now

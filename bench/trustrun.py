@@ -40,9 +40,11 @@ class Fleet:
 
         from agent.receipts import public_key_b64
         from catalog.models import CatalogModel
+        from agent.engines.smollm2 import DEFAULT_MODEL_ID
         from hosts.models import Device, Machine
 
-        model = CatalogModel.objects.get(is_reference=True)
+        model = CatalogModel.objects.get(id=DEFAULT_MODEL_ID)
+        Machine.objects.update(connected=False)  # the last fleet's verify no more
         kinds = list(CHEATS) + ["honest"] * honest
         devices = fleet_make(model_id=model.id, kinds=kinds, tag=tag)
         fleet = cls(bank=bank, rng=rng, devices=devices)
