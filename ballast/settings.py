@@ -3,137 +3,36 @@
 No variables give the embedded default: SQLite in the project folder, Channels'
 in-memory layer, Celery on a server-less filesystem broker, console email.
 ``DATABASE_URL`` (PostgreSQL) and ``REDIS_URL`` (channel layer and Celery broker)
-switch to the production services.
+switch to the production services. Every variable is read by one of the small
+readers of ``ballast.envvars``, which refuse a bad value naming the variable.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from ballast.envvars import (
+    env_bool,
+    env_codes,
+    env_decimal,
+    env_float,
+    env_int,
+    env_proxy_ssl_header,
+    env_rate,
+    env_required,
+    env_usd,
+    liveness_settings_check,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("BALLAST_VAR_DIR", BASE_DIR / "var"))
 # made here whatever the databases: Celery beat keeps its schedule in it, and
 # stopped (the worker running on without it) when it was missing
 VAR_DIR.mkdir(parents=True, exist_ok=True)
-
-
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    """Return the integer in environment variable ``name`` or ``default``.
-
-    Raises ImproperlyConfigured naming the variable when the value is not an integer
-    or is below ``minimum``.
-    """
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
-    """Return the number (e.g. seconds) in ``name`` or ``default``.
-
-    Raises ImproperlyConfigured naming the variable on a non-number or one below
-    ``minimum``.
-    """
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
-    if value < minimum or value != value:
-        raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {raw!r}")
-    return value
-
-
-def env_decimal(name: str, default: str) -> Decimal:
-    """Return the decimal fraction in ``name`` (0..1) or ``default``.
-
-    Raises ImproperlyConfigured naming the variable when it is not in 0..1.
-    """
-    raw = os.environ.get(name) or default
-    try:
-        value = Decimal(raw)
-    except InvalidOperation:
-        raise ImproperlyConfigured(f"{name} must be a decimal, got {raw!r}") from None
-    if not (Decimal(0) <= value <= Decimal(1)):
-        raise ImproperlyConfigured(f"{name} must be between 0 and 1, got {raw!r}")
-    return value
-
-
-def env_usd(name: str, default: str) -> Decimal:
-    """Return the USD amount in ``name`` (≥ 0, at most 9 decimals: the ledger's
-    nano-USD) or ``default``. Raises ImproperlyConfigured naming the variable."""
-    raw = os.environ.get(name) or default
-    try:
-        value = Decimal(raw)
-    except InvalidOperation:
-        value = Decimal("NaN")
-    if not value.is_finite() or value < 0 or value != round(value, 9):
-        raise ImproperlyConfigured(
-            f"{name} must be a USD amount like 1.00 (at least 0), got {raw!r}"
-        )
-    return value
-
-
-def env_bool(name: str, default: bool) -> bool:
-    """Return the boolean in ``name`` (1/0, true/false, yes/no) or ``default``."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    low = raw.strip().lower()
-    if low in {"1", "true", "yes", "on"}:
-        return True
-    if low in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be 1 or 0, got {raw!r}")
-
-
-def env_required(name: str, development_default: str) -> str:
-    """The value of ``name``; in development mode (``BALLAST_DEV=1``)
-    ``development_default`` when it is unset. Raises ImproperlyConfigured naming
-    the variable when it is unset or empty outside development: production fails
-    closed."""
-    raw = os.environ.get(name, "").strip()
-    if raw:
-        return raw
-    if BALLAST_DEV:
-        return development_default
-    raise ImproperlyConfigured(
-        f"{name} must be set (or BALLAST_DEV=1 for a developer's machine)"
-    )
-
-
-def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
-    """``HEADER=VALUE`` in ``name`` (e.g. ``X-Forwarded-Proto=https``: the header
-    the load balancer sets on requests that came over HTTPS) as Django's
-    ``SECURE_PROXY_SSL_HEADER`` pair (``("HTTP_X_FORWARDED_PROTO", "https")``), or
-    None when unset. Raises ImproperlyConfigured naming the variable on another
-    shape."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    header, sep, value = raw.partition("=")
-    header, value = header.strip(), value.strip()
-    if not sep or not header or not value or " " in header:
-        raise ImproperlyConfigured(
-            f"{name} must be HEADER=VALUE (e.g. X-Forwarded-Proto=https), got {raw!r}"
-        )
-    return "HTTP_" + header.upper().replace("-", "_"), value
-
 
 # --- development mode and what production must set ----------------------------
 # BALLAST_DEV=1 (set by ./dev demo, ./dev test, pytest.ini, .ci/run, bench/ and
@@ -148,12 +47,16 @@ if DEBUG and not BALLAST_DEV:
         "DJANGO_DEBUG=1 is for development only (set BALLAST_DEV=1 with it)"
     )
 SECRET_KEY = env_required(
-    "DJANGO_SECRET_KEY", "ballast-embedded-default-not-for-production"
+    "DJANGO_SECRET_KEY",
+    "ballast-embedded-default-not-for-production",
+    development=BALLAST_DEV,
 )
 ALLOWED_HOSTS = [
     host.strip()
     for host in env_required(
-        "DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver"
+        "DJANGO_ALLOWED_HOSTS",
+        "localhost,127.0.0.1,[::1],testserver",
+        development=BALLAST_DEV,
     ).split(",")
     if host.strip()
 ]
@@ -365,9 +268,9 @@ SPECTACULAR_SETTINGS = {
     "PREPROCESSING_HOOKS": ["jobs.schema.completions.completions_endpoints"],
     "SERVE_INCLUDE_SCHEMA": False,  # the schema itself is no renter endpoint
     "ENUM_NAME_OVERRIDES": {
-        "ChatCompletionObjectEnum": "jobs.schema.completions.CHAT_OBJECT",
-        "ChatCompletionChunkObjectEnum": "jobs.schema.completions.CHAT_CHUNK_OBJECT",
-        "TextCompletionObjectEnum": "jobs.schema.completions.TEXT_OBJECT",
+        "ChatCompletionObjectEnum": "jobs.schema.completion_answers.CHAT_OBJECT",
+        "ChatCompletionChunkObjectEnum": "jobs.schema.completion_answers.CHAT_CHUNK_OBJECT",
+        "TextCompletionObjectEnum": "jobs.schema.completion_answers.TEXT_OBJECT",
     },
 }
 
@@ -404,38 +307,6 @@ BALLAST_LEASE_RENEW_S = env_float("BALLAST_LEASE_RENEW_S", 1.0, minimum=0.02)
 BALLAST_LEASE_MARGIN_S = env_float("BALLAST_LEASE_MARGIN_S", 1.0)
 
 
-def liveness_settings_check(
-    *,
-    max_age_s: float,
-    interval_s: float,
-    lease_s: float,
-    renew_s: float,
-    margin_s: float,
-) -> None:
-    """Refuse liveness settings under which live machines would not stay live.
-
-    A machine silent for ``max_age − lease − margin`` s is marked stale at the
-    lease loop's next tick (``hosts.liveness.stale_after_s``), and a heartbeat
-    un-marks it only while it is younger than that: so it must be longer than
-    the heartbeat interval, or a steady machine is marked stale between its
-    heartbeats (at 0 s, as with max age 5 and the default lease, never
-    un-marked: no device eligible). The lease must be renewed before it runs out
-    (``renew < lease``). Raises ImproperlyConfigured naming the variables.
-    """
-    if max_age_s - lease_s - margin_s <= interval_s:
-        raise ImproperlyConfigured(
-            "BALLAST_HEARTBEAT_MAX_AGE_S − BALLAST_LEASE_S − BALLAST_LEASE_MARGIN_S"
-            f" ({max_age_s:g} − {lease_s:g} − {margin_s:g}) must be more than"
-            f" BALLAST_HEARTBEAT_INTERVAL_S ({interval_s:g}): machines would be"
-            " marked stale between heartbeats"
-        )
-    if renew_s >= lease_s:
-        raise ImproperlyConfigured(
-            f"BALLAST_LEASE_RENEW_S ({renew_s:g}) must be less than BALLAST_LEASE_S"
-            f" ({lease_s:g}): the lease would lapse between renewals"
-        )
-
-
 liveness_settings_check(
     max_age_s=BALLAST_HEARTBEAT_MAX_AGE_S,
     interval_s=BALLAST_HEARTBEAT_INTERVAL_S,
@@ -444,24 +315,6 @@ liveness_settings_check(
     margin_s=BALLAST_LEASE_MARGIN_S,
 )
 BALLAST_MAX_GPU_TEMP_C = env_float("BALLAST_MAX_GPU_TEMP_C", 88.0)
-
-
-def env_codes(name: str) -> tuple[str, ...]:
-    """Return the comma-separated lower-case codes in ``name`` (empty: none given).
-
-    Raises ImproperlyConfigured naming the variable for a code that is not 1–32
-    of a-z, 0-9 and '-' (starting with a letter or digit).
-    """
-    codes = tuple(
-        c.strip().lower() for c in os.environ.get(name, "").split(",") if c.strip()
-    )
-    for code in codes:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", code):
-            raise ImproperlyConfigured(
-                f"{name} must list codes like eu,us-east; got {code!r}"
-            )
-    return codes
-
 
 # the regions machines may be in (hosts.regions); none given: all of hosts.regions.REGIONS
 BALLAST_REGIONS = env_codes("BALLAST_REGIONS")
@@ -509,25 +362,7 @@ BALLAST_LOW_BALANCE_USD = env_usd("BALLAST_LOW_BALANCE_USD", "1.00")
 BALLAST_OFFLINE_ALERT_AFTER_S = env_float("BALLAST_OFFLINE_ALERT_AFTER_S", 300.0)
 BALLAST_REAPER_INTERVAL_S = env_float("BALLAST_REAPER_INTERVAL_S", 30.0, minimum=1.0)
 
-
 # --- limits and abuse (DESIGN.md "Limits and abuse"; ballast/ratelimits.py) --------
-def env_rate(name: str, default: str) -> str:
-    """A rate like ``60/minute`` or ``5/hour`` (the ``limits`` library's notation).
-
-    Raises ImproperlyConfigured naming the variable when it is not one.
-    """
-    import limits
-
-    raw = os.environ.get(name, default).strip()
-    try:
-        limits.parse(raw)
-    except ValueError:
-        raise ImproperlyConfigured(
-            f"{name} must be a rate like '60/minute', got {raw!r}"
-        ) from None
-    return raw
-
-
 BALLAST_KEY_RATE = env_rate("BALLAST_KEY_RATE", "120/minute")
 BALLAST_KEY_MAX_JOBS = env_int("BALLAST_KEY_MAX_JOBS", 16, minimum=1)
 BALLAST_QUEUE_SHARE = env_decimal("BALLAST_QUEUE_SHARE", "0.5")

@@ -2,25 +2,20 @@
 
 * ``coordinator_env``: the environment of a coordinator on a scratch PostgreSQL
   database and a chosen channel layer (``inmem``, ``pubsub``, ``core``);
+  ``coordinator_start``, ``bench_stats``, ``stats_table``: the coordinator process
+  and the instrumented one's counters;
 * ``machines_bulk``: many machines registered in one SQL statement, tokens known;
-* ``FastHost``: a simulated machine speaking ``ballast.host.v1`` over a real
-  websocket, claiming every offer and pushing tokens as fast as asked. Every token
-  is ``WORD`` (one model token: the coordinator's ``max_tokens`` cut and token
-  recount see exactly one token per token); the host keeps each token's send time
-  beside the text (``FastHost.sent``: stream id -> ``perf_counter_ns`` per token,
-  CLOCK_MONOTONIC: comparable across processes on one machine). The stream id is
-  the last word of the renter's prompt, which the offer carries. Receipts are real
-  Ed25519 signatures;
-* renter clients over SSE and over the renter websocket;
-* ``cpu_seconds``: user+system CPU of a process, to report CPU per request/token.
+  ``renter_key``: a renter with credit;
+* ``WORD`` (one model token) and ``stream_id`` (the last word of the renter's
+  prompt, which the offer carries): what the simulated host (``bench.fasthost``)
+  and the renter clients (``bench.renters``) agree on;
+* ``cpu_seconds``: user+system CPU of a process, to report CPU per request/token;
+  ``profile_start``/``profile_stop``: py-spy on a process.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import hashlib
-import json
 import os
 import secrets
 import time
@@ -148,219 +143,11 @@ def now_ns() -> int:
     return time.perf_counter_ns()
 
 
-# --- the simulated host ---------------------------------------------------------------
-class FastHost:
-    """One simulated machine (one device, ``slots`` slots) over a real websocket.
-
-    Claims every offer at once. ``gate`` (an asyncio.Event) holds token pushing
-    until set (so a run can start all its streams first); each offer then gets
-    ``tokens`` tokens (``WORD`` each) in frames of ``per_frame`` tokens, ``pace_s``
-    apart (0: as fast as the socket takes them), then ``done``. The send time of
-    every token (ns, ``perf_counter_ns``; the tokens of one frame share it) is kept in
-    ``sent[stream id]``, the stream id being the last word of the offer's prompt: the
-    renter's k-th token is the host's k-th, so latency = receipt − ``sent[id][k]``.
-    """
-
-    def __init__(self, ws_url: str, token: str, *, slots: int, tokens: int = 10,
-                 per_frame: int = 1, pace_s: float = 0.0, gate: asyncio.Event | None = None):
-        self.ws_url = ws_url
-        self.token = token
-        self.slots = slots
-        self.tokens = tokens
-        self.per_frame = per_frame
-        self.pace_s = pace_s
-        self.gate = gate
-        self.offers = 0
-        self.sent: dict[str, list[int]] = {}
-        self.claimed = asyncio.Event()
-        self.ws = None
-        self.tasks: set[asyncio.Task] = set()
-        self._lock = asyncio.Lock()
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-        # Derived from the token: the same machine keeps its pinned key across runs.
-        self.key = Ed25519PrivateKey.from_private_bytes(hashlib.sha256(token.encode()).digest())
-
-    @property
-    def public_key(self) -> str:
-        import base64
-
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-        raw = self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        return base64.b64encode(raw).decode()
-
-    def receipt(self, job: str, tokens: int, text: str) -> str:
-        """A real receipt (PROTOCOL.md §2), so the coordinator's check does its full work."""
-        import base64
-
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        message = f"ballast-receipt/v1\n{job}\n{tokens}\n{digest}".encode()
-        return base64.b64encode(self.key.sign(message)).decode()
-
-    async def send(self, frame: dict) -> None:
-        async with self._lock:
-            await self.ws.send(json.dumps(frame))
-
-    def heartbeat_frame(self) -> dict:
-        return {"type": "heartbeat", "paused": False, "devices": [
-            {"index": 0, "temp_c": 50, "vram_free_mb": 20000, "loaded_models": [MODEL],
-             "slots": self.slots}]}
-
-    async def connect(self) -> None:
-        from websockets.asyncio.client import connect
-
-        self.ws = await connect(self.ws_url, additional_headers={"Authorization": f"Bearer {self.token}"},
-                                subprotocols=["ballast.host.v1"], max_size=None, open_timeout=60)
-        nonce = json.loads(await self.ws.recv())["nonce"]  # the challenge
-        proof = self.key.sign(f"ballast-hello/v1\n{nonce}\n{self.public_key}".encode())
-        await self.send({"type": "hello", "agent_version": "bench-1",
-                         "engine": {"name": "benchsim", "version": "1"},
-                         "public_key": self.public_key, "accepts_serverless": True,
-                         "proof": base64.b64encode(proof).decode(),
-                         "devices": [{"index": 0, "name": "Bench GPU", "vram_total_mb": 24576}]})
-        while json.loads(await self.ws.recv())["type"] != "welcome":
-            pass
-        await self.send(self.heartbeat_frame())
-        self.tasks.add(asyncio.create_task(self._serve()))
-        self.tasks.add(asyncio.create_task(self._heartbeats()))
-
-    async def _heartbeats(self) -> None:
-        while True:
-            await asyncio.sleep(5)
-            await self.send(self.heartbeat_frame())
-
-    async def _serve(self) -> None:
-        async for raw in self.ws:
-            frame = json.loads(raw)
-            if frame["type"] == "offer":
-                self.offers += 1
-                task = asyncio.create_task(self._job(frame["job"], stream_id(frame)))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
-
-    async def _job(self, job: str, stream: str) -> None:
-        await self.send({"type": "claim", "job": job})
-        if self.gate is not None:
-            await self.gate.wait()
-        sent = 0
-        pieces: list[str] = []
-        times = self.sent.setdefault(stream, [])
-        while sent < self.tokens:
-            n = min(self.per_frame, self.tokens - sent)
-            text = WORD * n
-            pieces.append(text)
-            times.extend([now_ns()] * n)
-            await self.send({"type": "token", "job": job, "text": text})
-            sent += n
-            if self.pace_s:
-                await asyncio.sleep(self.pace_s)
-        await self.send({"type": "done", "job": job, "finish_reason": "stop",
-                         "usage": {"prompt_tokens": 1, "completion_tokens": sent},
-                         "receipt": self.receipt(job, sent, "".join(pieces))})
-
-    async def close(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
-        if self.ws is not None:
-            await self.ws.close()
-
-
 def stream_id(offer: dict) -> str:
     """The stream id of an offer: the last word of its (last) prompt message."""
     messages = offer.get("messages") or [{"content": offer.get("prompt", "")}]
     words = str(messages[-1].get("content", "")).split()
     return words[-1] if words else ""
-
-
-# --- renter clients ---------------------------------------------------------------------
-class StreamResult:
-    """What a renter saw of one stream: timings (perf_counter s) and token arrivals.
-
-    ``arrivals`` holds one ``perf_counter_ns`` per token received (a chunk of k
-    ``WORD``s counts k tokens, all arrived with the chunk; any other text counts 1).
-    """
-
-    def __init__(self, stream: str = "") -> None:
-        self.stream = stream
-        self.start = 0.0
-        self.first = 0.0
-        self.end = 0.0
-        self.tokens = 0
-        self.arrivals: list[int] = []
-        self.error = ""
-
-    def text_seen(self, text: str, at_ns: int) -> None:
-        n = text.count(WORD) or (1 if text else 0)
-        self.tokens += n
-        self.arrivals.extend([at_ns] * n)
-
-    def latencies(self, sent_ns: list[int]) -> list[float]:
-        """Seconds from the host's send of token k to its arrival here, for every k."""
-        return [(a - s) / 1e9 for a, s in zip(self.arrivals, sent_ns, strict=False)]
-
-
-def chat_body(max_tokens: int = 1900, content: str = "hello") -> dict:
-    return {"model": MODEL, "stream": True, "max_tokens": max_tokens,
-            "messages": [{"role": "user", "content": content}]}
-
-
-async def sse_stream(client: httpx.AsyncClient, url: str, key: str, body: dict) -> StreamResult:
-    """POST a streamed completion and read its server-sent events to ``[DONE]``."""
-    result = StreamResult(stream_id(body))
-    result.start = time.perf_counter()
-    async with client.stream("POST", url, json=body, headers={"Authorization": f"Bearer {key}"}) as resp:
-        if resp.status_code != 200:
-            result.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
-            result.end = time.perf_counter()
-            return result
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            at = now_ns()
-            payload = line[6:]
-            if payload == "[DONE]":
-                continue  # read on to the response's end, as clients do: the connection is reused
-            chunk = json.loads(payload)
-            choices = chunk.get("choices") or []
-            if not choices:
-                continue
-            choice = choices[0]
-            text = choice.get("delta", {}).get("content") if "delta" in choice else choice.get("text")
-            if text:
-                if not result.first:
-                    result.first = time.perf_counter()
-                result.text_seen(text, at)
-            if choice.get("finish_reason") == "error":
-                result.error = json.dumps(chunk.get("error"))[:200]
-    result.end = time.perf_counter()
-    return result
-
-
-async def ws_stream(ws_url: str, key: str, body: dict) -> StreamResult:
-    """Send one request on the renter websocket and read chunks until ``done``."""
-    from websockets.asyncio.client import connect
-
-    result = StreamResult(stream_id(body))
-    result.start = time.perf_counter()
-    async with connect(ws_url, additional_headers={"Authorization": f"Bearer {key}"},
-                       max_size=None, open_timeout=60) as ws:
-        await ws.send(json.dumps(body))
-        async for raw in ws:
-            at = now_ns()
-            message = json.loads(raw)
-            if message.get("type") in ("done", "error"):
-                if message.get("type") == "error":
-                    result.error = json.dumps(message)[:200]
-                break
-            choices = message.get("choices") or []
-            text = choices[0].get("delta", {}).get("content") if choices else None
-            if text:
-                if not result.first:
-                    result.first = time.perf_counter()
-                result.text_seen(text, at)
-    result.end = time.perf_counter()
-    return result
 
 
 def renter_key(env: dict[str, str], root: Path | None = None) -> str:

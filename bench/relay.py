@@ -43,11 +43,10 @@ sys.path.insert(0, str(ROOT))
 
 from ballast.stack import UVICORN_FLAGS  # noqa: E402
 from bench.common import machine_line, percentile, scratch_postgres  # noqa: E402
+from bench.fasthost import FastHost  # noqa: E402
 from bench.harness import (  # noqa: E402
     MODEL,
     WORD,
-    FastHost,
-    chat_body,
     coordinator_env,
     cpu_seconds,
     machines_bulk,
@@ -55,9 +54,8 @@ from bench.harness import (  # noqa: E402
     profile_stop,
     redis_flush,
     renter_key,
-    sse_stream,
-    ws_stream,
 )
+from bench.renters import chat_body, sse_stream, ws_stream  # noqa: E402
 
 MACHINES = 50
 SLOTS = 4

@@ -40,7 +40,6 @@ from bench.common import (  # noqa: E402
 from bench.harness import (  # noqa: E402
     MODEL,
     bench_stats,
-    chat_body,
     coordinator_env,
     coordinator_start,
     cpu_seconds,
@@ -49,9 +48,9 @@ from bench.harness import (  # noqa: E402
     profile_stop,
     redis_flush,
     renter_key,
-    sse_stream,
     stats_table,
 )
+from bench.renters import chat_body, sse_stream  # noqa: E402
 
 SCRIPT = {"text": "The answer is four, and here are a few more words to stream.", "delay_s": 0.0}
 

@@ -12,7 +12,7 @@ from typing import Any
 from .errors import ApiError
 from .formats import logprobs_parse, response_format_parse, response_format_stored
 
-# The bounds of a request (also the OpenAPI schema's: jobs.schema.completions)
+# The bounds of a request (also the OpenAPI schema's: jobs.schema.completion_requests)
 DEFAULT_MAX_TOKENS = 256
 MAX_MAX_TOKENS = 8192
 ROLES = {"system", "user", "assistant", "developer", "tool"}

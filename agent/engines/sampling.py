@@ -64,13 +64,19 @@ class TokenScore:
     var: float
 
     def frame(self) -> dict[str, Any]:
-        """The entry of a ``scores`` frame's ``tokens``."""
+        """The entry of a ``scores`` frame's ``tokens``, its numbers to 6
+        significant digits (about 60 characters an entry: a whole 2,048-token
+        context's scores stay far under the 256 KiB frame limit)."""
         return {
             "rank": self.rank,
-            "logprob": self.logprob,
-            "mean": self.mean,
-            "var": self.var,
+            "logprob": None if self.logprob is None else _digits(self.logprob),
+            "mean": _digits(self.mean),
+            "var": _digits(self.var),
         }
+
+
+def _digits(value: float) -> float:
+    return float(f"{value:.6g}")
 
 
 @dataclass(frozen=True)

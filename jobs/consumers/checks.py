@@ -21,7 +21,11 @@ from .. import spotchecks
 from ..orchestration import JobRun
 from ..verification.offers import verification_send
 from ..verification.plausibility import token_scores_parse
-from ..verification.records import verification_refused, verification_scored
+from ..verification.records import (
+    VERIFY_MAX_TOKENS,
+    verification_refused,
+    verification_scored,
+)
 
 log = logging.getLogger("ballast.jobs")
 
@@ -43,7 +47,8 @@ class ChecksRelay:
         task.add_done_callback(self.spot_check_tasks.discard)
 
     async def _spot_checks_start(self) -> None:
-        """Run the spot checks due on this machine's devices (a compare-and-set takes each)."""
+        """Run the spot checks due on this machine's devices (a compare-and-set
+        takes each)."""
         if not settings.BALLAST_SPOT_CHECKS:
             return  # (no thread hop for nothing on every written heartbeat)
         for job in await db_call(spotchecks.spot_checks_take_due)(
@@ -80,13 +85,13 @@ class ChecksRelay:
         ver_id = protocol.parse_job_frame(frame)
         if ver_id not in self.verifications:
             await self.send_error(
-                f"scores: job {ver_id[:40]} is not a verification offered to this machine"
+                f"scores: job {ver_id[:40]} is not a verification offered here"
             )
             return
         self.verifications.discard(ver_id)
         try:
             scores = protocol.parse_scores(frame)
-            tokens = token_scores_parse(scores["tokens"])
+            tokens = token_scores_parse(scores["tokens"], max_tokens=VERIFY_MAX_TOKENS)
         except (protocol.FrameError, ValueError) as exc:
             await self._verification_refused(ver_id, f"malformed scores: {exc}")
             raise protocol.FrameError(str(exc)) from None

@@ -1,34 +1,69 @@
-"""Whether an answer is plausible under the model, from its tokens' scores by
-prefill (DESIGN.md "Verifying real answers"; /work/notes/verify-contract.md).
+"""Is an answer plausible under the model its host claims? The judge of a
+``scores`` frame (DESIGN.md "Verifying real answers"; docs/trust.md).
 
-PROVISIONAL (branch i22b): the coordinator's side needs this module's
-signatures; the calibrated judge (branch i22a) replaces this file whole at
-merge. Pure: no database, no settings.
+Pure: no Django, no database. The verifier's agent scored each answer token by
+prefill under the request's sampler (``agent.engines.sampling``: top-k 40,
+top-p, min-p 0.05, then the temperature): its ``rank`` among the raw logits,
+``logprob`` (natural log of its probability under the sampling distribution
+p_T, None outside the sampler's support), and the position's ``mean`` and
+``var`` of log p_T under p_T. This module parses those entries
+(``token_scores_parse``) and judges them (``answer_plausible``):
+
+- at temperature 0 the honest answer is the argmax at every position: an
+  answer is implausible when more than ``GREEDY_MISSES_BASE +
+  GREEDY_MISSES_SHARE × n`` of its n tokens rank below the top (a verifier on
+  other hardware may flip a near-tie now and then, and retokenizing the text
+  may split it otherwise than generation did);
+- at temperature T > 0 an honest token's log p_T has, at its position, the
+  expectation ``mean`` and the variance ``var``, so over the answer
+  ``z = Σ (logprob − mean) / sqrt(Σ var + Z_VAR_FLOOR)`` (in-support tokens) is
+  about standard normal; an answer sampled hotter than asked, or by another
+  model, scores its tokens lower than the model expects: implausible when
+  ``z < Z_MIN``. Also implausible at any temperature: more than
+  ``OUTSIDE_BASE + OUTSIDE_SHARE × n`` tokens outside the support, which the
+  sampler never draws.
+
+The constants are calibrated on the reference model (SmolLM2-135M-Instruct,
+honest answers at T 0, 0.7 and 1 scored by prefill): ``bench/verification.py``
+reruns the calibration; its table is in docs/trust.md.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-# T == 0: an honest greedy answer has (almost) every token the argmax; ties and
-# GPU non-determinism allow a few misses
-GREEDY_MISSES_FREE = 1
-GREEDY_MISSES_SHARE = 0.05
-# T > 0: the standardised sum of log-probabilities of an honest sample is about
-# N(0, 1); a far lower one is not a sample of this distribution
-Z_MIN = -4.0
-VAR_FLOOR = 1e-6
-# tokens outside the sampler's support (top-k / top-p / min-p) are impossible
-OUTSIDE_FREE = 1
+GREEDY_MISSES_BASE = 2
+"""Tokens below the top an honest answer at temperature 0 may have, plus
+``GREEDY_MISSES_SHARE`` of its tokens. Calibrated: honest greedy answers scored
+on the same build miss none; evaluating the answer in one batch instead (other
+arithmetic, as another device's) flipped near-ties at up to 4 % of tokens;
+every cheat's greedy answers missed 29 % or more."""
+GREEDY_MISSES_SHARE = 0.10
+OUTSIDE_BASE = 2
+"""Tokens outside the sampler's support an honest answer may have, plus
+``OUTSIDE_SHARE`` of its tokens. Calibrated: honest answers had at most 2 (the
+answer's text retokenized otherwise than generation split it), 3 of 6,794
+tokens in all."""
 OUTSIDE_SHARE = 0.02
+Z_MIN = -4.0
+"""An answer at T > 0 whose z is below this is implausible. Calibrated: honest
+answers' z ranged from −2.1 to 2.1 (90 answers of up to 64 tokens)."""
+Z_VAR_FLOOR = 1.0
+"""Added to Σ var (nats²) under the square root: a short or nearly certain
+answer's z is not blown up by a tiny variance."""
+
+KEYS = frozenset({"rank", "logprob", "mean", "var"})
+"""The keys of one ``scores`` entry, exactly."""
 
 
 @dataclass(frozen=True)
 class TokenScore:
-    """One answer token scored by prefill: ``rank`` among the raw logits (0 =
-    the argmax), ``logprob`` log p_T(token) (None: outside the support),
-    ``mean`` E[log p_T] and ``var`` Var[log p_T] over the support."""
+    """One answer token as the verifier scored it (a ``scores`` frame entry):
+    ``rank`` >= 0 among the raw logits, ``logprob`` (nats, <= 0) under p_T or
+    None outside the support, the position's ``mean`` (nats) and ``var``
+    (nats²) of log p_T."""
 
     rank: int
     logprob: float | None
@@ -38,9 +73,10 @@ class TokenScore:
 
 @dataclass(frozen=True)
 class Plausibility:
-    """The judge's verdict on one answer: ``n`` tokens, ``z`` (T > 0; 0.0 at
-    T = 0), ``misses`` (T = 0: tokens not the argmax), ``outside`` (tokens out
-    of the support), ``detail`` in words."""
+    """The judge's verdict on one answer: ``n`` tokens scored, ``z`` (0.0 when
+    no token is in the support), ``misses`` (tokens with rank > 0),
+    ``outside`` (tokens outside the support) and ``detail``, a sentence saying
+    why (for the device's record and logs)."""
 
     plausible: bool
     n: int
@@ -50,65 +86,98 @@ class Plausibility:
     detail: str
 
 
-def token_scores_parse(value: object) -> list[TokenScore]:
-    """The ``tokens`` of a ``scores`` frame as ``TokenScore``s; ValueError naming
-    the first bad entry (not a list, an entry that is not ``{"rank": int >= 0,
-    "logprob": finite float <= 0 or null, "mean": finite float <= 0, "var":
-    finite float >= 0}``)."""
-    if not isinstance(value, list):
-        raise ValueError("scores: tokens must be a list")
-    out = []
-    for i, entry in enumerate(value):
+def _number(entry: dict[str, Any], key: str, index: int) -> float:
+    value = entry[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"tokens[{index}].{key} must be a number")
+    if not math.isfinite(value):
+        raise ValueError(f"tokens[{index}].{key} must be finite")
+    return float(value)
+
+
+def token_scores_parse(raw: Any, *, max_tokens: int) -> list[TokenScore]:
+    """The ``tokens`` of a ``scores`` frame as ``TokenScore``s, in order.
+
+    ``max_tokens``: the most entries accepted (the agent scores at most the
+    verified offer's ``max_tokens``). Raises ``ValueError`` naming what is
+    wrong: not a list, too many entries, an entry that is not an object with
+    exactly ``rank``, ``logprob``, ``mean``, ``var``, a rank that is not an
+    integer >= 0, a number that is not finite, a logprob or mean above 0 or a
+    negative var (beyond float rounding).
+    """
+    if not isinstance(raw, list):
+        raise ValueError("tokens must be a list")
+    if len(raw) > max_tokens:
+        raise ValueError(f"tokens has {len(raw)} entries, more than {max_tokens}")
+    scores = []
+    for index, entry in enumerate(raw):
         if not isinstance(entry, dict):
-            raise ValueError(f"scores: tokens[{i}] must be an object")
-        rank = entry.get("rank")
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-            raise ValueError(f"scores: tokens[{i}].rank must be an integer >= 0")
-        logprob = entry.get("logprob")
-        if logprob is not None and not _number(logprob, high=0.0):
-            raise ValueError(f"scores: tokens[{i}].logprob must be a number <= 0 or null")
-        mean, var = entry.get("mean"), entry.get("var")
-        if not _number(mean, high=0.0):
-            raise ValueError(f"scores: tokens[{i}].mean must be a number <= 0")
-        if not _number(var, low=0.0):
-            raise ValueError(f"scores: tokens[{i}].var must be a number >= 0")
-        out.append(
-            TokenScore(
-                rank=rank,
-                logprob=None if logprob is None else float(logprob),
-                mean=float(mean),
-                var=float(var),
+            raise ValueError(f"tokens[{index}] must be an object")
+        if set(entry) != KEYS:
+            raise ValueError(
+                f"tokens[{index}] must have exactly the keys "
+                f"{', '.join(sorted(KEYS))} (has {', '.join(sorted(map(str, entry)))})"
             )
-        )
-    return out
-
-
-def _number(value: object, *, low: float = -math.inf, high: float = math.inf) -> bool:
-    return (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
-        and low <= value <= high
-    )
+        rank = entry["rank"]
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise ValueError(f"tokens[{index}].rank must be an integer >= 0")
+        logprob = None
+        if entry["logprob"] is not None:
+            logprob = _number(entry, "logprob", index)
+            if logprob > 1e-6:
+                raise ValueError(f"tokens[{index}].logprob must be <= 0")
+        mean = _number(entry, "mean", index)
+        var = _number(entry, "var", index)
+        if mean > 1e-6:
+            raise ValueError(f"tokens[{index}].mean must be <= 0")
+        if var < -1e-6:
+            raise ValueError(f"tokens[{index}].var must be >= 0")
+        scores.append(TokenScore(rank=rank, logprob=logprob, mean=mean, var=var))
+    return scores
 
 
 def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausibility:
-    """Judge an answer from its tokens' scores at the request's ``temperature``."""
+    """Judge an answer's ``tokens`` (scored under ``temperature``, the verified
+    request's; <= 0 is greedy) by the rules of this module's docstring. An
+    answer with no token scored is plausible (nothing to judge)."""
     n = len(tokens)
-    outside = sum(1 for t in tokens if t.logprob is None)
-    if outside > OUTSIDE_FREE + OUTSIDE_SHARE * n:
-        return Plausibility(
-            False, n, 0.0, 0, outside, f"{outside} of {n} tokens outside the sampler's support"
+    misses = sum(1 for token in tokens if token.rank > 0)
+    inside = [token for token in tokens if token.logprob is not None]
+    outside = n - len(inside)
+    z = 0.0
+    if inside:
+        gap = sum(t.logprob - t.mean for t in inside)  # type: ignore[operator]
+        z = gap / math.sqrt(sum(max(0.0, t.var) for t in inside) + Z_VAR_FLOOR)
+    outside_max = OUTSIDE_BASE + OUTSIDE_SHARE * n
+    greedy = temperature <= 0
+    misses_max = GREEDY_MISSES_BASE + GREEDY_MISSES_SHARE * n
+    if n == 0:
+        plausible, detail = True, "no token to judge"
+    elif outside > outside_max:
+        plausible = False
+        detail = (
+            f"{outside} of {n} tokens outside the sampler's support "
+            f"(most {outside_max:g})"
         )
-    if temperature == 0:
-        misses = sum(1 for t in tokens if t.rank > 0)
-        plausible = misses <= GREEDY_MISSES_FREE + GREEDY_MISSES_SHARE * n
-        return Plausibility(
-            plausible, n, 0.0, misses, outside, f"{misses} of {n} tokens not the argmax"
+    elif greedy and misses > misses_max:
+        plausible = False
+        detail = (
+            f"{misses} of {n} tokens not the model's top at temperature 0 "
+            f"(most {misses_max:g})"
         )
-    inside = [t for t in tokens if t.logprob is not None]
-    total = sum(t.logprob - t.mean for t in inside)
-    z = total / math.sqrt(sum(t.var for t in inside) + VAR_FLOOR)
+    elif not greedy and z < Z_MIN:
+        plausible = False
+        detail = (
+            f"z {z:.2f} below {Z_MIN:g} at temperature {temperature:g} "
+            f"({n} tokens)"
+        )
+    else:
+        plausible = True
+        detail = (
+            f"{misses} of {n} tokens below the top (most {misses_max:g})"
+            if greedy
+            else f"z {z:.2f} at temperature {temperature:g} ({n} tokens)"
+        ) + f", {outside} outside the support"
     return Plausibility(
-        z >= Z_MIN, n, z, 0, outside, f"z = {z:.2f} over {len(inside)} tokens"
+        plausible=plausible, n=n, z=z, misses=misses, outside=outside, detail=detail
     )

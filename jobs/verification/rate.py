@@ -25,19 +25,6 @@ def verification_draw() -> float:
     return secrets.randbits(_BITS) / (1 << _BITS)
 
 
-def rate_ceiling() -> float:
-    """The highest rate ``verification_rate`` can give: a draw at or above it
-    verifies no device's answer (so most answers cost no query)."""
-    return min(
-        1.0,
-        max(
-            settings.BALLAST_VERIFY_RATE,
-            settings.BALLAST_VERIFY_NEW_RATE,
-            settings.BALLAST_VERIFY_SUSPECT_RATE,
-        ),
-    )
-
-
 def verification_rate(*, device_id: int) -> float:
     """The chance (0..1) that an answer of device ``device_id`` is verified:
     the largest of
@@ -53,8 +40,27 @@ def verification_rate(*, device_id: int) -> float:
       passed, answers found plausible).
 
     Reads the database (at most four indexed queries)."""
-    base = settings.BALLAST_VERIFY_RATE
-    return min(1.0, max(base, _new_rate(device_id), _suspect_rate(device_id)))
+    return min(1.0, max(part(device_id) for part in _PARTS))
+
+
+def verification_due(*, device_id: int, draw: float) -> bool:
+    """Whether ``draw`` (``verification_draw``) verifies an answer of device
+    ``device_id``: ``draw < verification_rate(device_id=...)``, with each part
+    of the rate read only when the draw is under its ceiling (most answers
+    cost no query, none more than the rate's)."""
+    ceilings = (
+        settings.BALLAST_VERIFY_RATE,
+        settings.BALLAST_VERIFY_NEW_RATE,
+        settings.BALLAST_VERIFY_SUSPECT_RATE,
+    )
+    return any(
+        draw < ceiling and draw < part(device_id)
+        for ceiling, part in zip(ceilings, _PARTS)
+    )
+
+
+def _base_rate(device_id: int) -> float:
+    return settings.BALLAST_VERIFY_RATE
 
 
 def _new_rate(device_id: int) -> float:
@@ -100,3 +106,7 @@ def _suspect_rate(device_id: int) -> float:
     return settings.BALLAST_VERIFY_SUSPECT_RATE * 0.5 ** (
         passes / settings.BALLAST_VERIFY_SUSPECT_PASSES
     )
+
+
+# the parts of the rate, in the order of their settings (``verification_due``)
+_PARTS = (_base_rate, _new_rate, _suspect_rate)

@@ -30,7 +30,7 @@ from ..services.checks import device_check_failed
 from ..services.endings import job_price_nano
 from ..tokens import token_count, token_count_inflated
 from .plausibility import Plausibility, TokenScore, answer_plausible
-from .rate import rate_ceiling, verification_draw, verification_rate
+from .rate import verification_draw, verification_due
 
 log = logging.getLogger("ballast.jobs")
 
@@ -70,11 +70,8 @@ def verification_choose(
     The one place a verification of a real answer begins."""
     if not verifiable(job, attempts):
         return None
-    draw = verification_draw()
-    if draw >= rate_ceiling():
-        return None  # above any device's rate: no query
     attempt = attempts[0]
-    if draw >= verification_rate(device_id=attempt.device_id):
+    if not verification_due(device_id=attempt.device_id, draw=verification_draw()):
         return None
     return verification_open(job=job, attempt=attempt, round=1, now=now)
 
@@ -176,8 +173,8 @@ def verification_scored(
     ``scores`` frame) and ``receipt`` a verifier on machine ``machine_id``
     sent for verification ``verification_id`` (hex).
 
-    Refused against the verifier (``verification_refused``): a count that cannot be the whole answer
-    (``scores_cover_answer``), a receipt that does not verify (over the
+    Refused against the verifier (``verification_refused``): a count that
+    cannot be the whole answer (``scores_cover_answer``), a receipt that does not verify (over the
     verification's id, the count and the answer's text, with the verifier
     machine's pinned key). Else scored (``answer_plausible`` at the job's
     temperature), the verifier paid for the prefill (``verifier_pay``) and a
@@ -245,7 +242,8 @@ def verifier_pay(ver: Verification, *, tokens: int, now: datetime) -> None:
         receipt_valid=True,
         verdict=ReceiptCheck.Verdict.VALID,
     )
-    plan = charge_plan(segments=[segment], max_tokens=None, price=job_price_nano(ver.job))
+    price = job_price_nano(ver.job)
+    plan = charge_plan(segments=[segment], max_tokens=None, price=price)
     posted = charge_post(
         job_id=None,
         renter=None,
@@ -298,7 +296,9 @@ def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str 
     return second
 
 
-def _verifier_failed(ver: Verification, status: str, detail: str, now: datetime) -> None:
+def _verifier_failed(
+    ver: Verification, status: str, detail: str, now: datetime
+) -> None:
     """End ``ver`` as the verifier's failure (``refused`` or ``expired``): an
     outcome against the verifier's score, nothing against the verified host;
     a round 2 that failed leaves round 1 ``unconfirmed``."""
@@ -312,7 +312,9 @@ def _verifier_failed(ver: Verification, status: str, detail: str, now: datetime)
         now=now,
     )
     _first_round_unconfirmed(ver)
-    log.info("verification %s: verifier %s %s (%s)", ver.id, ver.verifier_id, status, detail)
+    log.info(
+        "verification %s: verifier %s %s (%s)", ver.id, ver.verifier_id, status, detail
+    )
 
 
 def _first_round_unconfirmed(ver: Verification) -> None:

@@ -2,8 +2,8 @@
 llama.cpp in process, no mocks): every kind of schema the coordinator admits
 is enforced (the output validates against it), also across a continuation
 from any cut of an answer, and the tokens' log-probabilities cover the text
-exactly. The coordinator's side is tests/jobs/test_output_features.py, which
-checks that it admits every schema of ``ADMITTED``."""
+exactly. The coordinator's side is tests/jobs/test_output_features_*.py, whose
+admission tests check that it admits every schema of ``ADMITTED``."""
 
 from __future__ import annotations
 

@@ -43,3 +43,16 @@ def children_env(var_dir: Path) -> Iterator[dict[str, str]]:
         if dbname:
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+def children_rows(env: dict[str, str], query: str) -> list[tuple]:
+    """The rows ``query`` (SQL both databases read alike) returns from the
+    children's database (``children_env``'s PostgreSQL or SQLite file)."""
+    url = env.get("DATABASE_URL")
+    if url:
+        with psycopg.connect(url) as conn:
+            return conn.execute(query).fetchall()
+    import sqlite3
+
+    with sqlite3.connect(f"{env['BALLAST_VAR_DIR']}/ballast.sqlite3") as conn:
+        return list(conn.execute(query))

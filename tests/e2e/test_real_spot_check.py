@@ -5,26 +5,18 @@ from __future__ import annotations
 
 import time
 
-import psycopg
 import pytest
 
 from ballast.stack import manage
+
+from .env import children_rows
 
 pytestmark = pytest.mark.e2e
 
 
 def _spot_checks(env) -> list[tuple]:
-    url = env.get("DATABASE_URL")
-    query = "SELECT reason, passed, detail FROM jobs_spotcheck"
-    if url:
-        with psycopg.connect(url) as conn:
-            return conn.execute(query).fetchall()
-    import sqlite3
-
-    with sqlite3.connect(f"{env['BALLAST_VAR_DIR']}/ballast.sqlite3") as conn:
-        return [
-            (r, None if p is None else bool(p), d) for r, p, d in conn.execute(query)
-        ]
+    rows = children_rows(env, "SELECT reason, passed, detail FROM jobs_spotcheck")
+    return [(r, None if p is None else bool(p), d) for r, p, d in rows]
 
 
 def test_an_honest_agent_passes_its_first_spot_check(e2e_env, tmp_path):

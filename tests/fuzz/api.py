@@ -177,7 +177,8 @@ def _error_code(response) -> str | None:
 @schemathesis.check
 def stream_chunks_conform(ctx, response, case):
     """Each ``data:`` event of a streamed completion is its chunk component as
-    JSON (``jobs.schema.completions``: OpenAPI 3.0 cannot nest it), ``[DONE]`` last."""
+    JSON (``jobs.schema.completion_answers.events_schema``: OpenAPI 3.0 cannot
+    nest it), ``[DONE]`` last."""
     if not response.headers.get("content-type", [""])[0].startswith(
         "text/event-stream"
     ):

@@ -1,4 +1,5 @@
-"""Helpers for tests that drive renters over HTTP and hosts over websockets."""
+"""Helpers for tests that drive renters over HTTP and hosts over websockets, and
+that open jobs through the request step (``jobs.services.job_open``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from channels.db import database_sync_to_async
 from django.test import AsyncClient
 
 from hosts.models import Device
-from jobs.models import SpotCheck
+from jobs.models import Job, SpotCheck
+from jobs.requests import completion_request_parse
+from jobs.services import api_key_create, job_open
 from tests.hostsim import MODEL, HostSim
 
 
@@ -190,3 +193,33 @@ async def verdict(offer_job: str) -> SpotCheck:
             return check
         await asyncio.sleep(0.02)
     raise AssertionError("spot check never judged")
+
+
+def request_parsed(
+    max_tokens: int = 16, model: str | None = None, content: str = "Hi"
+):
+    """A one-message chat request for the reference model (or ``model``), as
+    ``jobs.requests.completion_request_parse`` admits it."""
+    from tests.conftest import REFERENCE_MODEL
+
+    return completion_request_parse(
+        {
+            "model": model or REFERENCE_MODEL["id"],
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+        },
+        endpoint=Job.Endpoint.CHAT,
+    )
+
+
+def key_of(user) -> str:
+    """A new plain API key of ``user``."""
+    return api_key_create(user=user)[1]
+
+
+def open_job(key, **kwargs):
+    """``jobs.services.job_open`` of ``request_parsed(**kwargs)`` with the plain
+    API key ``key``: (job, its catalog model, the dispatch)."""
+    return job_open(
+        api_key=key, request=request_parsed(**kwargs), waiting_channel="w.1"
+    )

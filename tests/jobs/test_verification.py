@@ -288,3 +288,36 @@ async def _verification_any() -> Verification:
             return ver
         await asyncio.sleep(0.01)
     raise AssertionError("no verification stored")
+
+
+async def test_only_the_verifiers_pages_tell_of_a_verification(verifying, api_key):
+    """The verified host's pages show its job as any job (nothing names a
+    verification); the verifier's earnings list the prefill it was paid for."""
+    from django.test import AsyncClient
+    from django.urls import reverse
+
+    verified = await _host("a@example.com", "a", verifies=False, score=95)
+    verifier = await _host("b@example.com", "b", verifies=True, score=60)
+    await _served(api_key, verified)
+    _, verify = await _verify_to([verifier])
+    await verifier.send(verifier.scores_frame(verify, _tokens(verify, PLAUSIBLE)))
+    await _verification(verify["job"])
+    pages = {}
+    for host in (verified, verifier):
+        machine = await host.machine.__class__.objects.select_related("owner").aget(
+            id=host.machine.id
+        )
+        client = AsyncClient()
+        await client.aforce_login(machine.owner)
+        for name, url in (
+            ("earnings", reverse("billing:earnings")),
+            ("machine", reverse("hosts:machine", args=[machine.id])),
+        ):
+            response = await client.get(url)
+            assert response.status_code == 200
+            pages[host is verifier, name] = response.content.decode().lower()
+    assert "verification of an answer" in pages[True, "earnings"]
+    for name in ("earnings", "machine"):
+        assert "verif" not in pages[False, name], f"the verified host's {name} page"
+    await verified.close()
+    await verifier.close()

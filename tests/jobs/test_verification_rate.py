@@ -13,7 +13,11 @@ from django.utils import timezone
 from hosts.models import DeviceOutcome
 from hosts.services import machine_create
 from jobs.models import Attempt, Job, Verification
-from jobs.verification.rate import verification_draw, verification_rate
+from jobs.verification.rate import (
+    verification_draw,
+    verification_due,
+    verification_rate,
+)
 from jobs.verification.records import verification_choose
 from tests.devices import device_online
 from tests.hostsim import MODEL
@@ -164,3 +168,19 @@ def test_only_a_renters_plain_answer_in_one_attempt_is_chosen(rates, renter):
     assert verification_choose(job=empty, attempts=[e_attempt], now=now) is None
     job.is_spot_check = True
     assert verification_choose(job=job, attempts=[attempt], now=now) is None
+
+
+def test_a_draw_is_due_exactly_under_the_rate(rates, renter):
+    """``verification_due`` (which skips the queries a draw does not need) is
+    ``draw < verification_rate``, whatever the device's history."""
+    fresh = _device()
+    old = _device("b@example.com", "b")
+    _jobs(old, renter, 30)
+    suspect = _device("c@example.com", "c")
+    _jobs(suspect, renter, 400)
+    _checks(suspect, success=False, at=timezone.now() - timedelta(hours=1))
+    _checks(suspect, success=True, count=3)
+    for device in (fresh, old, suspect):
+        rate = verification_rate(device_id=device.id)
+        for draw in (0.0, 0.04, 0.049, 0.3, rate - 1e-9, rate, 0.49, 0.5, 0.9):
+            assert verification_due(device_id=device.id, draw=draw) is (draw < rate)

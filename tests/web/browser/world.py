@@ -1,5 +1,5 @@
 """The people and history the browser tests look at, written into the database of
-a running coordinator (``python -m tests.web.browser_world PHASE`` in its
+a running coordinator (``python -m tests.web.browser.world PHASE`` in its
 environment; prints one JSON object).
 
 Phases:
@@ -34,7 +34,7 @@ def people() -> dict:
     from jobs.services import api_key_create
     from support.services import ticket_open, ticket_reply
 
-    from .conftest import PASSWORD
+    from ..conftest import PASSWORD
 
     users = get_user_model()
     host = user_get_or_create(email="host@example.com")
@@ -90,7 +90,7 @@ def history(machine_id: str) -> dict:
     from jobs.models import ApiKey, Attempt, Job
     from jobs.services import api_key_cap_set
 
-    from .conftest import MODEL, attempt_make
+    from ..conftest import MODEL, attempt_make
 
     machine = Machine.objects.get(id=machine_id)
     device = machine.devices.get(index=0)

@@ -1,0 +1,125 @@
+"""What the browser tests share: Chromium found (or the tests skipped), the
+waiting, logging in, screenshots, and the check every page must pass (styled, no
+console error, no failed request, fits 390 px)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ballast.stack import ROOT
+
+from ..conftest import MODEL, PASSWORD
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+# every browser test's pytestmark
+needs_chromium = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="needs Debian's chromium and chromium-driver (./dev test installs them as root)",
+)
+
+POLL_S = 3.0  # the live tables' hx-trigger="every 3s"
+WAIT_S = 20
+SCREENSHOTS = Path(
+    os.environ.get("BALLAST_SCREENSHOTS_DIR") or ROOT / "var" / "screenshots"
+)
+# header.top's background (#14213d in static/ballast.css): the stylesheet applied
+HEADER_BACKGROUND = "rgb(20, 33, 61)"
+# the scripted engine of the agents the tests start
+SCRIPT = json.dumps({"text": "The answer is 4.", "models": [MODEL]})
+
+
+def until(driver, check, what: str, timeout_s: float = WAIT_S):
+    """Wait for ``check(driver)`` (Selenium's wait: it polls the page); its value."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(
+        driver, timeout_s, ignored_exceptions=[StaleElementReferenceException]
+    ).until(check, what)
+
+
+def log_in(driver, url: str, email: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{url}/accounts/login/")
+    driver.find_element(By.NAME, "username").send_keys(email)
+    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
+    driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    until(driver, lambda d: "/accounts/login/" not in d.current_url, "logged in")
+
+
+def screenshot(driver, name: str, width: int) -> Path:
+    """A full-page screenshot at ``width`` CSS px (Chromium's device metrics)."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
+    )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}-{width}.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    return path
+
+
+OVERFLOWING = """
+const width = document.documentElement.clientWidth;
+if (document.documentElement.scrollWidth <= width) return [];
+return [...document.querySelectorAll('body *')]
+  .filter(e => e.getBoundingClientRect().right > width + 1)
+  .map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+            (e.className && e.className.baseVal === undefined ? '.' + e.className : ''))
+  .slice(0, 8);
+"""
+
+FAILED_REQUESTS = """
+return performance.getEntriesByType('navigation').concat(
+         performance.getEntriesByType('resource'))
+  .filter(e => e.responseStatus >= 400)
+  .map(e => e.responseStatus + ' ' + e.name);
+"""
+
+
+def page_check(
+    driver,
+    url: str,
+    name: str,
+    *,
+    status_ok: bool = True,
+    styled: tuple[str, str] = ("header.top", HEADER_BACKGROUND),
+) -> list[Path]:
+    """Load ``url``; assert it is styled, without console errors or failed requests,
+    and fits 390 px; return its screenshots (1280 px and 390 px)."""
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    driver.get(url)
+    until(
+        driver,
+        lambda d: d.execute_script("return document.readyState") == "complete",
+        f"{name} loaded",
+    )
+    selector, background = styled
+    style = driver.execute_script(
+        "return getComputedStyle(document.querySelector(arguments[0])).backgroundColor",
+        selector,
+    )
+    assert style == background, f"{name}: the stylesheet did not apply ({style})"
+    if status_ok:
+        assert driver.execute_script(FAILED_REQUESTS) == [], f"{name}: failed requests"
+    errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    if not status_ok:  # the page's own 404 is the one error it may show
+        errors = [
+            e for e in errors if "the server responded with a status of 404" not in e
+        ]
+    assert errors == [], f"{name}: console errors"
+    shots = [screenshot(driver, name, 1280), screenshot(driver, name, 390)]
+    assert driver.execute_script(OVERFLOWING) == [], f"{name}: wider than 390 px"
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return shots
