@@ -12,9 +12,12 @@ Behaviours (what a host does; nothing here knows what catches it):
 - ``honest``: the engine, the request's parameters;
 - ``hot``: the engine at the asked temperature + ``HOT_EXTRA`` (b);
 - ``other``: the reference model with Gaussian noise of ``OTHER_SIGMA`` added to
-  its logits before sampling, the request's parameters (c);
-- ``junk``: the words of another prompt's honest answer, shuffled (a, e's
-  refusals aside).
+  its logits before sampling, the request's parameters (c; σ 1 is the case a
+  single verification catches least often: docs/trust.md);
+- ``junk``: random English words (a).
+
+The cheats' answers come from llama.cpp's own generate loop
+(``bench.verification.cheat_answer``), none of the agent's generation code.
 
 The bank is kept as JSON (``--bank FILE``) so the fleet can be rerun without the
 model.
@@ -30,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HOT_EXTRA = 1.0
-OTHER_SIGMA = 2.0
+OTHER_SIGMA = 1.0
 MAX_TOKENS = 48
 BEHAVIOURS = ("honest", "hot", "other", "junk")
 BANK_TEMPERATURES = (0.0, 0.7, 1.0)
@@ -80,79 +83,42 @@ def _request(engine, messages, temperature: float, max_tokens: int, seed: int | 
     )
 
 
-async def _generate(engine, request, *, sigma: float = 0.0) -> tuple[str, int]:
-    """The engine's answer to ``request``; with ``sigma``, the logits get
-    Gaussian noise of that deviation first (a different model)."""
+async def _generate(engine, request, cheat=None) -> tuple[str, int]:
+    """The engine's answer to ``request`` and its count; with ``cheat``
+    (``bench.verification.Cheat``), that cheat's (llama.cpp's own loop)."""
     from agent.engines.base import GenerationResult
+    from bench.verification import cheat_answer
 
-    if sigma:
-        return await asyncio.to_thread(_generate_noisy, engine, request, sigma)
+    if cheat is not None:
+        seed = secrets.randbits(31)
+        text = await asyncio.to_thread(cheat_answer, engine, request, cheat, seed)
+        return text, len(engine.tokenize(text))
     result = GenerationResult()
-    text = ""
-    async for piece in engine.stream(request, result):
-        text += piece if isinstance(piece, str) else piece.text
+    text = "".join([piece async for piece in engine.stream(request, result)])
     return text, result.completion_tokens
 
 
-def _generate_noisy(engine, request, sigma: float) -> tuple[str, int]:
-    import codecs
+def _junk(rng: random.Random, words: int = 40) -> str:
+    from bench.verification import WORDS
 
-    import llama_cpp
-    import numpy as np
-
-    from agent.engines.prefill import prompt_tokenize
-    from agent.engines.sampling import MIN_P, TOP_K
-
-    llama = engine._llama
-    rng = np.random.default_rng(secrets.randbits(32))
-
-    def noise(_ids, logits):
-        return (logits + rng.normal(0.0, sigma, logits.shape)).astype(logits.dtype)
-
-    temperature = request.params.get("temperature") or 0.0
-    with engine._lock:
-        tokens = prompt_tokenize(llama, engine.render(request))
-        llama.reset()
-        llama.set_seed(secrets.randbits(32))
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="ignore")
-        text, count = "", 0
-        for token in llama.generate(
-            tokens,
-            temp=temperature,
-            top_k=TOP_K,
-            min_p=MIN_P,
-            top_p=1.0,
-            repeat_penalty=1.0,
-            logits_processor=llama_cpp.LogitsProcessorList([noise]),
-        ):
-            if llama_cpp.llama_vocab_is_eog(engine._vocab, token):
-                break
-            text += decoder.decode(llama.detokenize([token]))
-            count += 1
-            if count >= request.max_tokens():
-                break
-    return text, count
+    return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
 
 
-def _junk(rng: random.Random, texts: list[str]) -> str:
-    words = rng.choice(texts).split()
-    rng.shuffle(words)
-    return " ".join(words)
-
-
-async def _answer(engine, behaviour, messages, temperature, rng, honest_texts, max_tokens):
+async def _answer(engine, behaviour, messages, temperature, rng, max_tokens):
+    from bench.verification import Cheat
     from jobs.tokens import token_count
 
-    seed = rng.randrange(2**31)
     if behaviour == "junk":
-        text = _junk(rng, honest_texts)
+        text = _junk(rng)
         count = token_count(engine.model_id, text) or len(text)
     else:
-        asked = temperature + HOT_EXTRA if behaviour == "hot" else temperature
-        sigma = OTHER_SIGMA if behaviour == "other" else 0.0
-        text, count = await _generate(
-            engine, _request(engine, messages, asked, max_tokens, seed), sigma=sigma
-        )
+        cheat = {
+            "honest": None,
+            "hot": Cheat("hot", temperature=temperature + HOT_EXTRA),
+            "other": Cheat("other", sigma=OTHER_SIGMA),
+        }[behaviour]
+        request = _request(engine, messages, temperature, max_tokens, rng.randrange(2**31))
+        text, count = await _generate(engine, request, cheat)
     recount = token_count(engine.model_id, text) or 0
     return text, count, recount
 
@@ -168,7 +134,6 @@ async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print)
     bank: dict = {"traffic": [], "canaries": [], "settings": {
         "hot_extra": HOT_EXTRA, "other_sigma": OTHER_SIGMA, "max_tokens": MAX_TOKENS}}
     try:
-        honest_texts: list[str] = []
         for t in BANK_TEMPERATURES:
             for index, prompt in enumerate(PROMPTS[:prompts]):
                 messages = [{"role": "user", "content": prompt}]
@@ -177,10 +142,8 @@ async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print)
                 for _ in range(per_prompt):
                     for behaviour in BEHAVIOURS:
                         text, count, recount = await _answer(
-                            engine, behaviour, messages, t, rng, honest_texts or [prompt], MAX_TOKENS
+                            engine, behaviour, messages, t, rng, MAX_TOKENS
                         )
-                        if behaviour == "honest" and text.strip():
-                            honest_texts.append(text)
                         request = _request(engine, messages, t, MAX_TOKENS, None)
                         scored = await engine.score(request, text) if text else None
                         bank["traffic"].append(asdict(Answer(
@@ -189,13 +152,13 @@ async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print)
                             scores=[s.frame() for s in scored.tokens] if scored else [],
                         )))
             log(f"bank: temperature {t} done ({len(bank['traffic'])} answers)")
-        bank["canaries"] = await _canaries_build(engine, canaries, rng, honest_texts, log)
+        bank["canaries"] = await _canaries_build(engine, canaries, rng, log)
     finally:
         await engine.close()
     return bank
 
 
-async def _canaries_build(engine, count: int, rng, honest_texts, log) -> list[dict]:
+async def _canaries_build(engine, count: int, rng, log) -> list[dict]:
     """Spot checks drawn and calibrated as the pool does, each answered by every
     behaviour: ``{"expected", "distractors", "answers": {behaviour: Answer}}``."""
     from jobs.canaries import answer_right
@@ -215,13 +178,13 @@ async def _canaries_build(engine, count: int, rng, honest_texts, log) -> list[di
         if draw.prompt is not None:
             continue  # the bank's answers are chat
         max_tokens = min(draw.params.get("max_tokens") or 64, 64)
-        honest, _, _ = await _answer(engine, "honest", draw.messages, 0.0, rng, honest_texts, max_tokens)
+        honest, _, _ = await _answer(engine, "honest", draw.messages, 0.0, rng, max_tokens)
         if not answer_right(draw.expected, draw.distractors, honest):
             continue  # calibration: the reference model must answer it right
         answers = {}
         for behaviour in BEHAVIOURS:
             text, n, recount = await _answer(
-                engine, behaviour, draw.messages, 0.0, rng, honest_texts, max_tokens
+                engine, behaviour, draw.messages, 0.0, rng, max_tokens
             )
             answers[behaviour] = asdict(Answer(behaviour, 0.0, text, n, recount))
         kept.append({"expected": draw.expected, "distractors": draw.distractors, "answers": answers})

@@ -161,10 +161,10 @@ class Fleet:
         from agent.receipts import receipt_sign
         from jobs.models import Verification
         from jobs.verification.plausibility import token_scores_parse
-        from jobs.verification.records import verification_scored
+        from jobs.verification.records import VERIFY_MAX_TOKENS, verification_scored
 
         machine_id, key = self.keys[ver.verifier_id]
-        tokens = token_scores_parse(answer["scores"])
+        tokens = token_scores_parse(answer["scores"], max_tokens=VERIFY_MAX_TOKENS)
         self.costs.verifications += 1
         self.costs.verified_tokens += len(tokens)
         receipt = receipt_sign(key, ver.id.hex, len(tokens), answer["text"])
