@@ -51,6 +51,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--per-prompt", type=int, default=1)
     parser.add_argument("--canaries", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=20261203, help="the traffic's draws")
     args = parser.parse_args()
     print(f"machine: {machine_line()}")
     with tempfile.TemporaryDirectory() as scratch:
@@ -77,7 +78,9 @@ def main() -> int:
             f" jobs, suspect {settings.BALLAST_VERIFY_SUSPECT_RATE} halving every"
             f" {settings.BALLAST_VERIFY_SUSPECT_PASSES} passes"
         )
-        rng = random.Random(20261203)
+        for line in bank_lines(bank):
+            print(line)
+        rng = random.Random(args.seed)
         caught: dict[str, list[int | None]] = {}
         honest_quarantined = 0
         for week in range(args.weeks):
@@ -111,6 +114,33 @@ def main() -> int:
                 f" {percentile(seen, 99):5.0f} {max(seen):5.0f}"
             )
     return 0
+
+
+def bank_lines(bank: dict) -> list[str]:
+    """What one verification and one spot check catch of each behaviour: the
+    share of the bank's answers the judge finds implausible, per temperature,
+    and the share of spot checks answered right."""
+    from jobs.canaries import answer_right
+    from jobs.verification.plausibility import answer_plausible, token_scores_parse
+    from jobs.verification.records import VERIFY_MAX_TOKENS
+
+    cells: dict = {}
+    for answer in bank["traffic"]:
+        tokens = token_scores_parse(answer["scores"], max_tokens=VERIFY_MAX_TOKENS)
+        flagged = not answer_plausible(temperature=answer["temperature"], tokens=tokens).plausible
+        cells.setdefault((answer["behaviour"], answer["temperature"]), []).append(flagged)
+    lines = ["one verification flags (answers judged implausible), one spot check passes:"]
+    for behaviour in ("honest", "hot", "other", "junk"):
+        flags = "  ".join(
+            f"T={t:g} {sum(v)}/{len(v)}"
+            for (b, t), v in sorted(cells.items()) if b == behaviour
+        )  # fmt: skip
+        passes = sum(
+            answer_right(c["expected"], c["distractors"], c["answers"][behaviour]["text"])
+            for c in bank["canaries"]
+        )
+        lines.append(f"  {behaviour:7s} {flags}  | spot checks passed {passes}/{len(bank['canaries'])}")
+    return lines
 
 
 if __name__ == "__main__":
