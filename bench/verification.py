@@ -126,7 +126,7 @@ def request_make(prompt: str, temperature: float, top_p: float, max_tokens: int,
     )  # fmt: skip
 
 
-def _cheat_blocking(engine: Any, request: Any, cheat: Cheat, seed: int) -> str:
+def cheat_answer(engine: Any, request: Any, cheat: Cheat, seed: int) -> str:
     """One cheat's answer, by llama.cpp's own generate loop (the engine's model
     and lock, none of its generation code)."""
     import llama_cpp
@@ -184,7 +184,7 @@ async def answers_generate(
             result = GenerationResult()
             answers.append("".join([p async for p in engine.stream(request, result)]))
         else:
-            answers.append(await asyncio.to_thread(_cheat_blocking, engine, request, cheat, seed))
+            answers.append(await asyncio.to_thread(cheat_answer, engine, request, cheat, seed))
     return answers
 
 

@@ -1,0 +1,147 @@
+"""Trust under attack: how soon each cheat is quarantined, and what the checks cost.
+
+Usage: ``.venv/bin/python bench/trust.py [--runs 100] [--weeks 1] [--bank FILE]``
+
+A simulated fleet of 50 devices (44 honest, one of each cheat of
+``bench.trustfleet``) is served one week of traffic (a job every 14 minutes per
+device: 36,000 jobs) through the coordinator's own trust code on a scratch
+SQLite database; then ``--runs`` runs of the cheats alone (beside honest
+verifiers) give the distribution of jobs-to-catch: the cheat's real jobs from
+the first it cheated on to its quarantine. Answers, and the scores verifiers
+return for them, come from the real model (``bench.trustbank``; built once, in
+minutes, and kept in ``--bank``).
+
+What runs for real, per simulated job (``bench.trustfleet`` lists the functions):
+the job and its attempt stored (``jobs.services.job_create``), the outcome on the
+device's score, the token count checked, the spot-check draw and verdict, the
+verification draw (``jobs.verification.records.verification_choose``), each
+verifier's scores judged and paid (``verification_scored``: two rounds), a
+failed check's consequences, quarantine. Not run: the websockets, the relay, the
+renter's billing (``docs/trust.md``).
+
+Prints, per cheat: caught in how many runs within 100 jobs, the jobs-to-catch
+distribution (p50, p90, p99, max); honest devices quarantined; the share of the
+fleet's work spent on spot checks and on verification.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import django_on, machine_line, percentile  # noqa: E402
+
+CATCH_WITHIN = 100
+FLEET = 50
+JOBS_PER_DEVICE_WEEK = 7 * 24 * 60 // 14
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100, help="cheat-only runs")
+    parser.add_argument("--weeks", type=int, default=1, help="whole-fleet weeks")
+    parser.add_argument("--bank", type=Path, default=ROOT / "var" / "trust-bank.json")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--per-prompt", type=int, default=1)
+    parser.add_argument("--canaries", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=20261203, help="the traffic's draws")
+    args = parser.parse_args()
+    print(f"machine: {machine_line()}")
+    with tempfile.TemporaryDirectory() as scratch:
+        django_on(f"sqlite:///{scratch}/trust.sqlite3", BALLAST_SPOT_CHECKS="1")
+        import logging
+
+        from django.conf import settings
+
+        logging.getLogger("ballast").setLevel(logging.ERROR)  # a check failed: often, here
+
+        from bench.trustbank import bank_load_or_build
+        from bench.trustrun import Fleet, cost_lines
+
+        started = time.monotonic()
+        bank = bank_load_or_build(
+            args.bank, prompts=args.prompts, per_prompt=args.per_prompt,
+            canaries=args.canaries,
+        )  # fmt: skip
+        print(
+            f"bank: {len(bank['traffic'])} answers, {len(bank['canaries'])} spot checks"
+            f" ({time.monotonic() - started:.0f} s); settings: canary rate"
+            f" {settings.BALLAST_CANARY_RATE}, verify rate {settings.BALLAST_VERIFY_RATE},"
+            f" new {settings.BALLAST_VERIFY_NEW_RATE} over {settings.BALLAST_VERIFY_NEW_JOBS}"
+            f" jobs, suspect {settings.BALLAST_VERIFY_SUSPECT_RATE} halving every"
+            f" {settings.BALLAST_VERIFY_SUSPECT_PASSES} passes"
+        )
+        for line in bank_lines(bank):
+            print(line)
+        rng = random.Random(args.seed)
+        caught: dict[str, list[int | None]] = {}
+        honest_quarantined = 0
+        for week in range(args.weeks):
+            started = time.monotonic()
+            fleet = Fleet.make(bank=bank, rng=rng, tag=f"w{week}", honest=FLEET - 6)
+            fleet.serve(jobs=FLEET * JOBS_PER_DEVICE_WEEK)
+            honest_quarantined += fleet.honest_quarantined
+            for dev in fleet.cheats():
+                caught.setdefault(dev.kind, []).append(dev.caught_after)
+            print(
+                f"week {week + 1}: {fleet.costs.jobs:,} jobs, honest quarantined"
+                f" {fleet.honest_quarantined} ({time.monotonic() - started:.0f} s)"
+            )
+            for line in cost_lines(fleet.costs):
+                print("  " + line)
+        started = time.monotonic()
+        for run in range(args.runs):
+            fleet = Fleet.make(bank=bank, rng=rng, tag=f"r{run}", honest=6)
+            fleet.serve_cheats(horizon=CATCH_WITHIN)
+            for dev in fleet.cheats():
+                caught.setdefault(dev.kind, []).append(dev.caught_after)
+        print(f"cheat runs: {args.runs} ({time.monotonic() - started:.0f} s)")
+        print(f"honest devices quarantined: {honest_quarantined} of {(FLEET - 6) * args.weeks}")
+        print(f"{'cheat':14s} {'caught ≤100':>12s} {'p50':>5s} {'p90':>5s} {'p99':>5s} {'max':>5s}")
+        for kind, values in caught.items():
+            within = [v for v in values if v is not None and v <= CATCH_WITHIN]
+            seen = [v if v is not None else 10**6 for v in values]
+            print(
+                f"{kind:14s} {len(within):5d}/{len(values):<6d}"
+                f" {percentile(seen, 50):5.0f} {percentile(seen, 90):5.0f}"
+                f" {percentile(seen, 99):5.0f} {max(seen):5.0f}"
+            )
+    return 0
+
+
+def bank_lines(bank: dict) -> list[str]:
+    """What one verification and one spot check catch of each behaviour: the
+    share of the bank's answers the judge finds implausible, per temperature,
+    and the share of spot checks answered right."""
+    from jobs.canaries import answer_right
+    from jobs.verification.plausibility import answer_plausible, token_scores_parse
+    from jobs.verification.records import VERIFY_MAX_TOKENS
+
+    cells: dict = {}
+    for answer in bank["traffic"]:
+        tokens = token_scores_parse(answer["scores"], max_tokens=VERIFY_MAX_TOKENS)
+        flagged = not answer_plausible(temperature=answer["temperature"], tokens=tokens).plausible
+        cells.setdefault((answer["behaviour"], answer["temperature"]), []).append(flagged)
+    lines = ["one verification flags (answers judged implausible), one spot check passes:"]
+    for behaviour in ("honest", "hot", "other", "junk"):
+        flags = "  ".join(
+            f"T={t:g} {sum(v)}/{len(v)}"
+            for (b, t), v in sorted(cells.items()) if b == behaviour
+        )  # fmt: skip
+        passes = sum(
+            answer_right(c["expected"], c["distractors"], c["answers"][behaviour]["text"])
+            for c in bank["canaries"]
+        )
+        lines.append(f"  {behaviour:7s} {flags}  | spot checks passed {passes}/{len(bank['canaries'])}")
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The fleet of ``bench/trust.py``: scripted hosts, honest and cheating, served a
+week of traffic through the coordinator's own trust code.
+
+Each simulated job goes through the functions production runs, in-process on a
+scratch database: the spot-check draw at ``BALLAST_CANARY_RATE`` per dispatched
+job (as ``jobs.services.dispatch.device_claim`` marks one due), the canary's
+verdict (``jobs.canaries.answer_right``, ``jobs.tokens.token_count_inflated``),
+the job's outcome (``hosts.services.device_outcome_record``), the count check
+(``token_count_inflated`` → ``jobs.services.checks.device_check_failed``), the
+verification draw (``jobs.verification.rate.verification_rate``) and its verdict
+(``jobs.verification.plausibility.answer_plausible`` over scores the real model
+computed by prefill, two verifiers) with its consequences, quarantine
+(``hosts.services.scores``). What is scripted is the hosts: what each one answers
+is drawn from a bank of answers the real model wrote (``bench.trustbank``).
+
+A cheat is defined by what its host does, never by what catches it:
+
+- ``canary_aware`` (a): answers honestly what the repository's canary generator
+  could have written (it recognises every spot check: the worst case), junk
+  otherwise;
+- ``hot`` (b): the model's answer at a temperature 1.0 above the one asked;
+- ``other_model`` (c): the reference model with Gaussian noise on its logits;
+- ``inflate`` (d): honest text, every count reported 15 % high;
+- ``refuser`` (e): answers spot checks (it recognises them), refuses real work;
+- ``sleeper`` (f): honest for its first 500 jobs, then as ``other_model``.
+
+Honest hosts fail 0.5 % of their jobs (an engine error), as real ones do.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+CHEATS = ("canary_aware", "hot", "other_model", "inflate", "refuser", "sleeper")
+SLEEPER_HONEST_JOBS = 500
+HONEST_ERROR_RATE = 0.005
+TEMPERATURES = ((0.0, 0.3), (0.7, 0.5), (1.0, 0.2))
+"""Real traffic's temperatures and their shares."""
+
+
+@dataclass
+class SimDevice:
+    """One scripted host's device: ``kind`` 'honest' or a cheat; counters."""
+
+    id: int
+    kind: str
+    jobs: int = 0  # real jobs served
+    cheating_from: int | None = None  # its job count when it began to cheat
+    caught_after: int | None = None  # its jobs (since it began to cheat) at quarantine
+    quarantined: bool = False
+    checks: int = 0
+    verifications: int = 0
+
+    def cheating(self) -> bool:
+        if self.kind == "honest":
+            return False
+        if self.kind == "sleeper":
+            return self.jobs >= SLEEPER_HONEST_JOBS
+        return True
+
+    def behaviour(self) -> str:
+        """What the host does for a real job now: honest, hot, other, junk,
+        inflate or refuse."""
+        if not self.cheating():
+            return "honest"
+        return {
+            "canary_aware": "junk",
+            "hot": "hot",
+            "other_model": "other",
+            "inflate": "inflate",
+            "refuser": "refuse",
+            "sleeper": "other",
+        }[self.kind]
+
+    def canary_behaviour(self) -> str:
+        """What the host does for a spot check (the cheats that recognise them
+        answer honestly)."""
+        if self.kind in ("canary_aware", "refuser") or not self.cheating():
+            return "honest"
+        return self.behaviour()
+
+
+@dataclass
+class Costs:
+    """The fleet's work: real jobs and their tokens; spot checks and theirs
+    (generated); verifications and their tokens (prefilled)."""
+
+    jobs: int = 0
+    job_tokens: int = 0
+    checks: int = 0
+    check_tokens: int = 0
+    verifications: int = 0
+    verified_tokens: int = 0
+    refused_verifications: int = 0  # none found: no verifier of another owner
+    extra: dict = field(default_factory=dict)
+
+
+def fleet_make(*, model_id: str, kinds: list[str], tag: str) -> list[SimDevice]:
+    """One machine (of its own owner) per device, online for the last day and
+    the week ahead, the model loaded, ``verifies`` declared."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from hosts.models import Device, DeviceModel, Machine, OnlineSpan
+
+    now = timezone.now()
+    users = get_user_model()
+    devices = []
+    for i, kind in enumerate(kinds):
+        owner = users.objects.create(username=f"{tag}-{i}@bench", email=f"{tag}-{i}@bench")
+        machine = Machine.objects.create(
+            owner=owner,
+            name=f"{tag}-{i}",
+            token_hash=f"{tag}-{i}",
+            connected=True,
+            last_heartbeat_at=now + timedelta(days=8),
+            verifies=True,
+        )
+        OnlineSpan.objects.create(
+            machine=machine, started_at=now - timedelta(days=1), ended_at=now
+        )
+        device = Device.objects.create(
+            machine=machine, index=0, name="Sim GPU", slots_total=1, vram_total_mb=24576
+        )
+        Device.objects.filter(id=device.id).update(first_seen_at=now - timedelta(days=1))
+        DeviceModel.objects.create(device=device, model_id=model_id, loaded=True)
+        devices.append(SimDevice(id=device.id, kind=kind))
+    return devices
+
+
+def temperature_draw(rng: random.Random) -> float:
+    values, weights = zip(*TEMPERATURES)
+    return rng.choices(values, weights)[0]

@@ -1,0 +1,273 @@
+"""One fleet of ``bench/trust.py`` served through the coordinator's trust code.
+
+Per real job (``Fleet.job_serve``): the job stored as a renter's
+(``jobs.services.job_create``) and its one attempt ended as the host's answer
+ends it; the device's outcome (``hosts.services.device_outcome_record``); the
+count checked (``jobs.tokens.token_count_inflated`` → a failed check,
+``jobs.services.checks.device_check_failed``); the verification drawn at the
+device's rate (``jobs.verification.records.verification_choose``) and, when one
+is offered, scored by the verifiers with the bank's real scores and a signed
+receipt (``verification_scored``, round 2 when round 1 found it implausible).
+Per dispatched job, the spot-check draw at ``BALLAST_CANARY_RATE`` (as
+``jobs.services.dispatch`` marks one due); a check's verdict is the two tests
+``jobs.spotchecks.spot_check_verdict`` makes (``answer_right``, the count), its
+consequences those of ``spot_check_judge`` (a pass recorded and the quarantine
+release judged; a failure ``device_check_failed``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from bench.trustfleet import CHEATS, HONEST_ERROR_RATE, Costs, SimDevice, fleet_make, temperature_draw
+
+INFLATE = 1.15
+
+
+@dataclass
+class Fleet:
+    bank: dict
+    rng: random.Random
+    devices: list[SimDevice]
+    keys: dict = field(default_factory=dict)  # device id -> (machine id, signing key)
+    costs: Costs = field(default_factory=Costs)
+    honest_quarantined: int = 0
+
+    @classmethod
+    def make(cls, *, bank: dict, rng: random.Random, tag: str, honest: int) -> Fleet:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        from agent.receipts import public_key_b64
+        from catalog.models import CatalogModel
+        from agent.engines.smollm2 import DEFAULT_MODEL_ID
+        from hosts.models import Device, Machine
+
+        model = CatalogModel.objects.get(id=DEFAULT_MODEL_ID)
+        Machine.objects.update(connected=False)  # the last fleet's verify no more
+        kinds = list(CHEATS) + ["honest"] * honest
+        devices = fleet_make(model_id=model.id, kinds=kinds, tag=tag)
+        fleet = cls(bank=bank, rng=rng, devices=devices)
+        fleet.model = model
+        fleet.renter = _renter(tag)
+        for dev in devices:
+            key = Ed25519PrivateKey.generate()
+            machine_id = Device.objects.get(id=dev.id).machine_id
+            Machine.objects.filter(id=machine_id).update(public_key=public_key_b64(key))
+            fleet.keys[dev.id] = (str(machine_id), key)
+        fleet._by_behaviour = _index(bank["traffic"])
+        return fleet
+
+    def cheats(self) -> list[SimDevice]:
+        return [d for d in self.devices if d.kind != "honest"]
+
+    def serve(self, *, jobs: int) -> None:
+        """``jobs`` real jobs, each to a device drawn among the unquarantined."""
+        for _ in range(jobs):
+            live = [d for d in self.devices if not d.quarantined]
+            self.job_serve(self.rng.choice(live))
+
+    def serve_cheats(self, *, horizon: int) -> None:
+        """Serve the cheats only (the honest devices verify), each until it is
+        caught or ``horizon`` jobs past the first it cheated on."""
+        active = self.cheats()
+        while active:
+            dev = self.rng.choice(active)
+            self.job_serve(dev)
+            if dev.quarantined or (
+                dev.cheating_from is not None and dev.jobs - dev.cheating_from >= horizon
+            ):
+                active.remove(dev)
+
+    def job_serve(self, dev: SimDevice) -> None:
+        from django.conf import settings
+
+        if self.rng.random() < settings.BALLAST_CANARY_RATE:
+            self.check_run(dev)
+            if dev.quarantined:
+                return
+        if dev.cheating() and dev.cheating_from is None:
+            dev.cheating_from = dev.jobs
+        dev.jobs += 1
+        self.costs.jobs += 1
+        temperature = temperature_draw(self.rng)
+        behaviour = dev.behaviour()
+        if behaviour == "refuse" or (
+            behaviour == "honest" and self.rng.random() < HONEST_ERROR_RATE
+        ):
+            self._failed(dev, temperature)
+        else:
+            self._answered(dev, behaviour, temperature)
+        self._quarantine_read(dev)
+
+    def _failed(self, dev: SimDevice, temperature: float) -> None:
+        from hosts.services import device_outcome_record
+        from jobs.models import Attempt, Job
+
+        job, attempt = self._job(dev, temperature, prompt=0)
+        Attempt.objects.filter(id=attempt.id).update(
+            state=Attempt.State.ENDED, outcome=Attempt.Outcome.HOST_ERROR
+        )
+        Job.objects.filter(id=job.id).update(status=Job.Status.FAILED)
+        device_outcome_record(
+            device_id=dev.id, success=False, reason="host_error", model_id=self.model.id
+        )
+
+    def _answered(self, dev: SimDevice, behaviour: str, temperature: float) -> None:
+        from hosts.services import device_outcome_record
+        from jobs.models import Attempt, Job
+        from jobs.services.checks import device_check_failed
+        from jobs.tokens import token_count_inflated
+        from jobs.verification.records import verification_choose
+
+        text_kind = "honest" if behaviour == "inflate" else behaviour
+        answer = self.rng.choice(self._by_behaviour[(text_kind, temperature)])
+        reported = answer["completion_tokens"]
+        if behaviour == "inflate":
+            reported = int(reported * INFLATE + 0.999)
+        job, attempt = self._job(dev, temperature, prompt=answer["prompt"])
+        billed = min(reported, answer["recount"])
+        flagged = token_count_inflated(
+            reported=reported, text=answer["text"], recount=answer["recount"]
+        )
+        Attempt.objects.filter(id=attempt.id).update(
+            state=Attempt.State.ENDED,
+            outcome=Attempt.Outcome.SUCCEEDED,
+            output_text=answer["text"],
+            output_chars=len(answer["text"]),
+            completion_tokens_reported=reported,
+            tokens_billed=billed,
+            token_count_flagged=flagged,
+        )
+        Job.objects.filter(id=job.id).update(
+            status=Job.Status.SUCCEEDED, output_text=answer["text"], tokens_billed=billed
+        )
+        self.costs.job_tokens += billed
+        device_outcome_record(device_id=dev.id, success=True, model_id=self.model.id)
+        if flagged:
+            device_check_failed(
+                device_id=dev.id, model_id=self.model.id, detail="count", now=_now()
+            )
+            return
+        job.refresh_from_db()
+        attempt.refresh_from_db()
+        ver = verification_choose(job=job, attempts=[attempt], now=_now())
+        while ver is not None and ver.verifier_id is not None:
+            ver = self._verify(ver, answer)
+
+    def _verify(self, ver, answer):
+        """The verifier answers ``ver`` with the bank's scores of the answer
+        (an honest verifier: the real model's); returns round 2 if one follows."""
+        from agent.receipts import receipt_sign
+        from jobs.models import Verification
+        from jobs.verification.plausibility import token_scores_parse
+        from jobs.verification.records import VERIFY_MAX_TOKENS, verification_scored
+
+        machine_id, key = self.keys[ver.verifier_id]
+        tokens = token_scores_parse(answer["scores"], max_tokens=VERIFY_MAX_TOKENS)
+        self.costs.verifications += 1
+        self.costs.verified_tokens += len(tokens)
+        receipt = receipt_sign(key, ver.id.hex, len(tokens), answer["text"])
+        second = verification_scored(
+            verification_id=ver.id.hex, machine_id=machine_id, tokens=tokens, receipt=receipt
+        )
+        return Verification.objects.get(id=second) if second else None
+
+    def check_run(self, dev: SimDevice) -> None:
+        from hosts.models import DeviceOutcome
+        from hosts.services import device_outcome_record, device_quarantine_release_judge
+        from jobs.canaries import answer_right
+        from jobs.services.checks import device_check_failed
+        from jobs.tokens import token_count_inflated
+
+        self.costs.checks += 1
+        dev.checks += 1
+        behaviour = dev.canary_behaviour()
+        canary = self.rng.choice(self.bank["canaries"])
+        if behaviour == "refuse":
+            passed = False
+        else:
+            answer = canary["answers"]["honest" if behaviour == "inflate" else behaviour]
+            reported = answer["completion_tokens"]
+            if behaviour == "inflate":
+                reported = int(reported * INFLATE + 0.999)
+            self.costs.check_tokens += answer["completion_tokens"]
+            passed = answer_right(
+                canary["expected"], canary["distractors"], answer["text"]
+            ) and not token_count_inflated(
+                reported=reported, text=answer["text"], recount=answer["recount"]
+            )
+        if passed:
+            device_outcome_record(
+                device_id=dev.id, success=True, source=DeviceOutcome.Source.SPOT_CHECK,
+                reason="spot_check", model_id=self.model.id,
+            )  # fmt: skip
+            device_quarantine_release_judge(device_id=dev.id)
+        else:
+            device_check_failed(
+                device_id=dev.id, model_id=self.model.id, detail="spot check", now=_now()
+            )
+        self._quarantine_read(dev)
+
+    def _job(self, dev: SimDevice, temperature: float, *, prompt: int):
+        from bench.trustbank import PROMPTS
+        from jobs.models import Attempt, Job
+        from jobs.services import job_create
+        from jobs.services.deadlines import claim_deadline
+
+        job = job_create(
+            renter=self.renter, api_key=None, model=self.model, endpoint=Job.Endpoint.CHAT,
+            messages=[{"role": "user", "content": PROMPTS[prompt]}], prompt=None,
+            params={"max_tokens": 48, "temperature": temperature}, placement={}, stream=True,
+        )  # fmt: skip
+        now = _now()
+        attempt = Attempt.objects.create(
+            job=job, device_id=dev.id, offered_at=now, claim_deadline=claim_deadline(now)
+        )
+        return job, attempt
+
+    def _quarantine_read(self, dev: SimDevice) -> None:
+        from hosts.models import Device
+
+        quarantined = Device.objects.filter(id=dev.id, quarantined=True).exists()
+        if quarantined and not dev.quarantined:
+            if dev.kind == "honest":
+                self.honest_quarantined += 1
+            elif dev.caught_after is None and dev.cheating_from is not None:
+                dev.caught_after = dev.jobs - dev.cheating_from
+        dev.quarantined = quarantined
+        if quarantined and dev.kind == "honest":
+            self.check_run(dev)  # quarantined: spot checks until 3 pass in a row
+
+
+def cost_lines(costs: Costs) -> list[str]:
+    generated = costs.job_tokens + costs.check_tokens
+    work = generated + costs.verified_tokens
+    return [
+        f"spot checks: {costs.checks:,} ({costs.checks / max(1, costs.jobs):.1%} of jobs),"
+        f" {costs.check_tokens / max(1, work):.1%} of the fleet's tokens",
+        f"verifications: {costs.verifications:,} rounds"
+        f" ({costs.verifications / max(1, costs.jobs):.1%} of jobs),"
+        f" {costs.verified_tokens / max(1, work):.1%} of the fleet's tokens (prefilled;"
+        " a prefilled token costs about a generated one here: docs/trust.md)",
+    ]
+
+
+def _renter(tag: str):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create(username=f"{tag}-renter@bench")
+
+
+def _index(traffic: list[dict]) -> dict:
+    index: dict = {}
+    for answer in traffic:
+        if answer["text"]:
+            index.setdefault((answer["behaviour"], answer["temperature"]), []).append(answer)
+    return index
+
+
+def _now():
+    from django.utils import timezone
+
+    return timezone.now()
