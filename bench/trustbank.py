@@ -73,16 +73,6 @@ class Answer:
     prompt: int = 0
 
 
-def _request(engine, messages, temperature: float, max_tokens: int, seed: int | None):
-    from agent.engines.base import GenerationRequest
-
-    return GenerationRequest(
-        model=engine.model_id,
-        messages=messages,
-        params={"max_tokens": max_tokens, "temperature": temperature, "seed": seed},
-    )
-
-
 async def _generate(engine, request, cheat=None) -> tuple[str, int]:
     """The engine's answer to ``request`` and its count; with ``cheat``
     (``bench.verification.Cheat``), that cheat's (llama.cpp's own loop)."""
@@ -105,7 +95,7 @@ def _junk(rng: random.Random, words: int = 40) -> str:
 
 
 async def _answer(engine, behaviour, messages, temperature, rng, max_tokens):
-    from bench.verification import Cheat
+    from bench.verification import Cheat, request_make
     from jobs.tokens import token_count
 
     if behaviour == "junk":
@@ -117,7 +107,7 @@ async def _answer(engine, behaviour, messages, temperature, rng, max_tokens):
             "hot": Cheat("hot", temperature=temperature + HOT_EXTRA),
             "other": Cheat("other", sigma=OTHER_SIGMA),
         }[behaviour]
-        request = _request(engine, messages, temperature, max_tokens, rng.randrange(2**31))
+        request = request_make(messages, temperature, 1.0, max_tokens, rng.randrange(2**31))
         text, count = await _generate(engine, request, cheat)
     recount = token_count(engine.model_id, text) or 0
     return text, count, recount
@@ -127,6 +117,7 @@ async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print)
     """Generate and score the bank (minutes on 2 cores): real-traffic answers of
     every behaviour at every temperature, and spot-check answers."""
     from agent.engines.llamacpp import LlamaCppEngine
+    from bench.verification import request_make
 
     engine = LlamaCppEngine(n_ctx=2048)
     await engine.load()
@@ -144,7 +135,7 @@ async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print)
                         text, count, recount = await _answer(
                             engine, behaviour, messages, t, rng, MAX_TOKENS
                         )
-                        request = _request(engine, messages, t, MAX_TOKENS, None)
+                        request = request_make(messages, t, 1.0, MAX_TOKENS, None)
                         scored = await engine.score(request, text) if text else None
                         bank["traffic"].append(asdict(Answer(
                             behaviour=behaviour, temperature=t, text=text,
@@ -189,6 +180,8 @@ async def _canaries_build(engine, count: int, rng, log) -> list[dict]:
             answers[behaviour] = asdict(Answer(behaviour, 0.0, text, n, recount))
         kept.append({"expected": draw.expected, "distractors": draw.distractors, "answers": answers})
     log(f"bank: {len(kept)} spot checks calibrated of {index} drawn")
+    if not kept:
+        raise RuntimeError(f"no spot check of {index} drawn was calibrated: ask for more (--canaries)")
     return kept
 
 

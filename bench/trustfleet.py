@@ -30,7 +30,7 @@ Honest hosts fail 0.5 % of their jobs (an engine error), as real ones do.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 
 CHEATS = ("canary_aware", "hot", "other_model", "inflate", "refuser", "sleeper")
@@ -50,8 +50,6 @@ class SimDevice:
     cheating_from: int | None = None  # its job count when it began to cheat
     caught_after: int | None = None  # its jobs (since it began to cheat) at quarantine
     quarantined: bool = False
-    checks: int = 0
-    verifications: int = 0
 
     def cheating(self) -> bool:
         if self.kind == "honest":
@@ -93,8 +91,6 @@ class Costs:
     check_tokens: int = 0
     verifications: int = 0
     verified_tokens: int = 0
-    refused_verifications: int = 0  # none found: no verifier of another owner
-    extra: dict = field(default_factory=dict)
 
 
 def fleet_make(*, model_id: str, kinds: list[str], tag: str) -> list[SimDevice]:

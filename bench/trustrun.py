@@ -181,7 +181,6 @@ class Fleet:
         from jobs.tokens import token_count_inflated
 
         self.costs.checks += 1
-        dev.checks += 1
         behaviour = dev.canary_behaviour()
         canary = self.rng.choice(self.bank["canaries"])
         if behaviour == "refuse":

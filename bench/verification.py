@@ -115,12 +115,17 @@ CHEATS = (
 )
 
 
-def request_make(prompt: str, temperature: float, top_p: float, max_tokens: int, seed: int):
+def request_make(
+    prompt: str | list[dict], temperature: float, top_p: float, max_tokens: int, seed: int | None
+):
+    """A chat request to the reference model: ``prompt`` one user message's
+    text, or the whole conversation (a list of messages)."""
     from agent.engines.base import GenerationRequest
 
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     return GenerationRequest(
         model=MODEL,
-        messages=[{"role": "user", "content": prompt}],
+        messages=messages,
         params={"temperature": temperature, "top_p": top_p,
                 "max_tokens": max_tokens, "seed": seed},
     )  # fmt: skip
