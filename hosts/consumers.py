@@ -59,7 +59,9 @@ class HostConsumer(DirectDispatchConsumer):
 
     Hooks for the job relay that extends it: ``heartbeat_stored(result)`` after
     a heartbeat's write, ``spot_checks_poke()`` (called by the process lease's
-    loop, ``hosts.liveness``), ``connection_closed()`` when the socket ends.
+    loop, ``hosts.liveness``), ``frame_unreadable()`` after a frame that could
+    not be read (no job can be named from it), ``connection_closed()`` when the
+    socket ends.
     """
 
     disconnecting = False
@@ -111,17 +113,22 @@ class HostConsumer(DirectDispatchConsumer):
     def spot_checks_poke(self) -> None:
         """Take this machine's due spot checks soon (the job relay's)."""
 
+    async def frame_unreadable(self) -> None:
+        """A frame past the bound or not JSON arrived (the job relay's)."""
+
     # --- frames from the host ---------------------------------------------------------
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None
     ) -> None:
         if text_data is None or _utf8_size(text_data) > MAX_FRAME_BYTES:
             await self.send_error("frames must be JSON text of at most 256 KiB")
+            await self.frame_unreadable()
             return
         try:
             frame = json.loads(text_data)
         except (ValueError, RecursionError):
             await self.send_error("frame is not valid JSON")
+            await self.frame_unreadable()
             return
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             await self.send_error("frame must be a JSON object with a string 'type'")

@@ -205,9 +205,15 @@ class HostSim:
         )
 
     async def answer(
-        self, offer: dict, pieces: list[str], tokens: int | None = None
+        self,
+        offer: dict,
+        pieces: list[str],
+        tokens: int | None = None,
+        *,
+        finish_reason: str = "stop",
     ) -> None:
-        """Claim an offer and stream ``pieces`` then a signed ``done``.
+        """Claim an offer and stream ``pieces`` then a signed ``done`` (ending
+        with ``finish_reason``).
 
         An honest host reports the tokenizer's count of its text unless ``tokens``
         says otherwise.
@@ -218,7 +224,7 @@ class HostSim:
             await self.token(job, piece)
         if tokens is None:
             tokens = token_count(MODEL, "".join(pieces))
-        await self.done(job, tokens)
+        await self.done(job, tokens, finish_reason=finish_reason)
 
     def scores_frame(
         self, verify: dict, tokens: list[dict], *, receipt: str | None = None

@@ -23,6 +23,7 @@ from ..verification.offers import verification_send
 from ..verification.plausibility import token_scores_parse
 from ..verification.records import (
     VERIFY_MAX_TOKENS,
+    VerificationNotOpen,
     verification_refused,
     verification_scored,
 )
@@ -102,6 +103,9 @@ class ChecksRelay:
                 tokens=tokens,
                 receipt=scores["receipt"],
             )
+        except VerificationNotOpen as exc:
+            await self.send_error(f"scores: {exc}")
+            return
         except Exception:
             log.exception("verification %s: scores not recorded", ver_id)
             return
@@ -116,6 +120,17 @@ class ChecksRelay:
         self.verifications.discard(ver_id)
         await self._verification_refused(ver_id, f"error: {message}")
         return True
+
+    async def frame_unreadable(self) -> None:
+        """A frame this connection could not read (past 256 KiB, or not JSON)
+        while verifications were offered here: each is refused against this
+        verifier (an honest agent's ``scores`` always fit, and no other frame
+        of an honest agent is unreadable), so none waits for its deadline."""
+        for ver_id in sorted(self.verifications):
+            self.verifications.discard(ver_id)
+            await self._verification_refused(
+                ver_id, "an unreadable frame (past 256 KiB or not JSON) while scoring"
+            )
 
     async def _verification_refused(self, ver_id: str, detail: str) -> None:
         try:

@@ -54,6 +54,11 @@ Z_VAR_FLOOR = 1.0
 """Added to Σ var (nats²) under the square root: a short or nearly certain
 answer's z is not blown up by a tiny variance."""
 
+SCORE_BOUND = 1e6
+"""The largest magnitude a ``logprob`` or ``mean`` may have (nats; at a
+temperature of 10⁻⁴ a logit gap of 100 is 10⁶) and, squared, a ``var``: with
+at most a few thousand entries every sum stays finite."""
+
 KEYS = frozenset({"rank", "logprob", "mean", "var"})
 """The keys of one ``scores`` entry, exactly."""
 
@@ -103,7 +108,7 @@ def token_scores_parse(raw: Any, *, max_tokens: int) -> list[TokenScore]:
     wrong: not a list, too many entries, an entry that is not an object with
     exactly ``rank``, ``logprob``, ``mean``, ``var``, a rank that is not an
     integer >= 0, a number that is not finite, a logprob or mean above 0 or a
-    negative var (beyond float rounding).
+    negative var (beyond float rounding), a number past ``SCORE_BOUND``.
     """
     if not isinstance(raw, list):
         raise ValueError("tokens must be a list")
@@ -132,6 +137,11 @@ def token_scores_parse(raw: Any, *, max_tokens: int) -> list[TokenScore]:
             raise ValueError(f"tokens[{index}].mean must be <= 0")
         if var < -1e-6:
             raise ValueError(f"tokens[{index}].var must be >= 0")
+        if min(mean, logprob or 0.0) < -SCORE_BOUND or var > SCORE_BOUND**2:
+            raise ValueError(
+                f"tokens[{index}]: logprob and mean must be >= {-SCORE_BOUND:g},"
+                f" var <= {SCORE_BOUND**2:g}"
+            )
         scores.append(TokenScore(rank=rank, logprob=logprob, mean=mean, var=var))
     return scores
 
@@ -139,7 +149,10 @@ def token_scores_parse(raw: Any, *, max_tokens: int) -> list[TokenScore]:
 def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausibility:
     """Judge an answer's ``tokens`` (scored under ``temperature``, the verified
     request's; <= 0 is greedy) by the rules of this module's docstring. An
-    answer with no token scored is plausible (nothing to judge)."""
+    answer with no token scored is plausible (nothing to judge).
+
+    Raises ``ValueError`` when ``z`` is not finite (numbers past what
+    ``token_scores_parse`` admits)."""
     n = len(tokens)
     misses = sum(1 for token in tokens if token.rank > 0)
     inside = [token for token in tokens if token.logprob is not None]
@@ -148,6 +161,8 @@ def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausib
     if inside:
         gap = sum(t.logprob - t.mean for t in inside)  # type: ignore[operator]
         z = gap / math.sqrt(sum(max(0.0, t.var) for t in inside) + Z_VAR_FLOOR)
+        if not math.isfinite(z):
+            raise ValueError(f"z is not finite ({z}): scores no model gives")
     outside_max = OUTSIDE_BASE + OUTSIDE_SHARE * n
     greedy = temperature <= 0
     misses_max = GREEDY_MISSES_BASE + GREEDY_MISSES_SHARE * n

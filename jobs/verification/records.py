@@ -39,6 +39,10 @@ log = logging.getLogger("ballast.jobs")
 VERIFY_MAX_TOKENS = 2048
 # verifiers considered for one pick (the best scores first, then one at random)
 VERIFIERS_CONSIDERED = 64
+# the temperatures the judge is calibrated for (docs/trust.md): an answer sampled
+# hotter is not verified (retokenizing its text splits it otherwise than the
+# sampler drew it too often for the judge's margins)
+VERIFY_MAX_TEMPERATURE = 1.0
 V = Verification
 
 
@@ -46,7 +50,15 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
     """Whether a finished job's answer may be verified: a renter's job (not a
     spot check) that succeeded with output in one fresh attempt (no
     continuation), without a ``response_format`` (a grammar changes the
-    distribution the verifier would score), within ``VERIFY_MAX_TOKENS``."""
+    distribution the verifier would score), within ``VERIFY_MAX_TOKENS``, at a
+    temperature from 0 to ``VERIFY_MAX_TEMPERATURE`` (None is 1), and not
+    ended by one of the renter's ``stop`` sequences (the agent cuts its last
+    token's text there, so the answer's tokens are not the ones generated: a
+    renter's choice must never fail a host, DESIGN.md "Spot checks")."""
+    params = job.params or {}
+    temperature = params.get("temperature")
+    temperature = 1.0 if temperature is None else float(temperature)
+    cut_by_stop = bool(params.get("stop")) and job.finish_reason == "stop"
     return (
         job.status == Job.Status.SUCCEEDED
         and not job.is_spot_check
@@ -55,8 +67,10 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
         and len(attempts) == 1
         and attempts[0].kind == Attempt.Kind.FRESH
         and attempts[0].outcome == Attempt.Outcome.SUCCEEDED
-        and response_format_of(job.params or {}) is None
+        and response_format_of(params) is None
         and 0 < job.tokens_billed <= VERIFY_MAX_TOKENS
+        and 0 <= temperature <= VERIFY_MAX_TEMPERATURE
+        and not cut_by_stop
     )
 
 
@@ -135,6 +149,11 @@ def verifier_pick(*, model_id: str, exclude_owners, now: datetime) -> Device | N
     return secrets.choice(candidates) if candidates else None
 
 
+class VerificationNotOpen(Exception):
+    """Scores for a verification that is not (or no longer) offered to the
+    machine that sent them; the message says so."""
+
+
 def _open_verification(verification_id: str, machine_id: str) -> Verification | None:
     """The ``offered`` verification of this id whose verifier is on machine
     ``machine_id``, locked; None otherwise (unknown, ended, another's)."""
@@ -179,12 +198,16 @@ def verification_scored(
     machine's pinned key). Else scored (``answer_plausible`` at the job's
     temperature), the verifier paid for the prefill (``verifier_pay``) and a
     success on its score, and the verdict followed (``verdict_follow``).
-    Returns the id (hex) of a round 2 to send, else None. A verification not
-    offered to this machine changes nothing (None)."""
+    Returns the id (hex) of a round 2 to send, else None. Raises
+    ``VerificationNotOpen`` (changing nothing) when the verification is not
+    offered to this machine or no longer open (refused, past its deadline)."""
     now = now or timezone.now()
     ver = _open_verification(verification_id, machine_id)
     if ver is None:
-        return None
+        raise VerificationNotOpen(
+            f"verification {verification_id[:40]} is not open here"
+            " (unknown, already ended, or past its deadline)"
+        )
     job = ver.job
     answer = job.output_text
     recount = token_count(job.model_id, answer)
@@ -202,12 +225,17 @@ def verification_scored(
         _verifier_failed(ver, V.Status.REFUSED, "the receipt does not verify", now)
         return None
     temperature = job.params.get("temperature")
-    judged = answer_plausible(
-        temperature=1.0 if temperature is None else float(temperature), tokens=tokens
-    )
+    try:
+        judged = answer_plausible(
+            temperature=1.0 if temperature is None else float(temperature),
+            tokens=tokens,
+        )
+    except ValueError as exc:  # numbers no model gives (a z that is not finite)
+        _verifier_failed(ver, V.Status.REFUSED, str(exc), now)
+        return None
     _judged_store(ver, judged, now)
-    paid = min(len(tokens), recount) if recount is not None else len(tokens)
-    verifier_pay(ver, tokens=paid, now=now)
+    # paid for the answer's tokens as its host was (never more than it billed)
+    verifier_pay(ver, tokens=min(len(tokens), job.tokens_billed), now=now)
     device_outcome_record(
         device_id=ver.verifier_id,
         success=True,
@@ -282,9 +310,10 @@ def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str 
         second = nxt.id.hex if nxt.verifier_id else None
     elif plausible:
         ver.verdict = V.Verdict.CLEARED
+        _first_round_settle(ver)
     else:
         ver.verdict = V.Verdict.FAILED
-        first = Verification.objects.get(job_id=ver.job_id, round=1)
+        first = _first_round_settle(ver)
         device_check_failed(
             device_id=ver.device_id,
             model_id=ver.job.model_id,
@@ -294,6 +323,15 @@ def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str 
         )
     ver.save()
     return second
+
+
+def _first_round_settle(ver: Verification) -> Verification:
+    """Round 2 ``ver`` scored: its round 1 (``confirming``) takes its verdict
+    (``cleared`` or ``failed``); returns round 1."""
+    first = Verification.objects.get(job_id=ver.job_id, round=1)
+    first.verdict = ver.verdict
+    first.save(update_fields=["verdict"])
+    return first
 
 
 def _verifier_failed(

@@ -11,115 +11,51 @@ tests/agent); the judge is ``jobs.verification.plausibility``'s.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db.models import Sum
 from django.utils import timezone
 
 from billing.models import Earning, Entry, LedgerTransaction
 from billing.money import share_of
 from hosts.models import Device, DeviceOutcome
-from hosts.services import machine_create
 from jobs.models import Job, Verification
-from jobs.tokens import token_count
 from jobs.verification.records import verifications_expire
-from tests.hostsim import MODEL, HostSim
 
-from .helpers import chat_request, heartbeat_applied
+from .verifying import (  # noqa: F401 (verifying: a fixture)
+    ANSWER,
+    IMPLAUSIBLE,
+    PLAUSIBLE,
+    host_online,
+    ledger_balances,
+    served,
+    scores_of,
+    verification_until,
+    verification_first,
+    verify_to,
+    verifying,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
-
-ANSWER = ["Hello", " there, how can I help?"]
-PLAUSIBLE = {"rank": 0, "logprob": -1.0, "mean": -1.0, "var": 1.0}
-IMPLAUSIBLE = {"rank": 7, "logprob": -12.0, "mean": -1.0, "var": 1.0}
-
-
-@pytest.fixture
-def verifying(settings, catalog):
-    """Every renter's answer verified (the rate forced to 1); no spot checks."""
-    settings.BALLAST_VERIFY_RATE = 1.0
-    settings.BALLAST_SPOT_CHECKS = False
-    return settings
-
-
-async def _host(email: str, name: str, *, verifies: bool, score: int) -> HostSim:
-    """A scripted host of owner ``email`` online with the model loaded; its
-    device's ``score`` set (the verified host ranks first for the renter)."""
-    machine, token = await database_sync_to_async(machine_create)(
-        owner_email=email, name=name
-    )
-    host = HostSim(token, verifies=verifies)
-    await host.connect()
-    await host.heartbeat()
-    await heartbeat_applied(machine)
-    await Device.objects.filter(machine=machine).aupdate(score=score)
-    host.machine = machine
-    return host
-
-
-async def _served(api_key: str, host: HostSim) -> dict:
-    """A renter's non-streamed chat answered by ``host``; return its offer."""
-    request = chat_request(api_key, stream=False)
-    offer = await host.recv_type("offer")
-    await host.answer(offer, ANSWER)
-    response = await request
-    assert response.status_code == 200, response.content
-    return offer
-
-
-async def _verify_to(hosts: list[HostSim], timeout: float = 5.0):
-    """The first ``verify`` frame any of ``hosts`` receives: (host, frame)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        for host in hosts:
-            if not await host.ws.receive_nothing(timeout=0.02):
-                frame = await host.recv()
-                if frame["type"] == "verify":
-                    return host, frame
-    raise AssertionError("no verify frame reached any verifier")
-
-
-def _tokens(verify: dict, entry: dict) -> list[dict]:
-    """One hand-built score per token of the answer (the tokenizer's count)."""
-    n = token_count(MODEL, verify["answer"]) or len(verify["answer"])
-    return [dict(entry) for _ in range(n)]
-
-
-async def _verification(ver_id: str, *, until=lambda v: v.status != "offered"):
-    for _ in range(500):
-        ver = await Verification.objects.aget(id=ver_id)
-        if until(ver):
-            return ver
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"verification {ver_id} stayed {ver.status}")
-
-
-async def _ledger_balances() -> None:
-    total = await Entry.objects.aaggregate(total=Sum("amount_nano"))
-    assert (total["total"] or 0) == 0, "every movement balances"
-
 
 async def test_a_chosen_answer_goes_to_another_owners_verifier_only_and_pays_it(
     verifying, api_key
 ):
-    verified = await _host("a@example.com", "a", verifies=True, score=95)
-    own = await _host("a@example.com", "a2", verifies=True, score=60)
-    other = await _host("b@example.com", "b", verifies=True, score=60)
-    offer = await _served(api_key, verified)
-    host, verify = await _verify_to([verified, own, other])
+    verified = await host_online("a@example.com", "a", verifies=True, score=95)
+    own = await host_online("a@example.com", "a2", verifies=True, score=60)
+    other = await host_online("b@example.com", "b", verifies=True, score=60)
+    offer = await served(api_key, verified)
+    host, verify = await verify_to([verified, own, other])
     assert host is other, "a verifier of another owner, never the verified host's"
     assert verify["answer"] == "".join(ANSWER)
     assert verify["messages"] == [{"role": "user", "content": "Say hello"}]
     assert verify["job"] != offer["job"] and offer["job"] not in str(verify)
     assert set(verify["params"]) == {"temperature", "top_p", "max_tokens", "stop", "seed"}
-    tokens = _tokens(verify, PLAUSIBLE)
+    tokens = scores_of(verify, PLAUSIBLE)
     await other.send(other.scores_frame(verify, tokens))
-    ver = await _verification(verify["job"])
+    ver = await verification_until(verify["job"])
     assert (ver.status, ver.plausible, ver.verdict, ver.round) == (
         "scored",
         True,
@@ -152,7 +88,7 @@ async def test_a_chosen_answer_goes_to_another_owners_verifier_only_and_pays_it(
     assert await Earning.objects.filter(device__machine=other.machine).acount() == 1
     for quiet in (verified, own):
         assert await quiet.ws.receive_nothing(timeout=0.2), "told nothing"
-    await _ledger_balances()
+    await ledger_balances()
     for h in (verified, own, other):
         await h.close()
 
@@ -160,10 +96,10 @@ async def test_a_chosen_answer_goes_to_another_owners_verifier_only_and_pays_it(
 async def test_at_rate_zero_nothing_is_verified(verifying, api_key):
     verifying.BALLAST_VERIFY_RATE = 0.0
     verifying.BALLAST_VERIFY_NEW_RATE = 0.0
-    verified = await _host("a@example.com", "a", verifies=False, score=95)
-    other = await _host("b@example.com", "b", verifies=True, score=60)
+    verified = await host_online("a@example.com", "a", verifies=False, score=95)
+    other = await host_online("b@example.com", "b", verifies=True, score=60)
     for _ in range(5):
-        await _served(api_key, verified)
+        await served(api_key, verified)
     assert await other.ws.receive_nothing(timeout=0.3)
     assert not await Verification.objects.aexists()
     await verified.close()
@@ -171,24 +107,24 @@ async def test_at_rate_zero_nothing_is_verified(verifying, api_key):
 
 
 async def test_two_implausible_verdicts_of_two_owners_fail_the_host(verifying, api_key):
-    verified = await _host("a@example.com", "a", verifies=False, score=95)
-    first = await _host("b@example.com", "b", verifies=True, score=60)
-    second = await _host("c@example.com", "c", verifies=True, score=60)
-    offer = await _served(api_key, verified)
+    verified = await host_online("a@example.com", "a", verifies=False, score=95)
+    first = await host_online("b@example.com", "b", verifies=True, score=60)
+    second = await host_online("c@example.com", "c", verifies=True, score=60)
+    offer = await served(api_key, verified)
     held = await Earning.objects.aget(attempt_id=offer["job"])
     assert held.status == "held"
-    host1, verify1 = await _verify_to([first, second])
-    await host1.send(host1.scores_frame(verify1, _tokens(verify1, IMPLAUSIBLE)))
-    round1 = await _verification(verify1["job"])
+    host1, verify1 = await verify_to([first, second])
+    await host1.send(host1.scores_frame(verify1, scores_of(verify1, IMPLAUSIBLE)))
+    round1 = await verification_until(verify1["job"])
     assert round1.plausible is False and round1.verdict == "confirming"
     await held.arefresh_from_db()
     assert held.status == "held", "one implausible verdict changes nothing yet"
     other = second if host1 is first else first
-    host2, verify2 = await _verify_to([other, host1])
+    host2, verify2 = await verify_to([other, host1])
     assert host2 is other, "the confirmation goes to a third owner"
     assert verify2["job"] != verify1["job"] and verify2["answer"] == verify1["answer"]
-    await host2.send(host2.scores_frame(verify2, _tokens(verify2, IMPLAUSIBLE)))
-    round2 = await _verification(verify2["job"], until=lambda v: v.verdict != "")
+    await host2.send(host2.scores_frame(verify2, scores_of(verify2, IMPLAUSIBLE)))
+    round2 = await verification_until(verify2["job"], until=lambda v: v.verdict != "")
     assert (round2.round, round2.verdict) == (2, "failed")
     await held.arefresh_from_db()
     assert held.status == "reversed", "a failed check reverses held earnings"
@@ -199,7 +135,7 @@ async def test_two_implausible_verdicts_of_two_owners_fail_the_host(verifying, a
     # both verifiers were paid for their prefill, nothing else moved for the renter
     assert await Earning.objects.filter(attempt__isnull=True).acount() == 2
     assert await verified.ws.receive_nothing(timeout=0.2)
-    await _ledger_balances()
+    await ledger_balances()
     for h in (verified, first, second):
         await h.close()
 
@@ -207,13 +143,13 @@ async def test_two_implausible_verdicts_of_two_owners_fail_the_host(verifying, a
 async def test_a_lone_implausible_verdict_changes_nothing_for_the_host(
     verifying, api_key
 ):
-    verified = await _host("a@example.com", "a", verifies=False, score=95)
-    lone = await _host("b@example.com", "b", verifies=True, score=60)
-    offer = await _served(api_key, verified)
+    verified = await host_online("a@example.com", "a", verifies=False, score=95)
+    lone = await host_online("b@example.com", "b", verifies=True, score=60)
+    offer = await served(api_key, verified)
     device = await Device.objects.aget(machine=verified.machine)
-    _, verify = await _verify_to([lone])
-    await lone.send(lone.scores_frame(verify, _tokens(verify, IMPLAUSIBLE)))
-    ver = await _verification(verify["job"], until=lambda v: v.verdict != "")
+    _, verify = await verify_to([lone])
+    await lone.send(lone.scores_frame(verify, scores_of(verify, IMPLAUSIBLE)))
+    ver = await verification_until(verify["job"], until=lambda v: v.verdict != "")
     assert ver.plausible is False and ver.verdict == "unconfirmed"
     assert await Verification.objects.filter(round=2, status="no_verifier").aexists()
     held = await Earning.objects.aget(attempt_id=offer["job"])
@@ -230,29 +166,29 @@ async def test_a_lone_implausible_verdict_changes_nothing_for_the_host(
 
 @pytest.mark.parametrize("failure", ["error", "malformed", "bad receipt", "expiry"])
 async def test_a_verifiers_failure_counts_against_it_only(verifying, api_key, failure):
-    verified = await _host("a@example.com", "a", verifies=False, score=95)
-    verifier = await _host("b@example.com", "b", verifies=True, score=60)
-    offer = await _served(api_key, verified)
+    verified = await host_online("a@example.com", "a", verifies=False, score=95)
+    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
+    offer = await served(api_key, verified)
     job_before = await Job.objects.aget(attempts__id=offer["job"])
-    _, verify = await _verify_to([verifier])
+    _, verify = await verify_to([verifier])
     if failure == "error":
         await verifier.send({"type": "error", "job": verify["job"], "message": "no"})
     elif failure == "malformed":
-        tokens = _tokens(verify, PLAUSIBLE)
+        tokens = scores_of(verify, PLAUSIBLE)
         tokens[0] = {"rank": -1, "logprob": 1.5, "mean": "x", "var": None}
         await verifier.send(verifier.scores_frame(verify, tokens))
         assert (await verifier.recv_type("error"))["message"]
     elif failure == "bad receipt":
-        frame = verifier.scores_frame(verify, _tokens(verify, PLAUSIBLE))
+        frame = verifier.scores_frame(verify, scores_of(verify, PLAUSIBLE))
         frame["receipt"] = verifier.scores_frame(
-            {**verify, "answer": "another text"}, _tokens(verify, PLAUSIBLE)
+            {**verify, "answer": "another text"}, scores_of(verify, PLAUSIBLE)
         )["receipt"]
         await verifier.send(frame)
     else:
         later = timezone.now() + timedelta(seconds=settings.BALLAST_VERIFY_DEADLINE_S + 1)
-        await _verification(verify["job"], until=lambda v: v.sent_at is not None)
+        await verification_until(verify["job"], until=lambda v: v.sent_at is not None)
         assert await database_sync_to_async(verifications_expire)(now=later) == 1
-    ver = await _verification(verify["job"])
+    ver = await verification_until(verify["job"])
     assert ver.status == ("expired" if failure == "expiry" else "refused")
     assert ver.plausible is None and ver.verdict == ""
     against = await DeviceOutcome.objects.aget(device__machine=verifier.machine)
@@ -264,30 +200,21 @@ async def test_a_verifiers_failure_counts_against_it_only(verifying, api_key, fa
     job = await Job.objects.aget(id=job_before.id)
     assert (job.status, job.cost_nano) == (job_before.status, job_before.cost_nano)
     assert (await Earning.objects.aget(attempt_id=offer["job"])).status == "held"
-    await _ledger_balances()
+    await ledger_balances()
     await verified.close()
     await verifier.close()
 
 
 async def test_no_verifier_is_recorded_and_nothing_sent(verifying, api_key):
-    verified = await _host("a@example.com", "a", verifies=True, score=95)
-    not_verifying = await _host("b@example.com", "b", verifies=False, score=60)
-    await _served(api_key, verified)
-    ver = await _verification_any()
+    verified = await host_online("a@example.com", "a", verifies=True, score=95)
+    not_verifying = await host_online("b@example.com", "b", verifies=False, score=60)
+    await served(api_key, verified)
+    ver = await verification_first()
     assert ver.status == "no_verifier" and ver.verifier_id is None
     assert await not_verifying.ws.receive_nothing(timeout=0.2)
     assert await verified.ws.receive_nothing(timeout=0.2)
     await verified.close()
     await not_verifying.close()
-
-
-async def _verification_any() -> Verification:
-    for _ in range(500):
-        ver = await Verification.objects.afirst()
-        if ver is not None:
-            return ver
-        await asyncio.sleep(0.01)
-    raise AssertionError("no verification stored")
 
 
 async def test_only_the_verifiers_pages_tell_of_a_verification(verifying, api_key):
@@ -296,12 +223,12 @@ async def test_only_the_verifiers_pages_tell_of_a_verification(verifying, api_ke
     from django.test import AsyncClient
     from django.urls import reverse
 
-    verified = await _host("a@example.com", "a", verifies=False, score=95)
-    verifier = await _host("b@example.com", "b", verifies=True, score=60)
-    await _served(api_key, verified)
-    _, verify = await _verify_to([verifier])
-    await verifier.send(verifier.scores_frame(verify, _tokens(verify, PLAUSIBLE)))
-    await _verification(verify["job"])
+    verified = await host_online("a@example.com", "a", verifies=False, score=95)
+    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
+    await served(api_key, verified)
+    _, verify = await verify_to([verifier])
+    await verifier.send(verifier.scores_frame(verify, scores_of(verify, PLAUSIBLE)))
+    await verification_until(verify["job"])
     pages = {}
     for host in (verified, verifier):
         machine = await host.machine.__class__.objects.select_related("owner").aget(
