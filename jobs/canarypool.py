@@ -37,7 +37,7 @@ from hosts.models import Device, DeviceModel
 from .canaries import answer_right
 from .canarygen import MAX_CHARS, Shape, canary_draw
 from .canaryvocab import vocab_load
-from .models import CanaryPrompt, Job, SpotCheck
+from .models import CanaryPrompt, Job, SpotCheck, Verification
 
 log = logging.getLogger("ballast.spotchecks")
 
@@ -222,6 +222,31 @@ def engine_answerer(engine) -> Answerer:
     return answer
 
 
+def _checks_untried(model_id: str) -> bool:
+    return CanaryPrompt.objects.filter(
+        model_id=model_id,
+        status=CanaryPrompt.Status.CALIBRATED,
+        check_temperature__isnull=True,
+    ).exists()
+
+
+def engine_checks(engine) -> tuple | None:
+    """The judge and sampler of checks of verifiers on ``engine`` (loaded);
+    None for an engine that cannot score by prefill."""
+    from .verification.checks import engine_judge, engine_sampler
+
+    if not getattr(engine, "verifies", False):
+        return None
+    return engine_judge(engine), engine_sampler(engine)
+
+
+def checks_calibrate(**kwargs) -> int:
+    """``jobs.verification.checks.checks_calibrate`` (imported when used)."""
+    from .verification.checks import checks_calibrate as calibrate
+
+    return calibrate(**kwargs)
+
+
 def reference_engine(model_id: str):
     """The reference engine of a model on this coordinator (unloaded), or None:
     SmolLM2-135M-Instruct through the agent's llama.cpp engine, when its GGUF
@@ -291,36 +316,51 @@ def canary_pool_top_up(
     budget_s: float | None = None,
     engine_for: Callable[[str], object | None] = reference_engine,
     answerer_for: Callable[[object], Answerer] = engine_answerer,
+    checks_for: Callable[[object], tuple | None] | None = None,
 ) -> dict[str, int]:
     """Top up the pool of every active catalog model that has a reference
     engine (Celery beat): draw and calibrate until it has what it needs
     (``canary_pool_need``) or ``budget_s`` (``BALLAST_CANARY_POOL_BUDGET_S``)
-    is spent. Returns {model id: prompts calibrated}; nothing with
-    ``BALLAST_SPOT_CHECKS`` off."""
+    is spent, then make checks of verifiers of the calibrated prompts not
+    tried yet (``jobs.verification.checks.checks_calibrate``, with
+    ``checks_for(engine)``'s judge and sampler, by default ``engine_checks``;
+    None from it: none). Returns {model
+    id: prompts calibrated}; nothing with ``BALLAST_SPOT_CHECKS`` off."""
     if not settings.BALLAST_SPOT_CHECKS:
         return {}
     budget_s = settings.BALLAST_CANARY_POOL_BUDGET_S if budget_s is None else budget_s
+    checks_for = engine_checks if checks_for is None else checks_for
     deadline = time.monotonic() + budget_s
     added: dict[str, int] = {}
     for model_id in CatalogModel.objects.filter(active=True).values_list(
         "id", flat=True
     ):
         need = canary_pool_need(model_id=model_id)
-        if not need or time.monotonic() >= deadline:
+        if time.monotonic() >= deadline:
             continue
-        engine = engine_for(model_id)
-        if engine is None:
+        engine = engine_for(model_id) if need or _checks_untried(model_id) else None
+        checks_possible = getattr(engine, "verifies", False)
+        if engine is None or not (need or checks_possible):
             continue
         asyncio.run(engine.load())
         try:
-            added[model_id] = canary_pool_fill(
-                model_id=model_id,
-                keep=need,
-                answer=answerer_for(engine),
-                deadline=deadline,
-            )
+            if need:
+                added[model_id] = canary_pool_fill(
+                    model_id=model_id,
+                    keep=need,
+                    answer=answerer_for(engine),
+                    deadline=deadline,
+                )
+            checks = checks_for(engine)
+            if checks is not None:
+                judge, sample = checks
+                checks_calibrate(
+                    model_id=model_id, judge=judge, sample=sample, deadline=deadline
+                )
         finally:
             asyncio.run(engine.close())
+        if not need:
+            continue
         log.info("spot-check pool of %s: %d calibrated", model_id, added[model_id])
     return added
 
@@ -332,19 +372,22 @@ def canary_pick(
     """A calibrated prompt of the model for this device, counted as sent; None
     when the pool has none left for it.
 
-    Never one sent to any device of the same owner (a host never sees a prompt
-    twice); a never-sent one first, else the least sent. The row is locked
+    Never one sent to any device of the same owner, as a spot check or as a
+    check of a verifier (a host never sees a prompt twice); a never-sent one first, else the least sent. The row is locked
     (``SKIP LOCKED`` on PostgreSQL), so two checks picking at once get two.
     """
     now = now or timezone.now()
-    seen = SpotCheck.objects.filter(
-        device__machine__owner_id=device.machine.owner_id
+    owner = device.machine.owner_id
+    seen = SpotCheck.objects.filter(device__machine__owner_id=owner).values("canary_id")
+    checked = Verification.objects.filter(  # sent to the owner as a verifier's check
+        canary__isnull=False, verifier__machine__owner_id=owner
     ).values("canary_id")
     pool = (
         CanaryPrompt.objects.filter(
             model_id=model_id, status=CanaryPrompt.Status.CALIBRATED
         )
         .exclude(id__in=seen)
+        .exclude(id__in=checked)
         .select_for_update(skip_locked=True, no_key=True)
     )
     canary = pool.filter(sent_count=0).order_by("id").first() or pool.order_by(

@@ -42,6 +42,17 @@ class Device(models.Model):
         help_text="a spot check is to be sent after this",
     )
     spot_check_reason = models.CharField(max_length=16, blank=True, db_default="")
+    verifier_check_due_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        db_index=True,
+        help_text="a check of this device as a verifier is to be sent after this",
+    )
+    verifier_passes = models.PositiveIntegerField(
+        default=0,
+        help_text="checks as a verifier passed since its last failed one"
+        " (trusted from BALLAST_VERIFIER_TRUST_PASSES)",
+    )
     retired_at = models.DateTimeField(
         null=True,
         blank=True,

@@ -10,6 +10,7 @@ import random
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from ..models import Device
@@ -39,13 +40,14 @@ def spot_check_mark_due(
 
 
 def machines_spot_check_due(*, lease_id, now: datetime) -> list[str]:
-    """Ids (str) of machines connected under this lease with a spot check due by ``now``."""
+    """Ids (str) of machines connected under this lease with a spot check, or a
+    check of one of its devices as a verifier, due by ``now``."""
     return [
         str(mid)
         for mid in Device.objects.filter(
+            Q(spot_check_due_at__lte=now) | Q(verifier_check_due_at__lte=now),
             machine__lease_id=lease_id,
             machine__connected=True,
-            spot_check_due_at__lte=now,
         )
         .values_list("machine_id", flat=True)
         .distinct()

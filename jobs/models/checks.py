@@ -43,6 +43,10 @@ class CanaryPrompt(models.Model):
         max_length=12, choices=Status.choices, default=Status.DRAWN
     )
     reference_output = models.TextField(blank=True)
+    # a check of verifiers (jobs.verification.checks): the temperature it is
+    # scored at and a decoy answer the reference model finds implausible there
+    check_temperature = models.FloatField(null=True, blank=True)
+    decoy_output = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     calibrated_at = models.DateTimeField(null=True, blank=True)
     sent_count = models.PositiveIntegerField(default=0)

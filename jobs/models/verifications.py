@@ -6,6 +6,7 @@ import uuid
 
 from django.db import models
 from django.utils import timezone
+from .checks import CanaryPrompt
 from .jobs import Attempt, Job
 
 
@@ -15,8 +16,13 @@ class Verification(models.Model):
 
     ``job``, ``attempt`` and ``device``: the verified answer (a job of one
     fresh attempt) and the device that produced it; ``verifier``: the device
-    asked (None: ``no_verifier``); ``round`` 1, or 2 (the confirmation of an
-    implausible round 1, on a device of a third owner). ``status``:
+    asked (None: ``no_verifier``), ``verifier_trusted`` whether it had passed
+    its checks as a verifier when asked; ``round`` 1, or 2 (the confirmation
+    of an implausible round 1, on a device of a third owner). A check of a
+    verifier (``jobs.verification.checks``) has no job: ``canary`` (the
+    spot-check pool's prompt it scores an answer of) and ``expected_plausible``
+    (its answer is the reference model's, or a decoy the reference model
+    finds implausible); its verdict ``passed`` or ``failed``. ``status``:
     ``offered`` (its ``verify`` frame sent at ``sent_at``; None while not yet
     handed to the verifier's connection), ``scored`` (judged: ``n``, ``z``,
     ``misses``, ``outside``, ``plausible``, ``detail``), ``refused`` (an
@@ -43,15 +49,27 @@ class Verification(models.Model):
         UNCONFIRMED = "unconfirmed"  # implausible once, never confirmed: nothing follows
         CLEARED = "cleared"  # round 2 plausible: nothing follows
         FAILED = "failed"  # round 2 implausible too: a failed check of the device
+        PASSED = "passed"  # a check of a verifier: judged as the reference model does
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="verifications")
+    job = models.ForeignKey(
+        Job, null=True, on_delete=models.CASCADE, related_name="verifications"
+    )
     attempt = models.ForeignKey(
-        Attempt, on_delete=models.CASCADE, related_name="verifications"
+        Attempt, null=True, on_delete=models.CASCADE, related_name="verifications"
     )
     device = models.ForeignKey(
-        "hosts.Device", on_delete=models.CASCADE, related_name="verified"
+        "hosts.Device", null=True, on_delete=models.CASCADE, related_name="verified"
     )
+    canary = models.ForeignKey(
+        CanaryPrompt,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="verifier_checks",
+    )
+    expected_plausible = models.BooleanField(null=True)
+    verifier_trusted = models.BooleanField(default=False)
     verifier = models.ForeignKey(
         "hosts.Device",
         null=True,

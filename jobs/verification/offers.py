@@ -16,25 +16,28 @@ from django.utils import timezone
 from ballast import local
 from ballast.db import db_call
 
-from ..models import Job, Verification
+from ..models import Verification
+from .answers import is_chat, verified_answer
 
 log = logging.getLogger("ballast.jobs")
 
 _sending: set[asyncio.Task] = set()
 
 
-def verify_frame(*, ver: Verification, job: Job, device_index: int) -> dict:
-    """The ``verify`` frame of verification ``ver`` of ``job``, for the
-    verifier's device ``device_index``: ``job`` the verification's id (hex,
-    opaque: nothing ties it to the verified job), the model, the conversation
-    (``messages``, or a completion's ``prompt``) and ``params`` as the verified
-    job's offer had them, and the exact ``answer`` its host delivered."""
-    params = job.params or {}
+def verify_frame(*, ver: Verification, device_index: int) -> dict:
+    """The ``verify`` frame of verification ``ver``, for the verifier's device
+    ``device_index``: ``job`` the verification's id (hex, opaque: nothing ties
+    it to the verified job), the model, the conversation (``messages``, or a
+    completion's ``prompt``) and ``params`` as the verified job's offer had
+    them, and the exact ``answer`` its host delivered (``answers.verified_answer``:
+    a check of a verifier's alike)."""
+    verified = verified_answer(ver)
+    params = verified.params
     frame = {
         "type": "verify",
         "job": ver.id.hex,
         "device": device_index,
-        "model": job.model_id,
+        "model": verified.model_id,
         "params": {
             "temperature": params.get("temperature"),
             "top_p": params.get("top_p"),
@@ -42,12 +45,12 @@ def verify_frame(*, ver: Verification, job: Job, device_index: int) -> dict:
             "stop": params.get("stop"),
             "seed": params.get("seed"),
         },
-        "answer": job.output_text,
+        "answer": verified.answer,
     }
-    if job.endpoint == Job.Endpoint.CHAT:
-        frame["messages"] = job.messages
+    if is_chat(verified):
+        frame["messages"] = verified.messages
     else:
-        frame["prompt"] = job.prompt
+        frame["prompt"] = verified.prompt
     return frame
 
 
@@ -78,7 +81,7 @@ def verification_offer_take(
         id=ver.id, sent_at__isnull=True
     ).update(sent_at=now):
         return None
-    return channel, verify_frame(ver=ver, job=ver.job, device_index=ver.verifier.index)
+    return channel, verify_frame(ver=ver, device_index=ver.verifier.index)
 
 
 async def verification_send(verification_id: str) -> None:

@@ -37,7 +37,8 @@ def verification_rate(*, device_id: int) -> float:
       implausible answer, an inflated count: ``services.device_check_failed``):
       ``BALLAST_VERIFY_SUSPECT_RATE`` halving every
       ``BALLAST_VERIFY_SUSPECT_PASSES`` checks passed since (spot checks
-      passed, answers found plausible).
+      passed, answers found plausible by a trusted verifier,
+      ``checks.trusted``).
 
     Reads the database (at most four indexed queries)."""
     return min(1.0, max(part(device_id) for part in _PARTS))
@@ -101,6 +102,7 @@ def _suspect_rate(device_id: int) -> float:
     passes += Verification.objects.filter(
         device_id=device_id,
         verdict__in=(Verification.Verdict.PLAUSIBLE, Verification.Verdict.CLEARED),
+        verifier_trusted=True,  # an unchecked verifier's word lowers nothing
         scored_at__gt=failed_at,
     ).count()
     return settings.BALLAST_VERIFY_SUSPECT_RATE * 0.5 ** (

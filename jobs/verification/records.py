@@ -9,36 +9,30 @@ writes rows only; sending the ``verify`` frame is ``offers``' (after commit).
 from __future__ import annotations
 
 import logging
-import secrets
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from billing.models import ReceiptCheck
 from billing.receipts import receipt_verify
-from billing.services import Segment, charge_plan, charge_post
-from hosts.liveness import live_q
-from hosts.models import Device, DeviceModel
 from hosts.services import device_outcome_record
 
 from ..formats import response_format_of
-from ..models import Attempt, Job, Rental, Verification
+from ..models import Attempt, Job, Verification
 from ..services.checks import device_check_failed
-from ..services.endings import job_price_nano
-from ..tokens import token_count, token_count_inflated
+from ..tokens import token_count
+from .answers import verified_answer
+from .checks import check_judged, check_plan, trusted, verifier_distrust
 from .plausibility import Plausibility, TokenScore, answer_plausible
 from .rate import verification_draw, verification_due
+from .verifiers import scores_cover_answer, verifier_pay, verifier_pick
 
 log = logging.getLogger("ballast.jobs")
 
 # the longest answer verified, in billed tokens: its ``scores`` frame (about
 # 90 bytes an entry) stays within the host frame bound (256 KiB)
 VERIFY_MAX_TOKENS = 2048
-# verifiers considered for one pick (the best scores first, then one at random)
-VERIFIERS_CONSIDERED = 64
 # the temperatures the judge is calibrated for (docs/trust.md): an answer sampled
 # hotter is not verified (retokenizing its text splits it otherwise than the
 # sampler drew it too often for the judge's margins)
@@ -95,58 +89,31 @@ def verification_open(
 ) -> Verification:
     """Store a verification of ``attempt`` (of ``job``) in ``round`` with a
     verifier picked among other owners' devices (``verifier_pick``: never the
-    verified host's owner, nor any of ``exclude_owners``); ``no_verifier``
-    when there is none."""
+    verified host's owner, nor any of ``exclude_owners``; in round 2 a trusted
+    verifier, ``checks.trusted``, while one qualifies); ``no_verifier`` when
+    there is none. The verifier's next check is planned (``checks.check_plan``)."""
     owner_id = attempt.device.machine.owner_id
-    verifier = verifier_pick(
-        model_id=job.model_id, exclude_owners={owner_id, *exclude_owners}, now=now
+    exclude = {owner_id, *exclude_owners}
+    verifier = None
+    if round == 2:
+        verifier = verifier_pick(
+            model_id=job.model_id, exclude_owners=exclude, now=now, trusted_only=True
+        )
+    verifier = verifier or verifier_pick(
+        model_id=job.model_id, exclude_owners=exclude, now=now
     )
+    if verifier is not None:
+        check_plan(verifier=verifier, now=now)
     return Verification.objects.create(
         job=job,
         attempt=attempt,
         device_id=attempt.device_id,
         verifier=verifier,
+        verifier_trusted=verifier is not None and trusted(verifier),
         round=round,
         status=V.Status.OFFERED if verifier else V.Status.NO_VERIFIER,
         offered_at=now,
     )
-
-
-def verifier_pick(*, model_id: str, exclude_owners, now: datetime) -> Device | None:
-    """A device to verify an answer of ``model_id``: live, in its machine's
-    latest ``hello``, the model loaded, its machine declaring ``verifies``,
-    not paused, quarantined or retired, not rented (a rental's device is its
-    renter's), on a machine of none of ``exclude_owners`` (user ids). One of
-    the ``VERIFIERS_CONSIDERED`` best scored, drawn with ``secrets``; None when
-    no device qualifies."""
-    candidates = list(
-        Device.objects.filter(
-            live_q(now, prefix="machine__"),
-            Exists(
-                DeviceModel.objects.filter(
-                    device=OuterRef("pk"), model_id=model_id, loaded=True
-                )
-            ),
-            retired_at__isnull=True,
-            quarantined=False,
-            paused=False,
-            machine__verifies=True,
-            machine__paused=False,
-            machine__host_paused=False,
-            machine__retired_at__isnull=True,
-        )
-        .exclude(machine__owner_id__in=list(exclude_owners))
-        .exclude(
-            Exists(
-                Rental.objects.filter(
-                    device=OuterRef("pk"), status__in=Rental.OPEN_STATUSES
-                )
-            )
-        )
-        .select_related("machine")
-        .order_by("-score", "id")[:VERIFIERS_CONSIDERED]
-    )
-    return secrets.choice(candidates) if candidates else None
 
 
 class VerificationNotOpen(Exception):
@@ -159,7 +126,9 @@ def _open_verification(verification_id: str, machine_id: str) -> Verification | 
     ``machine_id``, locked; None otherwise (unknown, ended, another's)."""
     return (
         Verification.objects.select_for_update(of=("self",))
-        .select_related("job", "attempt__device__machine", "verifier__machine")
+        .select_related(
+            "job", "canary", "attempt__device__machine", "verifier__machine"
+        )
         .filter(
             id=verification_id,
             status=V.Status.OFFERED,
@@ -167,16 +136,6 @@ def _open_verification(verification_id: str, machine_id: str) -> Verification | 
         )
         .first()
     )
-
-
-def scores_cover_answer(*, n: int, answer: str, recount: int | None) -> bool:
-    """Whether ``n`` scored tokens can be the whole ``answer``: at least one,
-    not inflated (``jobs.tokens.token_count_inflated``), and with the model's
-    tokenizer's ``recount`` not under it by more than ``max(2, 15 %)`` (the
-    answer tokenized after the prompt may split at its start differently)."""
-    if n < 1 or token_count_inflated(reported=n, text=answer, recount=recount):
-        return False
-    return recount is None or recount - n <= max(2, recount * 15 // 100)
 
 
 @transaction.atomic
@@ -208,9 +167,9 @@ def verification_scored(
             f"verification {verification_id[:40]} is not open here"
             " (unknown, already ended, or past its deadline)"
         )
-    job = ver.job
-    answer = job.output_text
-    recount = token_count(job.model_id, answer)
+    verified = verified_answer(ver)
+    answer = verified.answer
+    recount = token_count(verified.model_id, answer)
     if not scores_cover_answer(n=len(tokens), answer=answer, recount=recount):
         detail = f"{len(tokens)} scores for an answer of {recount} tokens"
         _verifier_failed(ver, V.Status.REFUSED, detail, now)
@@ -224,23 +183,25 @@ def verification_scored(
     ):
         _verifier_failed(ver, V.Status.REFUSED, "the receipt does not verify", now)
         return None
-    temperature = job.params.get("temperature")
     try:
-        judged = answer_plausible(
-            temperature=1.0 if temperature is None else float(temperature),
-            tokens=tokens,
-        )
+        judged = answer_plausible(temperature=verified.temperature, tokens=tokens)
     except ValueError as exc:  # numbers no model gives (a z that is not finite)
         _verifier_failed(ver, V.Status.REFUSED, str(exc), now)
         return None
     _judged_store(ver, judged, now)
     # paid for the answer's tokens as its host was (never more than it billed)
-    verifier_pay(ver, tokens=min(len(tokens), job.tokens_billed), now=now)
+    paid = min(len(tokens), recount if verified.billed is None else verified.billed)
+    if ver.canary_id is not None:
+        if check_judged(ver, judged, now):
+            verifier_pay(ver, verified, tokens=paid, now=now)
+            ver.save(update_fields=["paid_nano"])
+        return None
+    verifier_pay(ver, verified, tokens=paid, now=now)
     device_outcome_record(
         device_id=ver.verifier_id,
         success=True,
         reason="verified",
-        model_id=job.model_id,
+        model_id=verified.model_id,
         now=now,
     )
     return verdict_follow(ver, plausible=judged.plausible, now=now)
@@ -252,37 +213,6 @@ def _judged_store(ver: Verification, judged: Plausibility, now: datetime) -> Non
     ver.outside, ver.plausible = judged.outside, judged.plausible
     ver.detail = judged.detail[:300]
     ver.scored_at = now
-
-
-def verifier_pay(ver: Verification, *, tokens: int, now: datetime) -> None:
-    """Pay the verifier for the prefill of ``tokens`` scored tokens (its
-    receipt valid) like a job's segment: the host share of the verified job's
-    price for them, held 24 h, from ``platform_checks`` (the one charge path,
-    ``billing.services.charge_post``, keyed ``verify:<id>``: paid once). Nobody
-    is billed."""
-    segment = Segment(
-        attempt_id=None,
-        device_id=ver.verifier_id,
-        host_id=ver.verifier.machine.owner_id,
-        tokens_billed=tokens,
-        output_chars=len(ver.job.output_text),
-        token_count_flagged=False,
-        receipt_valid=True,
-        verdict=ReceiptCheck.Verdict.VALID,
-    )
-    price = job_price_nano(ver.job)
-    plan = charge_plan(segments=[segment], max_tokens=None, price=price)
-    posted = charge_post(
-        job_id=None,
-        renter=None,
-        model_id=ver.job.model_id,
-        plan=plan,
-        now=now,
-        key=f"verify:{ver.id}",
-        memo=f"verification: {plan.tokens} tokens of {ver.job.model_id} scored",
-    )
-    if posted is not None:
-        ver.paid_nano = sum(share for _, share in plan.shares)
 
 
 def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str | None:
@@ -310,7 +240,15 @@ def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str 
         second = nxt.id.hex if nxt.verifier_id else None
     elif plausible:
         ver.verdict = V.Verdict.CLEARED
-        _first_round_settle(ver)
+        first = _first_round_settle(ver)
+        if ver.verifier_trusted:
+            verifier_distrust(
+                verifier_id=first.verifier_id,
+                model_id=ver.job.model_id,
+                detail=f"its implausible verdict on job {ver.job_id} contradicted"
+                f" by a trusted verifier ({first.detail}; {ver.detail})",
+                now=now,
+            )
     else:
         ver.verdict = V.Verdict.FAILED
         first = _first_round_settle(ver)
@@ -346,7 +284,7 @@ def _verifier_failed(
         device_id=ver.verifier_id,
         success=False,
         reason=f"verify_{status}",
-        model_id=ver.job.model_id,
+        model_id=ver.canary.model_id if ver.canary_id else ver.job.model_id,
         now=now,
     )
     _first_round_unconfirmed(ver)
@@ -398,7 +336,7 @@ def verifications_expire(*, now: datetime | None = None) -> int:
 def _verification_expire(ver_id, now: datetime) -> int:
     ver = (
         Verification.objects.select_for_update(of=("self",))
-        .select_related("job")
+        .select_related("job", "canary")
         .filter(id=ver_id, status=V.Status.OFFERED)
         .first()
     )

@@ -119,15 +119,18 @@ def test_suspicion_after_a_failed_check_decays_as_checks_pass(rates, renter):
     assert verification_rate(device_id=device.id) == 0.5, "a failed check"
     _checks(device, success=True, count=5)
     assert verification_rate(device_id=device.id) == pytest.approx(0.25)
-    job, attempt = _jobs(device, renter, 1)[0]
-    Verification.objects.create(
-        job=job,
-        attempt=attempt,
-        device=device,
-        status="scored",
-        verdict="plausible",
-        scored_at=timezone.now(),
-    )
+    for trusted in (False, True):
+        job, attempt = _jobs(device, renter, 1)[0]
+        Verification.objects.create(
+            job=job,
+            attempt=attempt,
+            device=device,
+            status="scored",
+            verdict="plausible",
+            verifier_trusted=trusted,
+            scored_at=timezone.now(),
+        )
+    # only the trusted verifier's plausible verdict counts as a pass
     assert verification_rate(device_id=device.id) == pytest.approx(0.5 * 0.5 ** 1.2)
     _checks(device, success=True, count=30)
     assert verification_rate(device_id=device.id) == 0.05, "back to the base"

@@ -4,8 +4,9 @@ Draws new spot-check prompts of the model (``jobs.canarypool``) and calibrates
 them on the reference model now, the agent's own llama.cpp engine rendering the
 model's chat template exactly as a host does, until N have joined the pool
 (at most ``--tries``, 20 × N by default); a prompt joins only if the model
-gives its right answer. Celery beat keeps the pool topped up the same
-way (``jobs.tasks.canary_pool_top_up``); this fills it at once (a first start,
+gives its right answer; then the calibrated prompts not tried yet are made
+checks of verifiers (``jobs.verification.checks``). Celery beat keeps the pool
+topped up the same way (``jobs.tasks.canary_pool_top_up``); this fills it at once (a first start,
 the demo). Prints how many joined, never a prompt or an answer.
 """
 
@@ -16,7 +17,13 @@ import asyncio
 from django.core.management.base import BaseCommand, CommandError
 
 from catalog.models import CatalogModel
-from jobs.canarypool import canary_pool_fill, engine_answerer, reference_engine
+from jobs.canarypool import (
+    canary_pool_fill,
+    checks_calibrate,
+    engine_answerer,
+    engine_checks,
+    reference_engine,
+)
 
 
 class Command(BaseCommand):
@@ -49,6 +56,11 @@ class Command(BaseCommand):
                 tries=tries or 20 * count,
                 answer=engine_answerer(engine),
             )
+            judge, sample = engine_checks(engine)
+            checks = checks_calibrate(model_id=model, judge=judge, sample=sample)
         finally:
             asyncio.run(engine.close())
-        self.stdout.write(f"{kept} spot-check prompts calibrated for {model}")
+        self.stdout.write(
+            f"{kept} spot-check prompts calibrated for {model};"
+            f" {checks} made checks of verifiers"
+        )

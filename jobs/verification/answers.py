@@ -1,0 +1,75 @@
+"""What a verification scores: a renter's answer with its job's conversation,
+or a check of a verifier's answer with its spot-check prompt
+(``jobs.verification.checks``). One shape for both, so the ``verify`` frame,
+the judge and the pay never ask which it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from catalog.models import CatalogModel
+
+from ..models import Job, Verification
+from ..services.endings import job_price_nano
+
+
+@dataclass(frozen=True)
+class VerifiedAnswer:
+    """``answer`` (text) as the completion of ``messages`` (chat) or
+    ``prompt`` (completions) of model ``model_id`` under ``params`` (the
+    offer's: ``temperature``, ``top_p``, ``max_tokens``, ``stop``, ``seed``),
+    its host's ``billed`` tokens (None for a check), priced at
+    ``price_nano`` per token (nano-USD)."""
+
+    model_id: str
+    endpoint: str
+    messages: list[dict[str, Any]] | None
+    prompt: str | None
+    params: dict[str, Any]
+    answer: str
+    billed: int | None
+    price_nano: int
+
+    @property
+    def temperature(self) -> float:
+        """The temperature it is judged at (a missing one is 1.0)."""
+        value = self.params.get("temperature")
+        return 1.0 if value is None else float(value)
+
+
+def verified_answer(ver: Verification) -> VerifiedAnswer:
+    """The answer ``ver`` scores (its ``job``, or its ``canary`` for a check:
+    the reference model's answer when ``expected_plausible``, else the decoy,
+    at the check's temperature)."""
+    if ver.canary_id is not None:
+        canary = ver.canary
+        params = {**canary.params, "temperature": canary.check_temperature}
+        return VerifiedAnswer(
+            model_id=canary.model_id,
+            endpoint=canary.endpoint,
+            messages=canary.messages,
+            prompt=canary.prompt,
+            params=params,
+            answer=canary.reference_output
+            if ver.expected_plausible
+            else canary.decoy_output,
+            billed=None,
+            price_nano=CatalogModel.objects.get(id=canary.model_id).price_completion_nano,
+        )
+    job = ver.job
+    return VerifiedAnswer(
+        model_id=job.model_id,
+        endpoint=job.endpoint,
+        messages=job.messages,
+        prompt=job.prompt,
+        params=job.params or {},
+        answer=job.output_text,
+        billed=job.tokens_billed,
+        price_nano=job_price_nano(job),
+    )
+
+
+def is_chat(answer: VerifiedAnswer) -> bool:
+    """Whether the conversation is a chat's ``messages`` (else a ``prompt``)."""
+    return answer.endpoint == Job.Endpoint.CHAT

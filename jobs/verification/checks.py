@@ -1,0 +1,308 @@
+"""Checks of verifiers: verifications whose verdict the coordinator knows
+(DESIGN.md "Verifying real answers"; docs/trust.md "Who checks the verifiers").
+
+A verifier's word decides whether a host fails, and its pay does not depend
+on having scored anything; so its word is checked as a host's work is. A check
+is a ``verify`` like any other, on the conversation of a calibrated spot-check
+prompt never sent to the verifier's owner, with either the reference model's
+own answer (plausible) or a decoy (the model's answer sampled at
+``DECOY_TEMPERATURE``, else its words shuffled), at the check's temperature
+(``CHECK_TEMPERATURES``); the reference model judged both at calibration
+(``check_calibrate``) with a margin (``clearly``). Which of the two is sent is
+drawn with ``secrets``; a verifier that judges as the reference model passed,
+otherwise it fails a check of its honesty (``services.device_check_failed``:
+score, held earnings reversed, quarantine judged).
+
+A check is planned (``check_plan``) when a device is asked to verify: always
+while it has passed fewer than ``BALLAST_VERIFIER_TRUST_PASSES`` checks in a
+row, then for a share ``BALLAST_VERIFIER_CHECK_RATE`` of the times it is
+asked; it is sent at a random moment within ``BALLAST_VERIFIER_CHECK_DELAY_S``
+(the lease loop's poke, ``verifier_checks_take_due``), so nothing in its timing
+tells it from a real one. A trusted verifier (``trusted``) is the only kind a
+round 2 goes to while one is live (``records.verification_open``), and the only
+kind whose plausible verdicts lower a device's suspicion (``rate``).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import secrets
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from hosts.models import Device, DeviceModel
+from hosts.services import device_outcome_record
+
+from ..models import CanaryPrompt, SpotCheck, Verification
+from ..services.checks import device_check_failed
+from .offers import verify_frame
+from .plausibility import (
+    GREEDY_MISSES_BASE,
+    GREEDY_MISSES_SHARE,
+    OUTSIDE_BASE,
+    OUTSIDE_SHARE,
+    Z_MIN,
+    Plausibility,
+)
+
+log = logging.getLogger("ballast.jobs")
+
+CHECK_TEMPERATURES = (0.0, 0.7, 1.0)
+"""The temperatures a check is scored at (the judge's calibrated range)."""
+DECOY_TEMPERATURE = 1.6
+"""The temperature a decoy answer is sampled at: fluent enough not to be told
+from a real answer by its look, far enough from the model to be implausible."""
+CHECK_MIN_CHARS = 24
+"""The shortest reference answer a check is made of (a few tokens are judged
+leniently: they may not tell a decoy from the model's answer)."""
+CANDIDATES = 256
+"""Prompts considered for one check (the least used first, then one at random)."""
+
+Judge = Callable[[CanaryPrompt, str, float], Plausibility]
+"""The reference model's verdict on an answer of a pool row at a temperature."""
+Sampler = Callable[[CanaryPrompt, float], str]
+"""The reference model's answer to a pool row sampled at a temperature."""
+
+
+def trusted(device: Device) -> bool:
+    """Whether ``device`` has passed ``BALLAST_VERIFIER_TRUST_PASSES`` checks
+    as a verifier since its last failed one."""
+    return device.verifier_passes >= settings.BALLAST_VERIFIER_TRUST_PASSES
+
+
+def clearly(judged: Plausibility, *, temperature: float, plausible: bool) -> bool:
+    """Whether the reference model's ``judged`` verdict is ``plausible`` (or
+    not) with a margin another honest device's arithmetic cannot cross: half
+    the tolerated misses, outside tokens or z for a plausible answer, twice
+    them for an implausible one."""
+    n = judged.n
+    misses_max = GREEDY_MISSES_BASE + GREEDY_MISSES_SHARE * n
+    outside_max = OUTSIDE_BASE + OUTSIDE_SHARE * n
+    if plausible:
+        return (
+            judged.plausible
+            and judged.outside <= outside_max / 2
+            and (judged.misses <= misses_max / 2 if temperature <= 0 else judged.z > Z_MIN / 2)
+        )
+    if temperature <= 0:
+        return judged.misses >= 2 * misses_max or judged.outside >= 2 * outside_max
+    return judged.z <= 2 * Z_MIN or judged.outside >= 2 * outside_max
+
+
+def shuffled(text: str) -> str:
+    """``text``'s words in an order drawn with ``secrets`` (a decoy)."""
+    words = text.split()
+    random.Random(secrets.randbits(64)).shuffle(words)
+    return " ".join(words)
+
+
+def check_calibrate(*, row: CanaryPrompt, judge: Judge, sample: Sampler) -> bool:
+    """Make a calibrated pool row a check of verifiers: draw its temperature
+    (``CHECK_TEMPERATURES``), keep it when the reference model finds its own
+    answer ``clearly`` plausible there and a decoy (its answer sampled at
+    ``DECOY_TEMPERATURE``, else its words shuffled) ``clearly`` implausible.
+    Stores ``check_temperature`` (tried) and ``decoy_output`` (blank: no
+    check); returns whether it became one."""
+    temperature = secrets.choice(CHECK_TEMPERATURES)
+    row.check_temperature, row.decoy_output = temperature, ""
+    reference = row.reference_output
+    if len(reference) >= CHECK_MIN_CHARS and clearly(
+        judge(row, reference, temperature), temperature=temperature, plausible=True
+    ):
+        for decoy in (sample(row, DECOY_TEMPERATURE), shuffled(reference)):
+            if decoy.strip() and decoy != reference and clearly(
+                judge(row, decoy, temperature), temperature=temperature, plausible=False
+            ):
+                row.decoy_output = decoy
+                break
+    row.save(update_fields=["check_temperature", "decoy_output"])
+    return bool(row.decoy_output)
+
+
+def checks_calibrate(
+    *, model_id: str, judge: Judge, sample: Sampler, deadline: float | None = None
+) -> int:
+    """Calibrate checks from the model's pool rows not tried yet
+    (``check_calibrate``) until ``deadline`` (``time.monotonic()``); returns
+    how many became checks."""
+    import time
+
+    made = 0
+    rows = CanaryPrompt.objects.filter(
+        model_id=model_id,
+        status=CanaryPrompt.Status.CALIBRATED,
+        check_temperature__isnull=True,
+    ).order_by("id")
+    for row in rows.iterator():
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        made += check_calibrate(row=row, judge=judge, sample=sample)
+    return made
+
+
+def engine_judge(engine) -> Judge:
+    """A ``Judge`` scoring with ``engine`` (the agent's llama.cpp engine,
+    loaded) by prefill, judged by ``plausibility.answer_plausible`` (its own
+    event loop: call it from synchronous code)."""
+    import asyncio
+
+    from agent.engines.base import GenerationRequest
+
+    from .plausibility import answer_plausible, token_scores_parse
+
+    def judge(row: CanaryPrompt, answer: str, temperature: float) -> Plausibility:
+        params = {**row.params, "temperature": temperature}
+        request = GenerationRequest(
+            model=row.model_id, messages=row.messages, prompt=row.prompt, params=params
+        )
+        scores = asyncio.run(engine.score(request, answer))
+        entries = [token.frame() for token in scores.tokens]
+        tokens = token_scores_parse(entries, max_tokens=len(entries))
+        return answer_plausible(temperature=temperature, tokens=tokens)
+
+    return judge
+
+
+def engine_sampler(engine) -> Sampler:
+    """A ``Sampler`` generating with ``engine`` (loaded)."""
+    from ..canarypool import engine_answerer
+
+    answer = engine_answerer(engine)
+
+    def sample(row: CanaryPrompt, temperature: float) -> str:
+        hot = copy.copy(row)
+        hot.params = {**row.params, "temperature": temperature, "seed": None}
+        return answer(hot)[0]
+
+    return sample
+
+
+def check_plan(*, verifier: Device, now: datetime) -> bool:
+    """``verifier`` was just asked to verify: plan a check of it (its
+    ``verifier_check_due_at``, at a random moment within
+    ``BALLAST_VERIFIER_CHECK_DELAY_S``) when one is due by the module's rule
+    and none is planned. Returns whether one was planned."""
+    if not settings.BALLAST_SPOT_CHECKS:
+        return False
+    if trusted(verifier) and secrets.randbelow(10**6) >= (
+        settings.BALLAST_VERIFIER_CHECK_RATE * 10**6
+    ):
+        return False
+    delay = secrets.randbelow(int(settings.BALLAST_VERIFIER_CHECK_DELAY_S * 1000) + 1)
+    return bool(
+        Device.objects.filter(id=verifier.id, verifier_check_due_at__isnull=True).update(
+            verifier_check_due_at=now + timedelta(milliseconds=delay)
+        )
+    )
+
+
+def check_canary_pick(*, verifier: Device) -> CanaryPrompt | None:
+    """A check for ``verifier``: a pool row of a model it has loaded, made a
+    check, never sent to its owner (as a spot check or a check), one of the
+    ``CANDIDATES`` least used drawn with ``secrets``; counted as sent."""
+    owner = verifier.machine.owner_id
+    models = DeviceModel.objects.filter(device=verifier, loaded=True).values("model_id")
+    seen_checks = Verification.objects.filter(
+        canary__isnull=False, verifier__machine__owner_id=owner
+    ).values("canary_id")
+    seen_spot = SpotCheck.objects.filter(device__machine__owner_id=owner).values(
+        "canary_id"
+    )
+    ids = list(
+        CanaryPrompt.objects.filter(
+            model_id__in=models,
+            status=CanaryPrompt.Status.CALIBRATED,
+            check_temperature__isnull=False,
+        )
+        .exclude(decoy_output="")
+        .exclude(id__in=seen_checks)
+        .exclude(id__in=seen_spot)
+        .order_by("sent_count", "id")
+        .values_list("id", flat=True)[:CANDIDATES]
+    )
+    if not ids:
+        return None
+    chosen = secrets.choice(ids)
+    CanaryPrompt.objects.filter(id=chosen).update(sent_count=F("sent_count") + 1)
+    return CanaryPrompt.objects.get(id=chosen)
+
+
+@transaction.atomic
+def verifier_checks_take_due(
+    *, machine_id: str, now: datetime | None = None
+) -> list[tuple[str, dict]]:
+    """The checks due on machine ``machine_id``'s devices (their
+    ``verifier_check_due_at`` passed; each taken once, compare-and-set),
+    stored ``offered`` and sent now: [(verification id hex, ``verify``
+    frame)]. A device with no check left for it gets none (its next
+    verification plans again)."""
+    now = now or timezone.now()
+    taken = []
+    for device in Device.objects.filter(
+        machine_id=machine_id, verifier_check_due_at__lte=now
+    ).select_related("machine"):
+        if not Device.objects.filter(
+            id=device.id, verifier_check_due_at=device.verifier_check_due_at
+        ).update(verifier_check_due_at=None):
+            continue
+        canary = check_canary_pick(verifier=device)
+        if canary is None:
+            continue
+        ver = Verification.objects.create(
+            canary=canary,
+            expected_plausible=secrets.randbelow(2) == 1,
+            verifier=device,
+            verifier_trusted=trusted(device),
+            status=Verification.Status.OFFERED,
+            offered_at=now,
+            sent_at=now,
+        )
+        taken.append((ver.id.hex, verify_frame(ver=ver, device_index=device.index)))
+    return taken
+
+
+def check_judged(ver: Verification, judged: Plausibility, now: datetime) -> bool:
+    """A check ``ver``'s scores were judged ``judged``: passed when the verdict
+    is the reference model's (``expected_plausible``): a success on the
+    verifier's score and one more pass; else a failed check of its honesty
+    and its passes back to 0. Saves ``ver``; returns whether it passed."""
+    passed = judged.plausible == ver.expected_plausible
+    ver.verdict = Verification.Verdict.PASSED if passed else Verification.Verdict.FAILED
+    ver.save()
+    model_id = ver.canary.model_id
+    if passed:
+        Device.objects.filter(id=ver.verifier_id).update(
+            verifier_passes=F("verifier_passes") + 1
+        )
+        device_outcome_record(  # (not a spot check: no suspicion decays by it)
+            device_id=ver.verifier_id,
+            success=True,
+            reason="verifier_check_passed",
+            model_id=model_id,
+            now=now,
+        )
+        return True
+    verifier_distrust(
+        verifier_id=ver.verifier_id,
+        model_id=model_id,
+        detail=f"a check of its verifying: judged {'plausible' if judged.plausible else 'implausible'}"
+        f" an answer the reference model finds {'plausible' if ver.expected_plausible else 'implausible'}"
+        f" ({judged.detail})",
+        now=now,
+    )
+    return False
+
+
+def verifier_distrust(*, verifier_id: int, model_id: str, detail: str, now: datetime) -> None:
+    """A verifier's word was found false (a failed check, or a round 1
+    contradicted by a trusted round 2): a failed check of its honesty
+    (``services.device_check_failed``) and its passes back to 0."""
+    Device.objects.filter(id=verifier_id).update(verifier_passes=0)
+    device_check_failed(device_id=verifier_id, model_id=model_id, detail=detail, now=now)

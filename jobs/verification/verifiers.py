@@ -1,0 +1,107 @@
+"""Who verifies an answer, whether its scores can cover the answer, and what it
+is paid (DESIGN.md "Verifying real answers"; ``jobs.verification.records``
+calls these in its transactions)."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef
+
+from billing.models import ReceiptCheck
+from billing.services import Segment, charge_plan, charge_post
+from hosts.liveness import live_q
+from hosts.models import Device, DeviceModel
+
+from ..models import Rental, Verification
+from ..tokens import token_count_inflated
+from .answers import VerifiedAnswer
+
+# verifiers considered for one pick (the best scores first, then one at random)
+VERIFIERS_CONSIDERED = 64
+
+
+def verifier_pick(
+    *, model_id: str, exclude_owners, now: datetime, trusted_only: bool = False
+) -> Device | None:
+    """A device to verify an answer of ``model_id``: live, in its machine's
+    latest ``hello``, the model loaded, its machine declaring ``verifies``,
+    not paused, quarantined or retired, not rented (a rental's device is its
+    renter's), on a machine of none of ``exclude_owners`` (user ids), with
+    ``trusted_only`` one that passed its checks (``checks.trusted``). One of
+    the ``VERIFIERS_CONSIDERED`` best scored, drawn with ``secrets``; None when
+    no device qualifies."""
+    passes = settings.BALLAST_VERIFIER_TRUST_PASSES if trusted_only else 0
+    candidates = list(
+        Device.objects.filter(
+            live_q(now, prefix="machine__"),
+            Exists(
+                DeviceModel.objects.filter(
+                    device=OuterRef("pk"), model_id=model_id, loaded=True
+                )
+            ),
+            verifier_passes__gte=passes,
+            retired_at__isnull=True,
+            quarantined=False,
+            paused=False,
+            machine__verifies=True,
+            machine__paused=False,
+            machine__host_paused=False,
+            machine__retired_at__isnull=True,
+        )
+        .exclude(machine__owner_id__in=list(exclude_owners))
+        .exclude(
+            Exists(
+                Rental.objects.filter(
+                    device=OuterRef("pk"), status__in=Rental.OPEN_STATUSES
+                )
+            )
+        )
+        .select_related("machine")
+        .order_by("-score", "id")[:VERIFIERS_CONSIDERED]
+    )
+    return secrets.choice(candidates) if candidates else None
+
+
+def scores_cover_answer(*, n: int, answer: str, recount: int | None) -> bool:
+    """Whether ``n`` scored tokens can be the whole ``answer``: at least one,
+    not inflated (``jobs.tokens.token_count_inflated``), and with the model's
+    tokenizer's ``recount`` not under it by more than ``max(2, 15 %)`` (the
+    answer tokenized after the prompt may split at its start differently)."""
+    if n < 1 or token_count_inflated(reported=n, text=answer, recount=recount):
+        return False
+    return recount is None or recount - n <= max(2, recount * 15 // 100)
+
+
+def verifier_pay(
+    ver: Verification, verified: VerifiedAnswer, *, tokens: int, now: datetime
+) -> None:
+    """Pay the verifier for the prefill of ``tokens`` scored tokens of
+    ``verified`` (its receipt valid) like a job's segment: the host share of
+    the answer's price for them, held 24 h, from ``platform_checks`` (the one
+    charge path, ``billing.services.charge_post``, keyed ``verify:<id>``: paid
+    once). Nobody is billed. Sets ``ver.paid_nano`` (the caller saves)."""
+    segment = Segment(
+        attempt_id=None,
+        device_id=ver.verifier_id,
+        host_id=ver.verifier.machine.owner_id,
+        tokens_billed=tokens,
+        output_chars=len(verified.answer),
+        token_count_flagged=False,
+        receipt_valid=True,
+        verdict=ReceiptCheck.Verdict.VALID,
+    )
+    plan = charge_plan(segments=[segment], max_tokens=None, price=verified.price_nano)
+    posted = charge_post(
+        job_id=None,
+        renter=None,
+        model_id=verified.model_id,
+        plan=plan,
+        now=now,
+        key=f"verify:{ver.id}",
+        memo=f"verification: {plan.tokens} tokens of {verified.model_id} scored",
+    )
+    if posted is not None:
+        ver.paid_nano = sum(share for _, share in plan.shares)
