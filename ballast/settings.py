@@ -359,6 +359,7 @@ BALLAST_VERIFY_DEADLINE_S = env_float("BALLAST_VERIFY_DEADLINE_S", 60.0, minimum
 # reference model knows, sent to a verifier after each verification it is asked
 # while it has passed fewer than BALLAST_VERIFIER_TRUST_PASSES, then after a
 # share BALLAST_VERIFIER_CHECK_RATE of them, within BALLAST_VERIFIER_CHECK_DELAY_S
+BALLAST_VERIFIER_CHECKS = env_bool("BALLAST_VERIFIER_CHECKS", True)
 BALLAST_VERIFIER_TRUST_PASSES = env_int("BALLAST_VERIFIER_TRUST_PASSES", 3, minimum=1)
 BALLAST_VERIFIER_CHECK_RATE = float(env_decimal("BALLAST_VERIFIER_CHECK_RATE", "0.2"))
 BALLAST_VERIFIER_CHECK_DELAY_S = env_float(

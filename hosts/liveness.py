@@ -190,7 +190,8 @@ class ProcessLease:
                 until=t + timedelta(seconds=settings.BALLAST_LEASE_S),
             )
             self.renewed_at = t
-        if settings.BALLAST_SPOT_CHECKS and self.connections:
+        checks = settings.BALLAST_SPOT_CHECKS or settings.BALLAST_VERIFIER_CHECKS
+        if checks and self.connections:
             due = await db_call(services.machines_spot_check_due)(
                 lease_id=self.id, now=timezone.now()
             )

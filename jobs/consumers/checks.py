@@ -51,15 +51,16 @@ class ChecksRelay:
     async def _spot_checks_start(self) -> None:
         """Run the spot checks due on this machine's devices (a compare-and-set
         takes each), and send the checks due of them as verifiers."""
+        if settings.BALLAST_VERIFIER_CHECKS:
+            try:
+                for ver_id, frame in await db_call(verifier_checks_take_due)(
+                    machine_id=self.machine_id
+                ):
+                    await self.verify_offer({"verification": ver_id, "frame": frame})
+            except Exception:
+                log.exception("checks of verifiers on machine %s", self.machine_name)
         if not settings.BALLAST_SPOT_CHECKS:
-            return  # (no thread hop for nothing on every written heartbeat)
-        try:
-            for ver_id, frame in await db_call(verifier_checks_take_due)(
-                machine_id=self.machine_id
-            ):
-                await self.verify_offer({"verification": ver_id, "frame": frame})
-        except Exception:
-            log.exception("checks of verifiers on machine %s", self.machine_name)
+            return
         for job in await db_call(spotchecks.spot_checks_take_due)(
             machine_id=self.machine_id
         ):

@@ -5,8 +5,9 @@ A verifier's word decides whether a host fails, and its pay does not depend
 on having scored anything; so its word is checked as a host's work is. A check
 is a ``verify`` like any other, on the conversation of a calibrated spot-check
 prompt never sent to the verifier's owner, with either the reference model's
-own answer (plausible) or a decoy (the model's answer sampled at
-``DECOY_TEMPERATURE``, else its words shuffled), at the check's temperature
+own answer (plausible) or a decoy (``decoys``: the model's answer sampled
+hotter, another prompt's answer, or its answer with other words in it), at the
+check's temperature
 (``CHECK_TEMPERATURES``); the reference model judged both at calibration
 (``check_calibrate``) with a margin (``clearly``). Which of the two is sent is
 drawn with ``secrets``; a verifier that judges as the reference model passed,
@@ -63,7 +64,10 @@ CHECK_MIN_CHARS = 24
 """The shortest reference answer a check is made of (a few tokens are judged
 leniently: they may not tell a decoy from the model's answer)."""
 CANDIDATES = 256
-"""Prompts considered for one check (the least used first, then one at random)."""
+"""Prompts considered for one check (the least used first, then one at random),
+and answers of other prompts a decoy is drawn from."""
+DECOY_OTHERS = 3
+"""Other prompts' answers tried as a decoy, before one with words of theirs."""
 
 Judge = Callable[[CanaryPrompt, str, float], Plausibility]
 """The reference model's verdict on an answer of a pool row at a temperature."""
@@ -77,46 +81,78 @@ def trusted(device: Device) -> bool:
     return device.verifier_passes >= settings.BALLAST_VERIFIER_TRUST_PASSES
 
 
+CHECK_MARGIN_BASE = 2
+"""How far past the judge's tolerance a check's answer must be (in tokens
+missed or outside the support, in z), plus ``CHECK_MARGIN_SHARE`` of its
+tokens: farther than another honest device's arithmetic can move it (near-ties
+flipped at up to 4 % of tokens in the calibration, docs/trust.md)."""
+CHECK_MARGIN_SHARE = 0.05
+
+
 def clearly(judged: Plausibility, *, temperature: float, plausible: bool) -> bool:
     """Whether the reference model's ``judged`` verdict is ``plausible`` (or
-    not) with a margin another honest device's arithmetic cannot cross: half
-    the tolerated misses, outside tokens or z for a plausible answer, twice
-    them for an implausible one."""
+    not) with the margin ``CHECK_MARGIN_BASE + CHECK_MARGIN_SHARE × n`` past
+    each of the judge's tolerances (``plausibility``; a plausible answer's
+    misses and outside tokens within the tolerance less the margin, none when
+    that is below 0)."""
     n = judged.n
+    margin = CHECK_MARGIN_BASE + CHECK_MARGIN_SHARE * n
     misses_max = GREEDY_MISSES_BASE + GREEDY_MISSES_SHARE * n
     outside_max = OUTSIDE_BASE + OUTSIDE_SHARE * n
+    greedy = temperature <= 0
     if plausible:
         return (
             judged.plausible
-            and judged.outside <= outside_max / 2
-            and (judged.misses <= misses_max / 2 if temperature <= 0 else judged.z > Z_MIN / 2)
+            and judged.outside <= max(0.0, outside_max - margin)
+            and (
+                judged.misses <= max(0.0, misses_max - margin)
+                if greedy
+                else judged.z >= Z_MIN + margin
+            )
         )
-    if temperature <= 0:
-        return judged.misses >= 2 * misses_max or judged.outside >= 2 * outside_max
-    return judged.z <= 2 * Z_MIN or judged.outside >= 2 * outside_max
+    return judged.outside >= outside_max + margin or (
+        judged.misses >= misses_max + margin if greedy else judged.z <= Z_MIN - margin
+    )
 
 
-def shuffled(text: str) -> str:
-    """``text``'s words in an order drawn with ``secrets`` (a decoy)."""
-    words = text.split()
-    random.Random(secrets.randbits(64)).shuffle(words)
-    return " ".join(words)
+def substituted(text: str, words: list[str]) -> str:
+    """``text`` with every other word (from one drawn with ``secrets``)
+    replaced by one of ``words`` drawn with ``secrets`` (a decoy)."""
+    out = text.split()
+    rng = random.Random(secrets.randbits(64))
+    for i in range(rng.randrange(2), len(out), 2):
+        out[i] = rng.choice(words)
+    return " ".join(out)
 
 
-def check_calibrate(*, row: CanaryPrompt, judge: Judge, sample: Sampler) -> bool:
+def decoys(row: CanaryPrompt, *, sample: Sampler, others: list[str]) -> list[str]:
+    """Decoy answers for a check of ``row``, the most fluent first: the model's
+    answer sampled hotter (``DECOY_TEMPERATURE``), other prompts' answers
+    (``others``), then the reference answer with words of theirs in it."""
+    words = [w for text in others for w in text.split()] or row.reference_output.split()
+    return [
+        sample(row, DECOY_TEMPERATURE),
+        *others[:DECOY_OTHERS],
+        substituted(row.reference_output, words),
+    ]
+
+
+def check_calibrate(
+    *, row: CanaryPrompt, judge: Judge, sample: Sampler, others: list[str]
+) -> bool:
     """Make a calibrated pool row a check of verifiers: draw its temperature
     (``CHECK_TEMPERATURES``), keep it when the reference model finds its own
-    answer ``clearly`` plausible there and a decoy (its answer sampled at
-    ``DECOY_TEMPERATURE``, else its words shuffled) ``clearly`` implausible.
-    Stores ``check_temperature`` (tried) and ``decoy_output`` (blank: no
-    check); returns whether it became one."""
+    answer ``clearly`` plausible there and one of its ``decoys`` (``others``:
+    other prompts' answers) ``clearly`` implausible. Stores
+    ``check_temperature`` (tried) and ``decoy_output`` (blank: no check);
+    returns whether it became one."""
     temperature = secrets.choice(CHECK_TEMPERATURES)
     row.check_temperature, row.decoy_output = temperature, ""
     reference = row.reference_output
     if len(reference) >= CHECK_MIN_CHARS and clearly(
         judge(row, reference, temperature), temperature=temperature, plausible=True
     ):
-        for decoy in (sample(row, DECOY_TEMPERATURE), shuffled(reference)):
+        for decoy in decoys(row, sample=sample, others=others):
             if decoy.strip() and decoy != reference and clearly(
                 judge(row, decoy, temperature), temperature=temperature, plausible=False
             ):
@@ -130,20 +166,23 @@ def checks_calibrate(
     *, model_id: str, judge: Judge, sample: Sampler, deadline: float | None = None
 ) -> int:
     """Calibrate checks from the model's pool rows not tried yet
-    (``check_calibrate``) until ``deadline`` (``time.monotonic()``); returns
-    how many became checks."""
+    (``check_calibrate``, other rows' answers drawn with ``secrets`` as
+    ``others``) until ``deadline`` (``time.monotonic()``); returns how many
+    became checks."""
     import time
 
+    calibrated = CanaryPrompt.objects.filter(
+        model_id=model_id, status=CanaryPrompt.Status.CALIBRATED
+    )
+    answers = list(calibrated.values_list("id", "reference_output")[:CANDIDATES])
     made = 0
-    rows = CanaryPrompt.objects.filter(
-        model_id=model_id,
-        status=CanaryPrompt.Status.CALIBRATED,
-        check_temperature__isnull=True,
-    ).order_by("id")
-    for row in rows.iterator():
+    for row in calibrated.filter(check_temperature__isnull=True).order_by("id").iterator():
         if deadline is not None and time.monotonic() >= deadline:
             break
-        made += check_calibrate(row=row, judge=judge, sample=sample)
+        others = [text for pk, text in answers if pk != row.id and text]
+        rng = random.Random(secrets.randbits(64))
+        rng.shuffle(others)
+        made += check_calibrate(row=row, judge=judge, sample=sample, others=others)
     return made
 
 
@@ -188,8 +227,9 @@ def check_plan(*, verifier: Device, now: datetime) -> bool:
     """``verifier`` was just asked to verify: plan a check of it (its
     ``verifier_check_due_at``, at a random moment within
     ``BALLAST_VERIFIER_CHECK_DELAY_S``) when one is due by the module's rule
-    and none is planned. Returns whether one was planned."""
-    if not settings.BALLAST_SPOT_CHECKS:
+    and none is planned (nothing with ``BALLAST_VERIFIER_CHECKS`` off).
+    Returns whether one was planned."""
+    if not settings.BALLAST_VERIFIER_CHECKS:
         return False
     if trusted(verifier) and secrets.randbelow(10**6) >= (
         settings.BALLAST_VERIFIER_CHECK_RATE * 10**6

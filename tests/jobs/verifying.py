@@ -29,6 +29,7 @@ def verifying(settings, catalog):
     """Every renter's answer verified (the rate forced to 1); no spot checks."""
     settings.BALLAST_VERIFY_RATE = 1.0
     settings.BALLAST_SPOT_CHECKS = False
+    settings.BALLAST_VERIFIER_CHECKS = False  # (tests/jobs/test_verifier_checks.py)
     return settings
 
 
