@@ -83,7 +83,9 @@ class SimDevice:
 @dataclass
 class Costs:
     """The fleet's work: real jobs and their tokens; spot checks and theirs
-    (generated); verifications and their tokens (prefilled)."""
+    (generated); verifications and their tokens (prefilled); checks of
+    verifiers (prefilled, counted at the size of the verification that planned
+    them)."""
 
     jobs: int = 0
     job_tokens: int = 0
@@ -91,6 +93,8 @@ class Costs:
     check_tokens: int = 0
     verifications: int = 0
     verified_tokens: int = 0
+    verifier_checks: int = 0
+    verifier_check_tokens: int = 0
 
 
 def fleet_make(*, model_id: str, kinds: list[str], tag: str) -> list[SimDevice]:

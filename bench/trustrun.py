@@ -171,7 +171,23 @@ class Fleet:
         second = verification_scored(
             verification_id=ver.id.hex, machine_id=machine_id, tokens=tokens, receipt=receipt
         )
+        self._verifier_check(ver.verifier_id, len(tokens))
         return Verification.objects.get(id=second) if second else None
+
+    def _verifier_check(self, verifier_id: int, tokens: int) -> None:
+        """The check of the verifier its verification planned
+        (``jobs.verification.checks.check_plan``), taken at once: every verifier
+        here scores with the real model's numbers, so it passes (one more pass,
+        as ``check_judged`` counts); its cost counted."""
+        from django.db.models import F
+
+        from hosts.models import Device
+
+        if Device.objects.filter(id=verifier_id, verifier_check_due_at__isnull=False).update(
+            verifier_check_due_at=None, verifier_passes=F("verifier_passes") + 1
+        ):
+            self.costs.verifier_checks += 1
+            self.costs.verifier_check_tokens += tokens
 
     def check_run(self, dev: SimDevice) -> None:
         from hosts.models import DeviceOutcome
@@ -241,7 +257,7 @@ class Fleet:
 
 def cost_lines(costs: Costs) -> list[str]:
     generated = costs.job_tokens + costs.check_tokens
-    work = generated + costs.verified_tokens
+    work = generated + costs.verified_tokens + costs.verifier_check_tokens
     return [
         f"spot checks: {costs.checks:,} ({costs.checks / max(1, costs.jobs):.1%} of jobs),"
         f" {costs.check_tokens / max(1, work):.1%} of the fleet's tokens",
@@ -249,6 +265,9 @@ def cost_lines(costs: Costs) -> list[str]:
         f" ({costs.verifications / max(1, costs.jobs):.1%} of jobs),"
         f" {costs.verified_tokens / max(1, work):.1%} of the fleet's tokens (prefilled;"
         " a prefilled token costs about a generated one here: docs/trust.md)",
+        f"checks of verifiers: {costs.verifier_checks:,}"
+        f" ({costs.verifier_checks / max(1, costs.jobs):.1%} of jobs),"
+        f" {costs.verifier_check_tokens / max(1, work):.1%} of the fleet's tokens (prefilled)",
     ]
 
 
