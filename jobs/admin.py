@@ -177,7 +177,8 @@ class SpotCheckAdmin(admin.ModelAdmin):
 
 @admin.register(Verification)
 class VerificationAdmin(admin.ModelAdmin):
-    """Verifications of real answers (staff only: no host page lists them)."""
+    """Verifications of real answers and checks of verifiers (those have a
+    ``canary`` and ``expected_plausible``; staff only: no host page lists them)."""
 
     list_display = [
         "offered_at",
@@ -188,9 +189,11 @@ class VerificationAdmin(admin.ModelAdmin):
         "status",
         "verdict",
         "plausible",
+        "expected_plausible",
+        "verifier_trusted",
         "detail",
     ]
-    list_filter = ["status", "verdict", "round"]
+    list_filter = ["status", "verdict", "round", "verifier_trusted"]
     search_fields = ["detail", "device__machine__name", "verifier__machine__name"]
     readonly_fields = [f.name for f in Verification._meta.fields]
 

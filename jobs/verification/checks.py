@@ -281,8 +281,8 @@ def verifier_checks_take_due(
     """The checks due on machine ``machine_id``'s devices (their
     ``verifier_check_due_at`` passed; each taken once, compare-and-set),
     stored ``offered`` and sent now: [(verification id hex, ``verify``
-    frame)]. A device with no check left for it gets none (its next
-    verification plans again)."""
+    frame)]. A device with no check left for it, retired, or whose machine
+    no longer says it verifies gets none (its next verification plans again)."""
     now = now or timezone.now()
     taken = []
     for device in Device.objects.filter(
@@ -292,6 +292,8 @@ def verifier_checks_take_due(
             id=device.id, verifier_check_due_at=device.verifier_check_due_at
         ).update(verifier_check_due_at=None):
             continue
+        if not device.machine.verifies or device.retired_at is not None:
+            continue  # (its latest hello no longer says it verifies)
         canary = check_canary_pick(verifier=device)
         if canary is None:
             continue

@@ -140,6 +140,7 @@ def test_a_verifier_is_checked_until_it_is_trusted_and_paid_for_each_pass(checki
     ids=["all plausible, never scored", "all implausible"],
 )
 def test_a_verifier_that_does_not_score_fails_a_check(checking, says, caught_on):
+    checking.BALLAST_VERIFIER_CHECK_RATE = 1.0  # checked still once trusted
     _pool(40)
     lazy = Verifier("b@example.com", "b")
     for _ in range(40):  # each check is a decoy at 1 in 2: missed 40 times at 1e-12
