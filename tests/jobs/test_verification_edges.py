@@ -33,6 +33,7 @@ from .verifying import (  # noqa: F401 (verifying: a fixture)
     scores_of,
     served,
     verification_until,
+    verified_and_verifier,
     verify_to,
     verifying,
 )
@@ -51,8 +52,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 async def test_answers_the_judge_cannot_score_faithfully_are_not_verified(
     verifying, api_key, params, finish_reason
 ):
-    verified = await host_online("a@example.com", "a", verifies=False, score=95)
-    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
+    verified, verifier = await verified_and_verifier()
     offer = await served(api_key, verified, finish_reason=finish_reason, **params)
     job = await Job.objects.aget(attempts__id=offer["job"])
     assert job.status == "succeeded"
@@ -67,8 +67,7 @@ async def test_an_answer_that_reached_max_tokens_under_a_stop_list_is_verified(
 ):
     """A ``stop`` list the answer never met (``finish_reason`` length) cut
     nothing: the answer is verified like any other."""
-    verified = await host_online("a@example.com", "a", verifies=False, score=95)
-    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
+    verified, verifier = await verified_and_verifier()
     await served(api_key, verified, finish_reason="length", stop=["zzz"], temperature=1.0)
     _, verify = await verify_to([verifier])
     assert verify["params"]["stop"] == ["zzz"]
@@ -82,8 +81,7 @@ async def test_an_answer_that_reached_max_tokens_under_a_stop_list_is_verified(
 async def test_the_verifier_is_paid_for_no_more_tokens_than_the_host_billed(
     verifying, api_key
 ):
-    verified = await host_online("a@example.com", "a", verifies=False, score=95)
-    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
+    verified, verifier = await verified_and_verifier()
     recount = token_count(MODEL, "".join(ANSWER))
     offer = await served(api_key, verified, tokens=recount - 2)  # under-reported
     job = await Job.objects.aget(attempts__id=offer["job"])
@@ -111,8 +109,7 @@ async def test_the_verifier_is_paid_for_no_more_tokens_than_the_host_billed(
 async def test_scores_no_model_gives_are_refused_against_the_verifier(
     verifying, api_key, entry
 ):
-    verified = await host_online("a@example.com", "a", verifies=False, score=95)
-    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
+    verified, verifier = await verified_and_verifier()
     await served(api_key, verified)
     _, verify = await verify_to([verifier])
     await verifier.send(verifier.scores_frame(verify, scores_of(verify, entry)))
@@ -132,8 +129,7 @@ async def test_scores_no_model_gives_are_refused_against_the_verifier(
 async def test_an_unreadable_frame_while_scoring_refuses_the_verification(
     verifying, api_key, frame
 ):
-    verified = await host_online("a@example.com", "a", verifies=False, score=95)
-    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
+    verified, verifier = await verified_and_verifier()
     await served(api_key, verified)
     _, verify = await verify_to([verifier])
     await verifier.ws.send_to(text_data=frame)
@@ -153,8 +149,7 @@ async def test_an_unreadable_frame_while_scoring_refuses_the_verification(
 async def test_late_scores_are_answered_with_an_error_and_change_nothing(
     verifying, api_key
 ):
-    verified = await host_online("a@example.com", "a", verifies=False, score=95)
-    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
+    verified, verifier = await verified_and_verifier()
     await served(api_key, verified)
     _, verify = await verify_to([verifier])
     await verification_until(verify["job"], until=lambda v: v.sent_at is not None)

@@ -48,6 +48,14 @@ async def host_online(email: str, name: str, *, verifies: bool, score: int) -> H
     return host
 
 
+async def verified_and_verifier() -> tuple[HostSim, HostSim]:
+    """Two owners' hosts online: one to serve (ranked first, not verifying)
+    and one to verify."""
+    verified = await host_online("a@example.com", "a", verifies=False, score=95)
+    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
+    return verified, verifier
+
+
 async def served(
     api_key: str,
     host: HostSim,
