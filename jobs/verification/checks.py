@@ -163,12 +163,17 @@ def check_calibrate(
 
 
 def checks_calibrate(
-    *, model_id: str, judge: Judge, sample: Sampler, deadline: float | None = None
+    *,
+    model_id: str,
+    judge: Judge,
+    sample: Sampler,
+    deadline: float | None = None,
+    tries: int | None = None,
 ) -> int:
     """Calibrate checks from the model's pool rows not tried yet
     (``check_calibrate``, other rows' answers drawn with ``secrets`` as
-    ``others``) until ``deadline`` (``time.monotonic()``); returns how many
-    became checks."""
+    ``others``) until ``deadline`` (``time.monotonic()``) or ``tries`` rows
+    were tried; returns how many became checks."""
     import time
 
     calibrated = CanaryPrompt.objects.filter(
@@ -176,7 +181,8 @@ def checks_calibrate(
     )
     answers = list(calibrated.values_list("id", "reference_output")[:CANDIDATES])
     made = 0
-    for row in calibrated.filter(check_temperature__isnull=True).order_by("id").iterator():
+    untried = calibrated.filter(check_temperature__isnull=True).order_by("id")
+    for row in untried[:tries].iterator() if tries else untried.iterator():
         if deadline is not None and time.monotonic() >= deadline:
             break
         others = [text for pk, text in answers if pk != row.id and text]

@@ -4,8 +4,8 @@ Draws new spot-check prompts of the model (``jobs.canarypool``) and calibrates
 them on the reference model now, the agent's own llama.cpp engine rendering the
 model's chat template exactly as a host does, until N have joined the pool
 (at most ``--tries``, 20 × N by default); a prompt joins only if the model
-gives its right answer; then the calibrated prompts not tried yet are made
-checks of verifiers (``jobs.verification.checks``). Celery beat keeps the pool
+gives its right answer; then N of the calibrated prompts not tried yet are
+made checks of verifiers if they qualify (``jobs.verification.checks``). Celery beat keeps the pool
 topped up the same way (``jobs.tasks.canary_pool_top_up``); this fills it at once (a first start,
 the demo). Prints how many joined, never a prompt or an answer.
 """
@@ -57,7 +57,9 @@ class Command(BaseCommand):
                 answer=engine_answerer(engine),
             )
             judge, sample = engine_checks(engine)
-            checks = checks_calibrate(model_id=model, judge=judge, sample=sample)
+            checks = checks_calibrate(
+                model_id=model, judge=judge, sample=sample, tries=count
+            )
         finally:
             asyncio.run(engine.close())
         self.stdout.write(
