@@ -55,6 +55,11 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(
         60.0, sender.signature("jobs.tasks.rentals_settle"), name="rentals"
     )
+    sender.add_periodic_task(
+        60.0,  # jobs.verification.checks.PLAN_EVERY_S
+        sender.signature("jobs.tasks.verifier_checks_plan"),
+        name="checks of verifiers",
+    )
     # a verification past BALLAST_VERIFY_DEADLINE_S counts against its verifier
     sender.add_periodic_task(
         max(5.0, min(60.0, settings.BALLAST_VERIFY_DEADLINE_S / 2)),

@@ -94,7 +94,7 @@ def main() -> int:
                 f"week {week + 1}: {fleet.costs.jobs:,} jobs, honest quarantined"
                 f" {fleet.honest_quarantined} ({time.monotonic() - started:.0f} s)"
             )
-            for line in cost_lines(fleet.costs):
+            for line in cost_lines(fleet.costs, devices=FLEET, seconds=7 * 24 * 3600):
                 print("  " + line)
         started = time.monotonic()
         for run in range(args.runs):

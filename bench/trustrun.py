@@ -56,6 +56,13 @@ class Fleet:
             Machine.objects.filter(id=machine_id).update(public_key=public_key_b64(key))
             fleet.keys[dev.id] = (str(machine_id), key)
         fleet._by_behaviour = _index(bank["traffic"])
+        # a day online: each verifier passed its first checks (one every
+        # BALLAST_VERIFIER_CHECK_NEW_EVERY_S) long ago, so it is trusted
+        from django.conf import settings
+
+        Device.objects.filter(id__in=[d.id for d in devices]).update(
+            verifier_passes=settings.BALLAST_VERIFIER_TRUST_PASSES
+        )
         return fleet
 
     def cheats(self) -> list[SimDevice]:
@@ -171,23 +178,7 @@ class Fleet:
         second = verification_scored(
             verification_id=ver.id.hex, machine_id=machine_id, tokens=tokens, receipt=receipt
         )
-        self._verifier_check(ver.verifier_id, len(tokens))
         return Verification.objects.get(id=second) if second else None
-
-    def _verifier_check(self, verifier_id: int, tokens: int) -> None:
-        """The check of the verifier its verification planned
-        (``jobs.verification.checks.check_plan``), taken at once: every verifier
-        here scores with the real model's numbers, so it passes (one more pass,
-        as ``check_judged`` counts); its cost counted."""
-        from django.db.models import F
-
-        from hosts.models import Device
-
-        if Device.objects.filter(id=verifier_id, verifier_check_due_at__isnull=False).update(
-            verifier_check_due_at=None, verifier_passes=F("verifier_passes") + 1
-        ):
-            self.costs.verifier_checks += 1
-            self.costs.verifier_check_tokens += tokens
 
     def check_run(self, dev: SimDevice) -> None:
         from hosts.models import DeviceOutcome
@@ -255,7 +246,14 @@ class Fleet:
             self.check_run(dev)  # quarantined: spot checks until 3 pass in a row
 
 
-def cost_lines(costs: Costs) -> list[str]:
+def cost_lines(costs: Costs, *, devices: int = 0, seconds: float = 0.0) -> list[str]:
+    """What the checks cost ``costs`` counted; with ``devices`` served for
+    ``seconds``, the checks of verifiers their clock sends in that time
+    (``BALLAST_VERIFIER_CHECK_EVERY_S`` each, a spot check's size)."""
+    from django.conf import settings
+
+    costs.verifier_checks = round(devices * seconds / settings.BALLAST_VERIFIER_CHECK_EVERY_S)
+    costs.verifier_check_tokens = costs.verifier_checks * costs.check_tokens // max(1, costs.checks)
     generated = costs.job_tokens + costs.check_tokens
     work = generated + costs.verified_tokens + costs.verifier_check_tokens
     return [
@@ -265,7 +263,7 @@ def cost_lines(costs: Costs) -> list[str]:
         f" ({costs.verifications / max(1, costs.jobs):.1%} of jobs),"
         f" {costs.verified_tokens / max(1, work):.1%} of the fleet's tokens (prefilled;"
         " a prefilled token costs about a generated one here: docs/trust.md)",
-        f"checks of verifiers: {costs.verifier_checks:,}"
+        f"checks of verifiers (on their own clock): {costs.verifier_checks:,}"
         f" ({costs.verifier_checks / max(1, costs.jobs):.1%} of jobs),"
         f" {costs.verifier_check_tokens / max(1, work):.1%} of the fleet's tokens (prefilled)",
     ]

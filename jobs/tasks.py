@@ -50,6 +50,14 @@ def scores_recompute() -> int:
     return len(ids)
 
 
+@shared_task(name="jobs.tasks.verifier_checks_plan")
+def verifier_checks_plan() -> int:
+    """Plan checks of verifiers on their own clock (jobs/verification/checks.py)."""
+    from .verification.checks import verifier_checks_plan as plan
+
+    return plan()
+
+
 @shared_task(name="jobs.tasks.verifications_expire")
 def verifications_expire() -> int:
     """Expire verifications whose verifier sent no scores in time (against it)."""

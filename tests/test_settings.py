@@ -230,9 +230,9 @@ def test_verification_settings_that_are_not_rates_are_refused_at_start(tmp_path)
         ("BALLAST_VERIFY_SUSPECT_RATE", "2", False),
         ("BALLAST_VERIFY_DEADLINE_S", "0.5", False),
         ("BALLAST_VERIFY_NEW_JOBS", "x", False),
-        ("BALLAST_VERIFIER_CHECK_RATE", "1.5", False),
+        ("BALLAST_VERIFIER_CHECK_EVERY_S", "often", False),
         ("BALLAST_VERIFIER_TRUST_PASSES", "0", False),
-        ("BALLAST_VERIFIER_CHECK_DELAY_S", "-1", False),
+        ("BALLAST_VERIFIER_CHECK_NEW_EVERY_S", "0", False),
         ("BALLAST_VERIFIER_CHECKS", "perhaps", False),
     ]
     for name, value, ok in cases:

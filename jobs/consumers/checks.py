@@ -142,9 +142,14 @@ class ChecksRelay:
             )
 
     async def _verification_refused(self, ver_id: str, detail: str) -> None:
+        """Refuse ``ver_id`` against this verifier; the round it calls for
+        instead goes to its own verifier."""
         try:
-            await db_call(verification_refused)(
+            nxt = await db_call(verification_refused)(
                 verification_id=ver_id, machine_id=self.machine_id, detail=detail
             )
         except Exception:
             log.exception("verification %s: refusal not recorded", ver_id)
+            return
+        if nxt is not None:
+            await verification_send(nxt)

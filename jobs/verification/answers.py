@@ -44,7 +44,8 @@ def verified_answer(ver: Verification) -> VerifiedAnswer:
     at the check's temperature)."""
     if ver.canary_id is not None:
         canary = ver.canary
-        params = {**canary.params, "temperature": canary.check_temperature}
+        # (no stop: a real answer verified under a stop list ran to max_tokens)
+        params = {**canary.params, "temperature": canary.check_temperature, "stop": None}
         return VerifiedAnswer(
             model_id=canary.model_id,
             endpoint=canary.endpoint,

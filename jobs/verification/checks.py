@@ -14,12 +14,12 @@ drawn with ``secrets``; a verifier that judges as the reference model passed,
 otherwise it fails a check of its honesty (``services.device_check_failed``:
 score, held earnings reversed, quarantine judged).
 
-A check is planned (``check_plan``) when a device is asked to verify: always
-while it has passed fewer than ``BALLAST_VERIFIER_TRUST_PASSES`` checks in a
-row, then for a share ``BALLAST_VERIFIER_CHECK_RATE`` of the times it is
-asked; it is sent at a random moment within ``BALLAST_VERIFIER_CHECK_DELAY_S``
-(the lease loop's poke, ``verifier_checks_take_due``), so nothing in its timing
-tells it from a real one. A trusted verifier (``trusted``) is the only kind a
+Checks are planned on their own clock (``verifier_checks_plan``, Celery
+beat): a verifying device is sent one every ``BALLAST_VERIFIER_CHECK_NEW_EVERY_S``
+on average while it has passed fewer than ``BALLAST_VERIFIER_TRUST_PASSES``
+in a row, then every ``BALLAST_VERIFIER_CHECK_EVERY_S``, at random moments
+(the lease loop's poke sends them, ``verifier_checks_take_due``), so nothing
+in their timing, or in a quiet spell, tells them from real ones. A trusted verifier (``trusted``) is the only kind a
 round 2 goes to while one is live (``records.verification_open``), and the only
 kind whose plausible verdicts lower a device's suspicion (``rate``).
 """
@@ -38,10 +38,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from hosts.liveness import live_q
 from hosts.models import Device, DeviceModel
 from hosts.services import device_outcome_record
 
-from ..models import CanaryPrompt, SpotCheck, Verification
+from ..models import CanaryPrompt, Job, SpotCheck, Verification
+from ..tokens import token_count
 from ..services.checks import device_check_failed
 from .offers import verify_frame
 from .plausibility import (
@@ -56,7 +58,7 @@ from .plausibility import (
 log = logging.getLogger("ballast.jobs")
 
 CHECK_TEMPERATURES = (0.0, 0.7, 1.0)
-"""The temperatures a check is scored at (the judge's calibrated range)."""
+"""The temperatures a check is scored at when the model has no traffic yet."""
 DECOY_TEMPERATURE = 1.6
 """The temperature a decoy answer is sampled at: fluent enough not to be told
 from a real answer by its look, far enough from the model to be implausible."""
@@ -125,6 +127,30 @@ def substituted(text: str, words: list[str]) -> str:
     return " ".join(out)
 
 
+TRAFFIC_JOBS = 500
+"""Recent real jobs a check's temperature is drawn from."""
+
+
+def traffic_temperature(model_id: str) -> float:
+    """A temperature for a check of ``model_id``: that of one of its
+    ``TRAFFIC_JOBS`` latest renters' jobs whose answer could be verified
+    (``records.verifiable``'s range), drawn with ``secrets``; else one of
+    ``CHECK_TEMPERATURES``. So a check's temperature is one real traffic has."""
+    from .records import VERIFY_MAX_TEMPERATURE, VERIFY_MIN_TEMPERATURE
+
+    seen = []
+    for params in (
+        Job.objects.filter(model_id=model_id, is_spot_check=False, renter__isnull=False)
+        .order_by("-created_at")
+        .values_list("params", flat=True)[:TRAFFIC_JOBS]
+    ):
+        value = (params or {}).get("temperature")
+        t = 1.0 if value is None else float(value)
+        if t == 0 or VERIFY_MIN_TEMPERATURE <= t <= VERIFY_MAX_TEMPERATURE:
+            seen.append(t)
+    return secrets.choice(seen or CHECK_TEMPERATURES)
+
+
 def decoys(row: CanaryPrompt, *, sample: Sampler, others: list[str]) -> list[str]:
     """Decoy answers for a check of ``row``, the most fluent first: the model's
     answer sampled hotter (``DECOY_TEMPERATURE``), other prompts' answers
@@ -141,19 +167,25 @@ def check_calibrate(
     *, row: CanaryPrompt, judge: Judge, sample: Sampler, others: list[str]
 ) -> bool:
     """Make a calibrated pool row a check of verifiers: draw its temperature
-    (``CHECK_TEMPERATURES``), keep it when the reference model finds its own
+    (``traffic_temperature``), keep it when the reference model finds its own
     answer ``clearly`` plausible there and one of its ``decoys`` (``others``:
-    other prompts' answers) ``clearly`` implausible. Stores
+    other prompts' answers; none longer than the row's ``max_tokens``)
+    ``clearly`` implausible. Stores
     ``check_temperature`` (tried) and ``decoy_output`` (blank: no check);
     returns whether it became one."""
-    temperature = secrets.choice(CHECK_TEMPERATURES)
+    temperature = traffic_temperature(row.model_id)
     row.check_temperature, row.decoy_output = temperature, ""
     reference = row.reference_output
+    max_tokens = row.params.get("max_tokens") or 256
     if len(reference) >= CHECK_MIN_CHARS and clearly(
         judge(row, reference, temperature), temperature=temperature, plausible=True
     ):
         for decoy in decoys(row, sample=sample, others=others):
-            if decoy.strip() and decoy != reference and clearly(
+            if not decoy.strip() or decoy == reference:
+                continue
+            if (token_count(row.model_id, decoy) or max_tokens + 1) > max_tokens:
+                continue  # (a verifier scores at most max_tokens of it)
+            if clearly(
                 judge(row, decoy, temperature), temperature=temperature, plausible=False
             ):
                 row.decoy_output = decoy
@@ -229,24 +261,44 @@ def engine_sampler(engine) -> Sampler:
     return sample
 
 
-def check_plan(*, verifier: Device, now: datetime) -> bool:
-    """``verifier`` was just asked to verify: plan a check of it (its
-    ``verifier_check_due_at``, at a random moment within
-    ``BALLAST_VERIFIER_CHECK_DELAY_S``) when one is due by the module's rule
-    and none is planned (nothing with ``BALLAST_VERIFIER_CHECKS`` off).
-    Returns whether one was planned."""
+PLAN_EVERY_S = 60.0
+"""How often Celery beat runs ``verifier_checks_plan`` (ballast/celery.py)."""
+
+
+def verifier_checks_plan(*, now: datetime | None = None, every_s: float = PLAN_EVERY_S) -> int:
+    """Plan checks of verifiers on their own clock (Celery beat, every
+    ``every_s``): each live device whose machine says it verifies, with no
+    check planned, gets one with the chance ``every_s`` over its mean gap
+    (``BALLAST_VERIFIER_CHECK_NEW_EVERY_S`` while it is not trusted,
+    ``BALLAST_VERIFIER_CHECK_EVERY_S`` once it is), drawn with ``secrets``,
+    due at a moment drawn within the next ``every_s``. Real verifications play
+    no part, so neither a check's timing nor a quiet spell tells a verifier
+    which ``verify`` is real. Returns how many were planned (nothing with
+    ``BALLAST_VERIFIER_CHECKS`` off)."""
     if not settings.BALLAST_VERIFIER_CHECKS:
-        return False
-    if trusted(verifier) and secrets.randbelow(10**6) >= (
-        settings.BALLAST_VERIFIER_CHECK_RATE * 10**6
-    ):
-        return False
-    delay = secrets.randbelow(int(settings.BALLAST_VERIFIER_CHECK_DELAY_S * 1000) + 1)
-    return bool(
-        Device.objects.filter(id=verifier.id, verifier_check_due_at__isnull=True).update(
-            verifier_check_due_at=now + timedelta(milliseconds=delay)
+        return 0
+    now = now or timezone.now()
+    trust = settings.BALLAST_VERIFIER_TRUST_PASSES
+    planned = 0
+    for device_id, passes in Device.objects.filter(
+        live_q(now, prefix="machine__"),
+        machine__verifies=True,
+        retired_at__isnull=True,
+        quarantined=False,
+        verifier_check_due_at__isnull=True,
+    ).values_list("id", "verifier_passes"):
+        gap = (
+            settings.BALLAST_VERIFIER_CHECK_EVERY_S
+            if passes >= trust
+            else settings.BALLAST_VERIFIER_CHECK_NEW_EVERY_S
         )
-    )
+        if secrets.randbelow(10**6) >= min(1.0, every_s / gap) * 10**6:
+            continue
+        delay = timedelta(milliseconds=secrets.randbelow(int(every_s * 1000) + 1))
+        planned += Device.objects.filter(
+            id=device_id, verifier_check_due_at__isnull=True
+        ).update(verifier_check_due_at=now + delay)
+    return planned
 
 
 def check_canary_pick(*, verifier: Device) -> CanaryPrompt | None:

@@ -29,18 +29,20 @@ def verify_frame(*, ver: Verification, device_index: int) -> dict:
     ``device_index``: ``job`` the verification's id (hex, opaque: nothing ties
     it to the verified job), the model, the conversation (``messages``, or a
     completion's ``prompt``) and ``params`` as the verified job's offer had
-    them, and the exact ``answer`` its host delivered (``answers.verified_answer``:
-    a check of a verifier's alike)."""
+    them (the temperature and top_p as the sampler takes them: floats, a
+    missing one 1.0), and the exact ``answer`` its host delivered
+    (``answers.verified_answer``: a check of a verifier's alike)."""
     verified = verified_answer(ver)
     params = verified.params
+    top_p = params.get("top_p")
     frame = {
         "type": "verify",
         "job": ver.id.hex,
         "device": device_index,
         "model": verified.model_id,
-        "params": {
-            "temperature": params.get("temperature"),
-            "top_p": params.get("top_p"),
+        "params": {  # (the sampler's values, as floats: one spelling for all)
+            "temperature": verified.temperature,
+            "top_p": 1.0 if top_p is None else float(top_p),
             "max_tokens": params.get("max_tokens"),
             "stop": params.get("stop"),
             "seed": params.get("seed"),

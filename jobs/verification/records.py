@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -23,10 +24,12 @@ from ..models import Attempt, Job, Verification
 from ..services.checks import device_check_failed
 from ..tokens import token_count
 from .answers import verified_answer
-from .checks import check_judged, check_plan, trusted, verifier_distrust
+from .checks import check_judged
 from .plausibility import Plausibility, TokenScore, answer_plausible
 from .rate import verification_draw, verification_due
-from .verifiers import scores_cover_answer, verifier_pay, verifier_pick
+from .offers import verification_send
+from .verdicts import round_after_failure, verdict_follow
+from .verifiers import scores_cover_answer, verification_open, verifier_pay
 
 log = logging.getLogger("ballast.jobs")
 
@@ -37,6 +40,9 @@ VERIFY_MAX_TOKENS = 2048
 # hotter is not verified (retokenizing its text splits it otherwise than the
 # sampler drew it too often for the judge's margins)
 VERIFY_MAX_TEMPERATURE = 1.0
+# nor one sampled between 0 and this: uncalibrated, and honest answers' z came
+# within 0.01 of the threshold at T 0.1 (the fresh-eyes review, 60 answers)
+VERIFY_MIN_TEMPERATURE = 0.5
 V = Verification
 
 
@@ -45,10 +51,13 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
     spot check) that succeeded with output in one fresh attempt (no
     continuation), without a ``response_format`` (a grammar changes the
     distribution the verifier would score), within ``VERIFY_MAX_TOKENS``, at a
-    temperature from 0 to ``VERIFY_MAX_TEMPERATURE`` (None is 1), and not
-    ended by one of the renter's ``stop`` sequences (the agent cuts its last
-    token's text there, so the answer's tokens are not the ones generated: a
-    renter's choice must never fail a host, DESIGN.md "Spot checks")."""
+    temperature of 0 or from ``VERIFY_MIN_TEMPERATURE`` to
+    ``VERIFY_MAX_TEMPERATURE`` (None is 1), not ended by one of the renter's
+    ``stop`` sequences (the agent cuts its last token's text there, so the
+    answer's tokens are not the ones generated: a renter's choice must never
+    fail a host, DESIGN.md "Spot checks"), without U+FFFD in its text (bytes
+    the agent's decoder replaced: not the text the model drew), and not of a
+    rental (its renter rents that device: its prompts go to no one else)."""
     params = job.params or {}
     temperature = params.get("temperature")
     temperature = 1.0 if temperature is None else float(temperature)
@@ -63,8 +72,11 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
         and attempts[0].outcome == Attempt.Outcome.SUCCEEDED
         and response_format_of(params) is None
         and 0 < job.tokens_billed <= VERIFY_MAX_TOKENS
-        and 0 <= temperature <= VERIFY_MAX_TEMPERATURE
+        and (temperature == 0 or VERIFY_MIN_TEMPERATURE <= temperature)
+        and temperature <= VERIFY_MAX_TEMPERATURE
         and not cut_by_stop
+        and "\ufffd" not in job.output_text
+        and job.rental_id is None
     )
 
 
@@ -82,38 +94,6 @@ def verification_choose(
     if not verification_due(device_id=attempt.device_id, draw=verification_draw()):
         return None
     return verification_open(job=job, attempt=attempt, round=1, now=now)
-
-
-def verification_open(
-    *, job: Job, attempt: Attempt, round: int, now: datetime, exclude_owners=()
-) -> Verification:
-    """Store a verification of ``attempt`` (of ``job``) in ``round`` with a
-    verifier picked among other owners' devices (``verifier_pick``: never the
-    verified host's owner, nor any of ``exclude_owners``; in round 2 a trusted
-    verifier, ``checks.trusted``, while one qualifies); ``no_verifier`` when
-    there is none. The verifier's next check is planned (``checks.check_plan``)."""
-    owner_id = attempt.device.machine.owner_id
-    exclude = {owner_id, *exclude_owners}
-    verifier = None
-    if round == 2:
-        verifier = verifier_pick(
-            model_id=job.model_id, exclude_owners=exclude, now=now, trusted_only=True
-        )
-    verifier = verifier or verifier_pick(
-        model_id=job.model_id, exclude_owners=exclude, now=now
-    )
-    if verifier is not None:
-        check_plan(verifier=verifier, now=now)
-    return Verification.objects.create(
-        job=job,
-        attempt=attempt,
-        device_id=attempt.device_id,
-        verifier=verifier,
-        verifier_trusted=verifier is not None and trusted(verifier),
-        round=round,
-        status=V.Status.OFFERED if verifier else V.Status.NO_VERIFIER,
-        offered_at=now,
-    )
 
 
 class VerificationNotOpen(Exception):
@@ -172,8 +152,7 @@ def verification_scored(
     recount = token_count(verified.model_id, answer)
     if not scores_cover_answer(n=len(tokens), answer=answer, recount=recount):
         detail = f"{len(tokens)} scores for an answer of {recount} tokens"
-        _verifier_failed(ver, V.Status.REFUSED, detail, now)
-        return None
+        return _verifier_failed(ver, V.Status.REFUSED, detail, now)
     if not receipt_verify(
         public_key_b64=ver.verifier.machine.public_key,
         signature_b64=receipt,
@@ -181,13 +160,13 @@ def verification_scored(
         completion_tokens=len(tokens),
         text=answer,
     ):
-        _verifier_failed(ver, V.Status.REFUSED, "the receipt does not verify", now)
-        return None
+        return _verifier_failed(
+            ver, V.Status.REFUSED, "the receipt does not verify", now
+        )
     try:
         judged = answer_plausible(temperature=verified.temperature, tokens=tokens)
     except ValueError as exc:  # numbers no model gives (a z that is not finite)
-        _verifier_failed(ver, V.Status.REFUSED, str(exc), now)
-        return None
+        return _verifier_failed(ver, V.Status.REFUSED, str(exc), now)
     _judged_store(ver, judged, now)
     # paid for the answer's tokens as its host was (never more than it billed)
     paid = min(len(tokens), recount if verified.billed is None else verified.billed)
@@ -215,69 +194,13 @@ def _judged_store(ver: Verification, judged: Plausibility, now: datetime) -> Non
     ver.scored_at = now
 
 
-def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str | None:
-    """What a scored verification means for the verified device; saves
-    ``ver``. Round 1 plausible: nothing. Round 1 implausible: a round 2 on a
-    device of a third owner (returned, hex, to be sent), or ``unconfirmed``
-    when there is none (a lone verifier never fails a host). Round 2
-    plausible: ``cleared``; implausible too: the device fails a check
-    (``services.device_check_failed``: score, held earnings reversed,
-    quarantine judged)."""
-    second = None
-    if ver.round == 1 and plausible:
-        ver.verdict = V.Verdict.PLAUSIBLE
-    elif ver.round == 1:
-        nxt = verification_open(
-            job=ver.job,
-            attempt=ver.attempt,
-            round=2,
-            now=now,
-            exclude_owners={ver.verifier.machine.owner_id},
-        )
-        ver.verdict = (
-            V.Verdict.CONFIRMING if nxt.verifier_id else V.Verdict.UNCONFIRMED
-        )
-        second = nxt.id.hex if nxt.verifier_id else None
-    elif plausible:
-        ver.verdict = V.Verdict.CLEARED
-        first = _first_round_settle(ver)
-        if ver.verifier_trusted:
-            verifier_distrust(
-                verifier_id=first.verifier_id,
-                model_id=ver.job.model_id,
-                detail=f"its implausible verdict on job {ver.job_id} contradicted"
-                f" by a trusted verifier ({first.detail}; {ver.detail})",
-                now=now,
-            )
-    else:
-        ver.verdict = V.Verdict.FAILED
-        first = _first_round_settle(ver)
-        device_check_failed(
-            device_id=ver.device_id,
-            model_id=ver.job.model_id,
-            detail=f"verification of job {ver.job_id}: implausible twice"
-            f" ({first.detail}; {ver.detail})",
-            now=now,
-        )
-    ver.save()
-    return second
-
-
-def _first_round_settle(ver: Verification) -> Verification:
-    """Round 2 ``ver`` scored: its round 1 (``confirming``) takes its verdict
-    (``cleared`` or ``failed``); returns round 1."""
-    first = Verification.objects.get(job_id=ver.job_id, round=1)
-    first.verdict = ver.verdict
-    first.save(update_fields=["verdict"])
-    return first
-
-
 def _verifier_failed(
     ver: Verification, status: str, detail: str, now: datetime
-) -> None:
+) -> str | None:
     """End ``ver`` as the verifier's failure (``refused`` or ``expired``): an
     outcome against the verifier's score, nothing against the verified host;
-    a round 2 that failed leaves round 1 ``unconfirmed``."""
+    a confirming round that failed is asked of another verifier
+    (``verdicts.round_next``: its id, hex, returned to be sent)."""
     ver.status, ver.detail, ver.scored_at = status, detail[:300], now
     ver.save(update_fields=["status", "detail", "scored_at"])
     device_outcome_record(
@@ -287,66 +210,60 @@ def _verifier_failed(
         model_id=ver.canary.model_id if ver.canary_id else ver.job.model_id,
         now=now,
     )
-    _first_round_unconfirmed(ver)
     log.info(
         "verification %s: verifier %s %s (%s)", ver.id, ver.verifier_id, status, detail
     )
-
-
-def _first_round_unconfirmed(ver: Verification) -> None:
-    """A round 2 that ended unscored leaves its round 1 ``unconfirmed``: an
-    implausible answer found once is never a verdict against the host."""
-    if ver.round == 2:
-        Verification.objects.filter(
-            job_id=ver.job_id, round=1, verdict=V.Verdict.CONFIRMING
-        ).update(verdict=V.Verdict.UNCONFIRMED)
+    return round_after_failure(ver, now)
 
 
 @transaction.atomic
 def verification_refused(
     *, verification_id: str, machine_id: str, detail: str, now: datetime | None = None
-) -> bool:
+) -> str | None:
     """The verifier on machine ``machine_id`` answered verification
     ``verification_id`` (hex) with an ``error`` or a malformed ``scores``
     (``detail`` says which): ``refused``, against the verifier (a refused
-    offer). True when it was open there."""
+    offer). Returns the id (hex) of the round asked of another verifier
+    instead, to be sent (``_verifier_failed``), else None (also when it was
+    not open there)."""
     ver = _open_verification(verification_id, machine_id)
     if ver is None:
-        return False
-    _verifier_failed(ver, V.Status.REFUSED, detail, now or timezone.now())
-    return True
+        return None
+    return _verifier_failed(ver, V.Status.REFUSED, detail, now or timezone.now())
 
 
 def verifications_expire(*, now: datetime | None = None) -> int:
     """Expire the verifications offered more than ``BALLAST_VERIFY_DEADLINE_S``
     ago without scores (Celery beat); returns how many. Against the verifier
     when its ``verify`` was sent; one never sent (its coordinator process
-    stopped first) expires against nobody."""
+    stopped first) expires against nobody. A confirming round that expired is
+    asked of another verifier, sent from here (``offers.verification_send``)."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.BALLAST_VERIFY_DEADLINE_S)
     expired = 0
     for ver_id in Verification.objects.filter(
         status=V.Status.OFFERED, offered_at__lt=cutoff
     ).values_list("id", flat=True):
-        expired += _verification_expire(ver_id, now)
+        ended, nxt = _verification_expire(ver_id, now)
+        expired += ended
+        if nxt is not None:
+            async_to_sync(verification_send)(nxt)
     return expired
 
 
 @transaction.atomic
-def _verification_expire(ver_id, now: datetime) -> int:
+def _verification_expire(ver_id, now: datetime) -> tuple[int, str | None]:
     ver = (
         Verification.objects.select_for_update(of=("self",))
-        .select_related("job", "canary")
+        .select_related("job", "canary", "attempt", "verifier__machine")
         .filter(id=ver_id, status=V.Status.OFFERED)
         .first()
     )
     if ver is None:
-        return 0
+        return 0, None
     if ver.sent_at is None:
         ver.status, ver.detail, ver.scored_at = V.Status.EXPIRED, "never sent", now
         ver.save(update_fields=["status", "detail", "scored_at"])
-        _first_round_unconfirmed(ver)
-        return 1
+        return 1, round_after_failure(ver, now)
     detail = f"no scores within {settings.BALLAST_VERIFY_DEADLINE_S:g} s"
-    _verifier_failed(ver, V.Status.EXPIRED, detail, now)
-    return 1
+    return 1, _verifier_failed(ver, V.Status.EXPIRED, detail, now)

@@ -1,5 +1,5 @@
-"""Who verifies an answer, whether its scores can cover the answer, and what it
-is paid (DESIGN.md "Verifying real answers"; ``jobs.verification.records``
+"""Who verifies an answer (``verification_open`` stores the round), whether its
+scores can cover the answer, and what it is paid (DESIGN.md "Verifying real answers"; ``jobs.verification.records``
 calls these in its transactions)."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from billing.services import Segment, charge_plan, charge_post
 from hosts.liveness import live_q
 from hosts.models import Device, DeviceModel
 
-from ..models import Rental, Verification
+from ..models import Attempt, Job, Rental, Verification
 from ..tokens import token_count_inflated
 from .answers import VerifiedAnswer
+from .checks import trusted
 
 # verifiers considered for one pick (the best scores first, then one at random)
 VERIFIERS_CONSIDERED = 64
@@ -105,3 +106,35 @@ def verifier_pay(
     )
     if posted is not None:
         ver.paid_nano = sum(share for _, share in plan.shares)
+
+
+def verification_open(
+    *, job: Job, attempt: Attempt, round: int, now: datetime, exclude_owners=()
+) -> Verification:
+    """Store a verification of ``attempt`` (of ``job``) in ``round`` with a
+    verifier picked among other owners' devices (``verifier_pick``: never the
+    verified host's owner, nor any of ``exclude_owners``; in round 2 a trusted
+    verifier, ``checks.trusted``, while one qualifies); ``no_verifier`` when
+    there is none."""
+    owner_id = attempt.device.machine.owner_id
+    exclude = {owner_id, *exclude_owners}
+    verifier = None
+    if round == 2:
+        verifier = verifier_pick(
+            model_id=job.model_id, exclude_owners=exclude, now=now, trusted_only=True
+        )
+    verifier = verifier or verifier_pick(
+        model_id=job.model_id, exclude_owners=exclude, now=now
+    )
+    return Verification.objects.create(
+        job=job,
+        attempt=attempt,
+        device_id=attempt.device_id,
+        verifier=verifier,
+        verifier_trusted=verifier is not None and trusted(verifier),
+        round=round,
+        status=Verification.Status.OFFERED
+        if verifier
+        else Verification.Status.NO_VERIFIER,
+        offered_at=now,
+    )

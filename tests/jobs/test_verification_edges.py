@@ -24,6 +24,7 @@ from jobs.verification.records import verifications_expire
 from jobs.tokens import token_count
 from tests.hostsim import MODEL
 
+from .helpers import chat_request
 from .verifying import (  # noqa: F401 (verifying: a fixture)
     ANSWER,
     IMPLAUSIBLE,
@@ -47,6 +48,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
         ({"stop": ["e"]}, "stop"),  # the agent cut its last token's text
         ({"temperature": 1.5}, "stop"),  # hotter than the judge is calibrated for
         ({"temperature": 2.0}, "length"),
+        ({"temperature": 0.3}, "stop"),  # below the calibrated range
     ],
 )
 async def test_answers_the_judge_cannot_score_faithfully_are_not_verified(
@@ -165,7 +167,9 @@ async def test_late_scores_are_answered_with_an_error_and_change_nothing(
 
 
 @pytest.mark.parametrize("second", ["plausible", "implausible"])
-async def test_round_one_takes_the_verdict_of_round_two(verifying, api_key, second):
+async def test_every_round_takes_the_answers_verdict(verifying, api_key, second):
+    """Two implausible verdicts fail the host; one each way with no third
+    verifier to ask leaves every round ``unconfirmed``."""
     verified = await host_online("a@example.com", "a", verifies=False, score=95)
     one = await host_online("b@example.com", "b", verifies=True, score=60)
     two = await host_online("c@example.com", "c", verifies=True, score=60)
@@ -177,7 +181,36 @@ async def test_round_one_takes_the_verdict_of_round_two(verifying, api_key, seco
     await host2.send(host2.scores_frame(verify2, scores_of(verify2, entry)))
     round2 = await verification_until(verify2["job"], until=lambda v: v.verdict != "")
     round1 = await Verification.objects.aget(id=verify1["job"])
-    expected = "cleared" if second == "plausible" else "failed"
+    expected = "unconfirmed" if second == "plausible" else "failed"
     assert round2.verdict == round1.verdict == expected
     for h in (verified, one, two):
         await h.close()
+
+
+async def test_an_answer_the_agent_could_not_decode_is_not_verified(verifying, api_key):
+    """U+FFFD in an answer: bytes the agent's decoder replaced, not the text
+    the model drew (an honest host was judged implausible on one)."""
+    verified, verifier = await verified_and_verifier()
+    request = chat_request(api_key, stream=False)
+    offer = await verified.recv_type("offer")
+    await verified.answer(offer, ["Hello \ufffd there"])
+    assert (await request).status_code == 200
+    assert await verifier.ws.receive_nothing(timeout=0.3)
+    assert not await Verification.objects.aexists()
+    await verified.close()
+    await verifier.close()
+
+
+async def test_a_verify_spells_the_sampler_as_floats_whatever_the_renter_sent(
+    verifying, api_key
+):
+    """A renter's ``temperature: 0`` reaches the verifier as 0.0 and a missing
+    ``top_p`` as 1.0, as every check does: no spelling tells them apart."""
+    verified, verifier = await verified_and_verifier()
+    await served(api_key, verified, temperature=0)
+    _, verify = await verify_to([verifier])
+    temperature, top_p = verify["params"]["temperature"], verify["params"]["top_p"]
+    assert (temperature, top_p) == (0.0, 1.0)
+    assert isinstance(temperature, float) and isinstance(top_p, float)
+    await verified.close()
+    await verifier.close()

@@ -12,6 +12,7 @@ scripted (the agent's prefill is tested with the real model in tests/agent).
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -32,9 +33,9 @@ from jobs.models import CanaryPrompt, Verification
 from jobs.tokens import token_count
 from jobs.verification.checks import (
     CHECK_TEMPERATURES,
-    check_plan,
     checks_calibrate,
     clearly,
+    verifier_checks_plan,
     verifier_checks_take_due,
 )
 from jobs.verification.plausibility import token_scores_parse
@@ -52,12 +53,13 @@ DECOY = "Seine capital river The Paris, the city France on of a is"
 
 @pytest.fixture
 def checking(settings, catalog):
-    """Checks of verifiers on, sent as soon as planned; no spot checks."""
+    """Checks of verifiers on, planned at every run of the plan while a
+    verifier is not trusted and (nearly) never once it is; no spot checks."""
     settings.BALLAST_SPOT_CHECKS = False
     settings.BALLAST_VERIFIER_CHECKS = True
-    settings.BALLAST_VERIFIER_CHECK_DELAY_S = 0
     settings.BALLAST_VERIFIER_TRUST_PASSES = 3
-    settings.BALLAST_VERIFIER_CHECK_RATE = 0.0
+    settings.BALLAST_VERIFIER_CHECK_NEW_EVERY_S = 1.0
+    settings.BALLAST_VERIFIER_CHECK_EVERY_S = 1e12
     return settings
 
 
@@ -91,10 +93,13 @@ class Verifier:
         self.machine_id = str(machine.id)
 
     def checks(self) -> list[tuple[str, dict]]:
-        """Plan a check as being asked to verify does, and take it as the lease
-        loop's poke does."""
-        check_plan(verifier=Device.objects.get(id=self.device.id), now=timezone.now())
-        return verifier_checks_take_due(machine_id=self.machine_id)
+        """Run the plan as beat does (every second here), and take what is
+        due a second later as the lease loop's poke does."""
+        now = timezone.now()
+        verifier_checks_plan(now=now, every_s=1.0)
+        return verifier_checks_take_due(
+            machine_id=self.machine_id, now=now + timedelta(seconds=1.1)
+        )
 
     def answer(self, ver_id: str, frame: dict, entry: dict) -> None:
         """Scores of ``entry`` for every token of the frame's answer."""
@@ -127,8 +132,8 @@ def test_a_verifier_is_checked_until_it_is_trusted_and_paid_for_each_pass(checki
         assert (ver.status, ver.verdict) == ("scored", "passed")
         assert ver.paid_nano > 0
         assert honest.passes() == expected_passes
-    assert not honest.checks(), "trusted: checked only at BALLAST_VERIFIER_CHECK_RATE"
-    checking.BALLAST_VERIFIER_CHECK_RATE = 1.0
+    assert not honest.checks(), "trusted: checked every BALLAST_VERIFIER_CHECK_EVERY_S"
+    checking.BALLAST_VERIFIER_CHECK_EVERY_S = 1.0
     assert len(honest.checks()) == 1
     assert Earning.objects.filter(device=honest.device, status="held").count() == 3
     assert not DeviceOutcome.objects.filter(device=honest.device, success=False).exists()
@@ -140,7 +145,7 @@ def test_a_verifier_is_checked_until_it_is_trusted_and_paid_for_each_pass(checki
     ids=["all plausible, never scored", "all implausible"],
 )
 def test_a_verifier_that_does_not_score_fails_a_check(checking, says, caught_on):
-    checking.BALLAST_VERIFIER_CHECK_RATE = 1.0  # checked still once trusted
+    checking.BALLAST_VERIFIER_CHECK_EVERY_S = 1.0  # checked still once trusted
     _pool(40)
     lazy = Verifier("b@example.com", "b")
     for _ in range(40):  # each check is a decoy at 1 in 2: missed 40 times at 1e-12
