@@ -38,6 +38,7 @@ from .canaries import answer_right
 from .canarygen import MAX_CHARS, Shape, canary_draw
 from .canaryvocab import vocab_load
 from .models import CanaryPrompt, Job, SpotCheck, Verification
+from .verification.check_calibration import checks_calibrate, engine_checks
 
 log = logging.getLogger("ballast.spotchecks")
 
@@ -230,23 +231,6 @@ def _checks_untried(model_id: str) -> bool:
     ).exists()
 
 
-def engine_checks(engine) -> tuple | None:
-    """The judge and sampler of checks of verifiers on ``engine`` (loaded);
-    None for an engine that cannot score by prefill."""
-    from .verification.checks import engine_judge, engine_sampler
-
-    if not getattr(engine, "verifies", False):
-        return None
-    return engine_judge(engine), engine_sampler(engine)
-
-
-def checks_calibrate(**kwargs) -> int:
-    """``jobs.verification.checks.checks_calibrate`` (imported when used)."""
-    from .verification.checks import checks_calibrate as calibrate
-
-    return calibrate(**kwargs)
-
-
 def reference_engine(model_id: str):
     """The reference engine of a model on this coordinator (unloaded), or None:
     SmolLM2-135M-Instruct through the agent's llama.cpp engine, when its GGUF
@@ -322,7 +306,7 @@ def canary_pool_top_up(
     engine (Celery beat): draw and calibrate until it has what it needs
     (``canary_pool_need``) or ``budget_s`` (``BALLAST_CANARY_POOL_BUDGET_S``)
     is spent, then make checks of verifiers of the calibrated prompts not
-    tried yet (``jobs.verification.checks.checks_calibrate``, with
+    tried yet (``jobs.verification.check_calibration.checks_calibrate``, with
     ``checks_for(engine)``'s judge and sampler, by default ``engine_checks``;
     None from it: none). Returns {model
     id: prompts calibrated}; nothing with ``BALLAST_SPOT_CHECKS`` off."""

@@ -26,18 +26,17 @@ from jobs.canarypool import (
     canary_pick,
     canary_pool_fill,
     engine_answerer,
-    engine_checks,
     reference_engine,
 )
 from jobs.models import CanaryPrompt, Verification
 from jobs.tokens import token_count
-from jobs.verification.checks import (
+from jobs.verification.check_calibration import (
     CHECK_TEMPERATURES,
     checks_calibrate,
     clearly,
-    verifier_checks_plan,
-    verifier_checks_take_due,
+    engine_checks,
 )
+from jobs.verification.checks import verifier_checks_plan, verifier_checks_take_due
 from jobs.verification.plausibility import token_scores_parse
 from jobs.verification.records import VERIFY_MAX_TOKENS, verification_scored
 from tests.devices import device_online

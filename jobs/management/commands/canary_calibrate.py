@@ -17,13 +17,8 @@ import asyncio
 from django.core.management.base import BaseCommand, CommandError
 
 from catalog.models import CatalogModel
-from jobs.canarypool import (
-    canary_pool_fill,
-    checks_calibrate,
-    engine_answerer,
-    engine_checks,
-    reference_engine,
-)
+from jobs.canarypool import canary_pool_fill, engine_answerer, reference_engine
+from jobs.verification.check_calibration import checks_calibrate, engine_checks
 
 
 class Command(BaseCommand):
