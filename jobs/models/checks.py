@@ -44,8 +44,10 @@ class CanaryPrompt(models.Model):
     )
     reference_output = models.TextField(blank=True)
     # a check of verifiers (jobs.verification.checks): the temperature it is
-    # scored at and a decoy answer the reference model finds implausible there
+    # scored at, the reference model's answer sampled there (plausible) and a
+    # decoy answer it finds implausible there
     check_temperature = models.FloatField(null=True, blank=True)
+    check_output = models.TextField(blank=True)
     decoy_output = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     calibrated_at = models.DateTimeField(null=True, blank=True)

@@ -40,21 +40,18 @@ class VerifiedAnswer:
 
 def verified_answer(ver: Verification) -> VerifiedAnswer:
     """The answer ``ver`` scores (its ``job``, or its ``canary`` for a check:
-    the reference model's answer when ``expected_plausible``, else the decoy,
-    at the check's temperature)."""
+    the reference model's answer at the check's temperature when
+    ``expected_plausible``, else the decoy)."""
     if ver.canary_id is not None:
         canary = ver.canary
-        # (no stop: a real answer verified under a stop list ran to max_tokens)
-        params = {**canary.params, "temperature": canary.check_temperature, "stop": None}
+        params = {**canary.params, "temperature": canary.check_temperature}
         return VerifiedAnswer(
             model_id=canary.model_id,
             endpoint=canary.endpoint,
             messages=canary.messages,
             prompt=canary.prompt,
             params=params,
-            answer=canary.reference_output
-            if ver.expected_plausible
-            else canary.decoy_output,
+            answer=canary.check_output if ver.expected_plausible else canary.decoy_output,
             billed=None,
             price_nano=CatalogModel.objects.get(id=canary.model_id).price_completion_nano,
         )

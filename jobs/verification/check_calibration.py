@@ -126,30 +126,42 @@ def check_calibrate(
     *, row: CanaryPrompt, judge: Judge, sample: Sampler, others: list[str]
 ) -> bool:
     """Make a calibrated pool row a check of verifiers: draw its temperature
-    (``traffic_temperature``), keep it when the reference model finds its own
-    answer ``clearly`` plausible there and one of its ``decoys`` (``others``:
+    (``traffic_temperature``), sample the model's own answer there
+    (``check_output``; at 0 the greedy ``reference_output``), keep it when the
+    reference model finds that ``clearly`` plausible and one of its ``decoys`` (``others``:
     other prompts' answers; none longer than the row's ``max_tokens``)
-    ``clearly`` implausible. Stores
-    ``check_temperature`` (tried) and ``decoy_output`` (blank: no check);
-    returns whether it became one."""
+    ``clearly`` implausible. Stores ``check_temperature`` (tried),
+    ``check_output`` and ``decoy_output`` (blank: no check); returns whether
+    it became one."""
     temperature = traffic_temperature(row.model_id)
     row.check_temperature, row.decoy_output = temperature, ""
-    reference = row.reference_output
+    # the plausible answer: the model's own at that temperature (a greedy one
+    # at T > 0 would tell a check from a sampled real answer)
+    row.check_output = (
+        row.reference_output if temperature <= 0 else sample(row, temperature)
+    )
     max_tokens = row.params.get("max_tokens") or 256
-    if len(reference) >= CHECK_MIN_CHARS and clearly(
-        judge(row, reference, temperature), temperature=temperature, plausible=True
+
+    def fits(text: str) -> bool:  # (a verifier scores at most max_tokens of it)
+        return bool(text.strip()) and (
+            token_count(row.model_id, text) or max_tokens + 1
+        ) <= max_tokens
+
+    honest = row.check_output
+    if (
+        len(honest) >= CHECK_MIN_CHARS
+        and fits(honest)
+        and clearly(judge(row, honest, temperature), temperature=temperature, plausible=True)
     ):
         for decoy in decoys(row, sample=sample, others=others):
-            if not decoy.strip() or decoy == reference:
+            if decoy == honest or not fits(decoy):
                 continue
-            if (token_count(row.model_id, decoy) or max_tokens + 1) > max_tokens:
-                continue  # (a verifier scores at most max_tokens of it)
             if clearly(
                 judge(row, decoy, temperature), temperature=temperature, plausible=False
             ):
                 row.decoy_output = decoy
                 break
-    row.save(update_fields=["check_temperature", "decoy_output"])
+    row.save(update_fields=["check_temperature", "check_output", "decoy_output"])
     return bool(row.decoy_output)
 
 

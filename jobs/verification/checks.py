@@ -194,9 +194,22 @@ def check_judged(ver: Verification, judged: Plausibility, now: datetime) -> bool
     return False
 
 
+def verifier_outvoted(*, verifier_id: int, model_id: str, now: datetime) -> None:
+    """Two other verifiers agreed against this one's verdict on an answer: a
+    failure on its score and its passes back to 0 (checked every
+    ``BALLAST_VERIFIER_CHECK_NEW_EVERY_S`` until trusted again)."""
+    Device.objects.filter(id=verifier_id).update(verifier_passes=0)
+    device_outcome_record(
+        device_id=verifier_id,
+        success=False,
+        reason="verify_outvoted",
+        model_id=model_id,
+        now=now,
+    )
+
+
 def verifier_distrust(*, verifier_id: int, model_id: str, detail: str, now: datetime) -> None:
-    """A verifier's word was found false (a failed check, or a round 1
-    contradicted by a trusted round 2): a failed check of its honesty
-    (``services.device_check_failed``) and its passes back to 0."""
+    """A verifier's word on a check was found false: a failed check of its
+    honesty (``services.device_check_failed``) and its passes back to 0."""
     Device.objects.filter(id=verifier_id).update(verifier_passes=0)
     device_check_failed(device_id=verifier_id, model_id=model_id, detail=detail, now=now)

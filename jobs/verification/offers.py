@@ -30,7 +30,8 @@ def verify_frame(*, ver: Verification, device_index: int) -> dict:
     it to the verified job), the model, the conversation (``messages``, or a
     completion's ``prompt``) and ``params`` as the verified job's offer had
     them (the temperature and top_p as the sampler takes them: floats, a
-    missing one 1.0), and the exact ``answer`` its host delivered
+    missing one 1.0; ``stop`` always null: no verified answer was cut by one,
+    and a check must not differ), and the exact ``answer`` its host delivered
     (``answers.verified_answer``: a check of a verifier's alike)."""
     verified = verified_answer(ver)
     params = verified.params
@@ -44,7 +45,7 @@ def verify_frame(*, ver: Verification, device_index: int) -> dict:
             "temperature": verified.temperature,
             "top_p": 1.0 if top_p is None else float(top_p),
             "max_tokens": params.get("max_tokens"),
-            "stop": params.get("stop"),
+            "stop": None,  # (a verified answer ran to its end: no stop cut it)
             "seed": params.get("seed"),
         },
         "answer": verified.answer,

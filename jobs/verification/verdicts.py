@@ -5,13 +5,14 @@ Round 1 plausible: nothing follows. Otherwise rounds are asked of verifiers of
 owners none of the earlier rounds had (a trusted one while any qualifies,
 ``verifiers.verification_open``), up to ``MAX_ROUNDS``, until two agree: two
 implausible verdicts fail the host (``services.device_check_failed``), two
-plausible ones clear it; either way every verifier that said the contrary
-fails a check of its honesty when the agreeing side has a trusted verifier
-(``checks.verifier_distrust``). A round that fails (an ``error``, malformed
+plausible ones clear it; either way every verifier that said the contrary is
+outvoted (``checks.verifier_outvoted``: a failure on its score, its trust
+reset). A round that fails (an ``error``, malformed
 scores, no scores in time) is asked again of another verifier; no verifier
 left, or ``MAX_ROUNDS`` asked: ``unconfirmed``, nothing follows for anyone.
-So no one account's word decides: a colluder's lie in a round is outvoted and
-costs it a failed check, and its refusal only brings the next verifier.
+A confirming round never goes to an owner an earlier round had; a colluder's
+lie in one is outvoted and costs it its trust, and its refusal only brings the
+next verifier.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from datetime import datetime
 
 from ..models import Verification
 from ..services.checks import device_check_failed
-from .checks import verifier_distrust
+from .checks import verifier_outvoted
 from .verifiers import verification_open
 
 V = Verification
@@ -99,16 +100,12 @@ def _verdicts_set(rounds: list[Verification], verdict: str) -> None:
 
 
 def _decided(rounds, verdict: str, *, agreeing, contrary, now: datetime) -> None:
-    """Every round takes ``verdict``; the ``contrary`` verifiers fail a check
-    of their honesty when a trusted verifier is among the ``agreeing``."""
+    """Every round takes ``verdict``; each ``contrary`` verifier is outvoted
+    (``checks.verifier_outvoted``: a failure on its score and its trust reset,
+    so checks come often again; not a failed check of its honesty, which two
+    colluding accounts could then inflict on an honest verifier)."""
     _verdicts_set(rounds, verdict)
-    if not any(r.verifier_trusted for r in agreeing):
-        return
     for wrong in contrary:
-        verifier_distrust(
-            verifier_id=wrong.verifier_id,
-            model_id=wrong.job.model_id,
-            detail=f"its verdict on job {wrong.job_id} ({wrong.detail}) contradicted"
-            f" by two verifiers, one trusted",
-            now=now,
+        verifier_outvoted(
+            verifier_id=wrong.verifier_id, model_id=wrong.job.model_id, now=now
         )

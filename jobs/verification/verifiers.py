@@ -31,9 +31,10 @@ def verifier_pick(
     latest ``hello``, the model loaded, its machine declaring ``verifies``,
     not paused, quarantined or retired, not rented (a rental's device is its
     renter's), on a machine of none of ``exclude_owners`` (user ids), with
-    ``trusted_only`` one that passed its checks (``checks.trusted``). One of
-    the ``VERIFIERS_CONSIDERED`` best scored, drawn with ``secrets``; None when
-    no device qualifies."""
+    ``trusted_only`` one that passed its checks (``checks.trusted``), with a
+    slot (a device that takes jobs, so spot checks reach it too). Among the
+    ``VERIFIERS_CONSIDERED`` best scored, an owner drawn with ``secrets``, then
+    one of its devices; None when no device qualifies."""
     passes = settings.BALLAST_VERIFIER_TRUST_PASSES if trusted_only else 0
     candidates = list(
         Device.objects.filter(
@@ -44,6 +45,7 @@ def verifier_pick(
                 )
             ),
             verifier_passes__gte=passes,
+            slots_total__gt=0,  # a device that takes jobs (and spot checks)
             retired_at__isnull=True,
             quarantined=False,
             paused=False,
@@ -63,7 +65,13 @@ def verifier_pick(
         .select_related("machine")
         .order_by("-score", "id")[:VERIFIERS_CONSIDERED]
     )
-    return secrets.choice(candidates) if candidates else None
+    if not candidates:
+        return None
+    by_owner: dict[int, list[Device]] = {}
+    for device in candidates:
+        by_owner.setdefault(device.machine.owner_id, []).append(device)
+    # an owner first, then one of its devices: many devices buy no more say
+    return secrets.choice(by_owner[secrets.choice(sorted(by_owner))])
 
 
 def scores_cover_answer(*, n: int, answer: str, recount: int | None) -> bool:
@@ -113,13 +121,13 @@ def verification_open(
 ) -> Verification:
     """Store a verification of ``attempt`` (of ``job``) in ``round`` with a
     verifier picked among other owners' devices (``verifier_pick``: never the
-    verified host's owner, nor any of ``exclude_owners``; in round 2 a trusted
-    verifier, ``checks.trusted``, while one qualifies); ``no_verifier`` when
+    verified host's owner, nor any of ``exclude_owners``; from round 2 on a
+    trusted verifier, ``checks.trusted``, while one qualifies); ``no_verifier`` when
     there is none."""
     owner_id = attempt.device.machine.owner_id
     exclude = {owner_id, *exclude_owners}
     verifier = None
-    if round == 2:
+    if round >= 2:
         verifier = verifier_pick(
             model_id=job.model_id, exclude_owners=exclude, now=now, trusted_only=True
         )

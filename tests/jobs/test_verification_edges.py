@@ -68,11 +68,12 @@ async def test_an_answer_that_reached_max_tokens_under_a_stop_list_is_verified(
     verifying, api_key
 ):
     """A ``stop`` list the answer never met (``finish_reason`` length) cut
-    nothing: the answer is verified like any other."""
+    nothing: the answer is verified like any other, its ``verify`` without
+    the list (as every ``verify``: a check must not differ)."""
     verified, verifier = await verified_and_verifier()
     await served(api_key, verified, finish_reason="length", stop=["zzz"], temperature=1.0)
     _, verify = await verify_to([verifier])
-    assert verify["params"]["stop"] == ["zzz"]
+    assert verify["params"]["stop"] is None
     await verifier.send(verifier.scores_frame(verify, scores_of(verify, PLAUSIBLE)))
     ver = await verification_until(verify["job"])
     assert ver.verdict == "plausible"
@@ -140,7 +141,7 @@ async def test_an_unreadable_frame_while_scoring_refuses_the_verification(
     assert ver.status == "refused" and "unreadable" in ver.detail
     # its scores afterwards are answered as not open, and change nothing
     await verifier.send(verifier.scores_frame(verify, scores_of(verify, PLAUSIBLE)))
-    assert "not a verification offered here" in (
+    assert "is not open here" in (
         await verifier.recv_type("error")
     )["message"]
     assert not await Earning.objects.filter(device__machine=verifier.machine).aexists()

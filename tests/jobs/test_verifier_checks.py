@@ -74,6 +74,7 @@ def _pool(count: int, temperature: float = 0.0) -> list[CanaryPrompt]:
             status="calibrated",
             reference_output=REFERENCE,
             check_temperature=temperature,
+            check_output=REFERENCE,
             decoy_output=DECOY,
         )
         for i in range(count)
@@ -200,8 +201,30 @@ def test_checks_are_calibrated_on_the_real_model(catalog, settings):
         assert made == len(checks) >= 2
         for row in checks:
             t = row.check_temperature
-            assert row.decoy_output != row.reference_output
-            assert clearly(judge(row, row.reference_output, t), temperature=t, plausible=True)
+            assert row.decoy_output != row.check_output
+            if t == 0:
+                assert row.check_output == row.reference_output
+            assert clearly(judge(row, row.check_output, t), temperature=t, plausible=True)
             assert clearly(judge(row, row.decoy_output, t), temperature=t, plausible=False)
     finally:
         asyncio.run(engine.close())
+
+
+def test_a_verifier_is_drawn_by_owner_and_must_take_jobs(checking):
+    """Six devices of one owner buy it no more say than one device of another
+    (the second fresh-eyes review: 261 of 300 rounds went to the six); a
+    device without a slot (never a job, never a spot check) never verifies."""
+    from jobs.verification.verifiers import verifier_pick
+
+    many = [Verifier("x@example.com", f"x{i}") for i in range(6)]
+    one = Verifier("y@example.com", "y")
+    machine, _ = machine_create(owner_email="z@example.com", name="z")
+    slotless = device_online(machine, verifies=True, slots=0)
+    picks = [
+        verifier_pick(model_id=MODEL, exclude_owners=set(), now=timezone.now())
+        for _ in range(300)
+    ]
+    share = sum(p.id == one.device.id for p in picks) / len(picks)
+    assert 0.3 < share < 0.7, share  # half, drawn: outside at about 1e-12
+    assert {p.id for p in picks} <= {v.device.id for v in (*many, one)}
+    assert slotless.id not in {p.id for p in picks}

@@ -52,6 +52,7 @@ async def test_a_check_reaches_the_verifier_like_any_verify_and_is_judged(
         status="calibrated",
         reference_output="The capital of France is Paris, on the Seine.",
         check_temperature=0.0,
+        check_output="The capital of France is Paris, on the Seine.",
         decoy_output="Seine the on Paris, is France of capital The",
     )
     verified = await host_online("a@example.com", "a", verifies=False, score=95)
@@ -108,16 +109,16 @@ async def _round(verifiers, asked, entry):
 @pytest.mark.parametrize(
     "says, verdict",
     [
-        # a liar calls an honest answer implausible: outvoted by two, distrusted
+        # a liar calls an honest answer implausible: outvoted by two
         ((IMPLAUSIBLE, PLAUSIBLE, PLAUSIBLE), "cleared"),
-        # a colluder calls a cheat's answer plausible: outvoted by two, distrusted
+        # a colluder calls a cheat's answer plausible: outvoted by two
         ((IMPLAUSIBLE, PLAUSIBLE, IMPLAUSIBLE), "failed"),
         # a colluder refuses its round: the next verifier is asked
         ((IMPLAUSIBLE, None, IMPLAUSIBLE), "failed"),
     ],
     ids=["liar in round 1", "colluder in round 2", "colluder refuses"],
 )
-async def test_rounds_go_on_until_two_agree_and_the_outvoted_is_distrusted(
+async def test_rounds_go_on_until_two_agree_and_the_outvoted_loses_its_trust(
     checking, api_key, says, verdict
 ):
     verified, verifiers = await _trusted_fleet(api_key)
@@ -135,10 +136,15 @@ async def test_rounds_go_on_until_two_agree_and_the_outvoted_is_distrusted(
         PLAUSIBLE if verdict == "cleared" else IMPLAUSIBLE
     )]
     for host in asked:
-        failed_check = await DeviceOutcome.objects.filter(
-            device__machine=host.machine, source="spot_check", success=False
+        device = await Device.objects.aget(machine=host.machine)
+        was_outvoted = await DeviceOutcome.objects.filter(
+            device=device, reason="verify_outvoted", success=False
         ).aexists()
-        assert failed_check == (host in outvoted), host.machine.name
+        assert was_outvoted == (host in outvoted), host.machine.name
+        assert (device.verifier_passes == 0) == (host in outvoted)
+        assert not await DeviceOutcome.objects.filter(
+            device=device, source="spot_check", success=False
+        ).aexists(), "no one fails a check of its honesty by a vote"
     for h in (verified, *verifiers):
         await h.close()
 
