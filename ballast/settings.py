@@ -347,9 +347,9 @@ BALLAST_QUARANTINE_CHECK_EVERY_S = env_float("BALLAST_QUARANTINE_CHECK_EVERY_S",
 # device's first jobs and after a failed check (halving every
 # BALLAST_VERIFY_SUSPECT_PASSES passes); a verifier's scores due within the deadline.
 # The defaults are what bench/trust.py needed to quarantine each cheat within 100
-# of its jobs in 99 % of runs (docs/trust.md); at 0.05 a host honest for 500 jobs
-# and then serving another model was caught in time in 98 %
-BALLAST_VERIFY_RATE = float(env_decimal("BALLAST_VERIFY_RATE", "0.08"))
+# of its jobs in 99 % of runs (docs/trust.md); at 0.08 a host honest for 500 jobs
+# and then serving another model was caught in time in 99 of 101 runs of one seed
+BALLAST_VERIFY_RATE = float(env_decimal("BALLAST_VERIFY_RATE", "0.10"))
 BALLAST_VERIFY_NEW_JOBS = env_int("BALLAST_VERIFY_NEW_JOBS", 20, minimum=0)
 BALLAST_VERIFY_NEW_RATE = float(env_decimal("BALLAST_VERIFY_NEW_RATE", "0.5"))
 BALLAST_VERIFY_SUSPECT_RATE = float(env_decimal("BALLAST_VERIFY_SUSPECT_RATE", "0.5"))
