@@ -15,7 +15,7 @@ What runs for real, per simulated job (``bench.trustfleet`` lists the functions)
 the job and its attempt stored (``jobs.services.job_create``), the outcome on the
 device's score, the token count checked, the spot-check draw and verdict, the
 verification draw (``jobs.verification.records.verification_choose``), each
-verifier's scores judged and paid (``verification_scored``: two rounds), a
+verifier's scores judged and paid (``verification_scored``: rounds until two agree), a
 failed check's consequences, quarantine. Not run: the websockets, the relay, the
 renter's billing (``docs/trust.md``).
 

@@ -7,7 +7,8 @@ count checked (``jobs.tokens.token_count_inflated`` → a failed check,
 ``jobs.services.checks.device_check_failed``); the verification drawn at the
 device's rate (``jobs.verification.records.verification_choose``) and, when one
 is offered, scored by the verifiers with the bank's real scores and a signed
-receipt (``verification_scored``, round 2 when round 1 found it implausible).
+receipt (``verification_scored``; rounds until two verdicts agree,
+``jobs.verification.verdicts``).
 Per dispatched job, the spot-check draw at ``BALLAST_CANARY_RATE`` (as
 ``jobs.services.dispatch`` marks one due); a check's verdict is the two tests
 ``jobs.spotchecks.spot_check_verdict`` makes (``answer_right``, the count), its
@@ -164,7 +165,7 @@ class Fleet:
 
     def _verify(self, ver, answer):
         """The verifier answers ``ver`` with the bank's scores of the answer
-        (an honest verifier: the real model's); returns round 2 if one follows."""
+        (an honest verifier: the real model's); returns the next round if one follows."""
         from agent.receipts import receipt_sign
         from jobs.models import Verification
         from jobs.verification.plausibility import token_scores_parse
