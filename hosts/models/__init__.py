@@ -3,11 +3,11 @@
 Rules about one row live on the models (``Machine.is_online``,
 ``Device.is_eligible_for``); anything that writes several rows is in
 ``hosts.services``. ``machines``: machines and process leases; ``devices``:
-devices, their models, failed loads, benchmarks; ``history``: outcomes, score
+devices, their models, failed loads, benchmarks, measurements; ``history``: outcomes, score
 samples, online spans.
 """
 
-from .devices import Benchmark, Device, DeviceModel, FailedCapability
+from .devices import Benchmark, Device, DeviceModel, FailedCapability, Measurement
 from .history import DeviceOutcome, OnlineSpan, ScoreSample
 from .machines import CoordinatorLease, Machine, token_hash, token_new
 
@@ -19,6 +19,7 @@ __all__ = [
     "DeviceOutcome",
     "FailedCapability",
     "Machine",
+    "Measurement",
     "OnlineSpan",
     "ScoreSample",
     "token_hash",

@@ -1,5 +1,6 @@
-"""Devices (GPUs) of a machine, the models on them, failed loads and benchmarks,
-DESIGN.md "Vocabulary" and "Picking a device" (``Device.is_eligible_for``).
+"""Devices (GPUs, or a CPU) of a machine, the models on them, failed loads,
+benchmarks and the coordinator's own measurements, DESIGN.md "Vocabulary" and
+"Picking a device" (``Device.is_eligible_for``).
 """
 
 from __future__ import annotations
@@ -16,15 +17,26 @@ class Device(models.Model):
     """One GPU of a machine: slots, score and quarantine are per device.
 
     ``slots_used`` is the coordinator's own count of claims (never the host's
-    word); ``slots_total`` comes from the latest heartbeat. Sizes are MiB,
+    word); ``slots_total`` comes from the latest heartbeat. ``kind`` is what its
+    ``hello`` declared (``gpu``, or ``cpu``: then ``vram_total_mb`` and
+    ``vram_free_mb`` are its system memory). Sizes are MiB,
     temperatures °C.
     """
+
+    class Kind(models.TextChoices):
+        """What its agent declared the device is (``hello``'s ``kind``)."""
+
+        GPU = "gpu", "GPU"
+        CPU = "cpu", "CPU"
 
     machine = models.ForeignKey(
         Machine, on_delete=models.CASCADE, related_name="devices"
     )
     index = models.PositiveIntegerField()
     name = models.CharField(max_length=200)
+    kind = models.CharField(
+        max_length=8, choices=Kind.choices, default=Kind.GPU, db_default=Kind.GPU
+    )
     vram_total_mb = models.PositiveIntegerField(default=0)
     vram_free_mb = models.PositiveIntegerField(null=True, blank=True)
     temp_c = models.FloatField(null=True, blank=True)
@@ -75,8 +87,14 @@ class Device(models.Model):
 
     @property
     def label(self) -> str:
-        """A public label for renters' job logs, like ``rig-1/gpu0`` (no secret)."""
-        return f"{self.machine.name}/gpu{self.index}"
+        """A public label for renters' job logs, like ``rig-1/gpu0`` (``cpu0``
+        for a CPU; no secret)."""
+        return f"{self.machine.name}/{self.short_label}"
+
+    @property
+    def short_label(self) -> str:
+        """``gpu0``, or ``cpu0`` for a device its agent declared a CPU."""
+        return f"{self.kind}{self.index}"
 
     def is_eligible_for(
         self,
@@ -147,6 +165,11 @@ class DeviceModel(models.Model):
     ``ttft_ms_recent`` is the device's median time to first token for this model
     over the last hour (ms), or null when unknown (sorts after known ones).
 
+    ``measured_tokens_per_s``, ``measured_jobs``, ``placed_name`` and
+    ``placed_vram_mb`` are what the coordinator measured of the device on this
+    model and what that allows placement (``hosts.services.
+    device_speed_record``).
+
     ``score`` and ``tiebreak`` are the rest of the ranking key of DESIGN.md
     "Picking a device", kept here so that one index (``devicemodel_ranking``:
     model, score desc, first-token time nulls last, tie-break; loaded rows only)
@@ -167,6 +190,26 @@ class DeviceModel(models.Model):
     loaded = models.BooleanField(default=False)
     ttft_ms_recent = models.PositiveIntegerField(null=True, blank=True)
     first_loaded_at = models.DateTimeField(null=True, blank=True)
+    measured_tokens_per_s = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="median tokens/s of its latest measured jobs of the model"
+        " (offer to done, by the coordinator); null until enough were measured",
+    )
+    measured_jobs = models.PositiveIntegerField(default=0, db_default=0)
+    placed_name = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="the device name its measured speed was found consistent"
+        " with (placed by gpu/min_vram_gb while the device keeps it); '' if not",
+    )
+    placed_vram_mb = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="VRAM credited for min_vram_gb: declared, up to its class's",
+    )
     score = models.PositiveSmallIntegerField(
         default=60, db_default=60, help_text="copy of the device's score (trigger)"
     )
@@ -224,3 +267,32 @@ class Benchmark(models.Model):
 
     class Meta:
         ordering = ["-measured_at"]
+
+
+class Measurement(models.Model):
+    """The coordinator's own measure of one succeeded job on a device: its
+    answer's ``tokens`` (the coordinator's count) over ``seconds`` from the
+    offer to the host's ``done`` (network and prompt included: a host cannot
+    shorten it). The latest ``catalog.gpus.MEASURED_KEPT`` per device and model
+    are kept (``hosts.services.device_speed_record``)."""
+
+    device = models.ForeignKey(
+        Device, on_delete=models.CASCADE, related_name="measurements"
+    )
+    model_id = models.CharField(max_length=100)
+    tokens = models.PositiveIntegerField()
+    seconds = models.FloatField()
+    measured_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-measured_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["device", "model_id", "-id"], name="measurement_device_model"
+            )
+        ]
+
+    @property
+    def tokens_per_s(self) -> float:
+        """``tokens`` / ``seconds``."""
+        return self.tokens / self.seconds
