@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from django.apps import apps
 from django.contrib import admin
-from django.contrib.admin.forms import AdminAuthenticationForm
 from django.db import models
 
-from accounts.forms import EmailAuthenticationForm
+from accounts.forms import StaffAuthenticationForm
 
 BALLAST_APPS = ("hosts", "jobs", "billing", "support")
 FILTER_TYPES = (models.BooleanField, models.DateTimeField, models.DateField)
@@ -46,12 +45,6 @@ for app_label in BALLAST_APPS:
             admin.site.register(model, generic_admin(model))
 
 
-class EmailAdminAuthenticationForm(AdminAuthenticationForm):
-    """The admin's login (staff accounts only) asking for the email, as the site's
-    own login page does (the email is the username)."""
-
-    username = EmailAuthenticationForm.base_fields["username"]
-    clean_username = EmailAuthenticationForm.clean_username
-
-
-admin.site.login_form = EmailAdminAuthenticationForm
+# the username createsuperuser asked for, or a site account's email (its
+# POSTs rate limited as the site's login: ballast/urls.py)
+admin.site.login_form = StaffAuthenticationForm

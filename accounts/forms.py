@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from django import forms
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 
 from jobs.models import ApiKey, Job
+
+from .selectors import login_username
 
 
 class SignUpForm(UserCreationForm):
@@ -51,7 +54,28 @@ class EmailAuthenticationForm(AuthenticationForm):
     )
 
     def clean_username(self) -> str:
-        return self.cleaned_data["username"].strip().lower()
+        return login_username(self.cleaned_data["username"])
+
+
+class StaffAuthenticationForm(AdminAuthenticationForm):
+    """The admin's login (staff accounts only): the username ``createsuperuser``
+    asked for (``staff``), or the email a site account logs in with, in a text
+    field (a browser refuses ``staff`` in an email field)."""
+
+    username = forms.CharField(
+        label="Email or username",
+        max_length=254,
+        widget=forms.TextInput(
+            attrs={
+                "autofocus": True,
+                "autocapitalize": "none",
+                "autocomplete": "username",
+            }
+        ),
+    )
+
+    def clean_username(self) -> str:
+        return login_username(self.cleaned_data["username"])
 
 
 class ApiKeyCreateForm(forms.Form):

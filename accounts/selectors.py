@@ -6,11 +6,30 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from datetime import timezone as dt_timezone
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import Http404
 
 from jobs.models import ApiKey, Job, Rental
+
+
+def login_username(typed: str) -> str:
+    """The username to authenticate for what someone typed in a login form
+    (surrounding spaces dropped): itself when an account has exactly that
+    username (staff made by ``createsuperuser``, e.g. ``staff``), else the one
+    account's whose username matches it case-insensitively (a site account's
+    username is its lower-cased email: ``Ada@Example.com`` logs in as
+    ``ada@example.com``), else ``typed`` lower-cased (no such account: the
+    password check fails as for any unknown name)."""
+    typed = typed.strip()
+    users = get_user_model().objects
+    if users.filter(username=typed).exists():
+        return typed
+    matches = list(
+        users.filter(username__iexact=typed).values_list("username", flat=True)[:2]
+    )
+    return matches[0] if len(matches) == 1 else typed.lower()
 
 
 def api_keys_of(*, user: AbstractBaseUser) -> QuerySet[ApiKey]:

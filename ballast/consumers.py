@@ -9,8 +9,10 @@ from channels.consumer import get_handler_name
 from channels.exceptions import ChannelFull, StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from ballast import local
+from ballast.sockets import SocketCap, socket_forget, socket_release, socket_take
 
 # messages from this process that may wait for a connection's handlers (the
 # in-memory layer's bound: ballast.settings CHANNEL_LAYERS capacity)
@@ -18,6 +20,10 @@ LOCAL_INBOX_MESSAGES = 5000
 # how long (s) after a connection closed this process's messages to it still go
 # to its ``undelivered`` (a sender that picked the connection as it closed)
 CLOSED_READER_S = 10.0
+# close codes (docs/protocol-notes.md "Access"): no hello (host) or request
+# (renter) within BALLAST_HELLO_TIMEOUT_S; too many open sockets
+CLOSE_NO_GREETING = 4408
+CLOSE_TOO_MANY = 4429
 
 
 class DirectDispatchConsumer(AsyncWebsocketConsumer):
@@ -39,8 +45,54 @@ class DirectDispatchConsumer(AsyncWebsocketConsumer):
       switch.
     """
 
+    # set by ``refuse``: the socket is closing, frames that still come are dropped
+    refused = False
+    _socket_id: str | None = None  # this socket's place in its counts (sockets_take)
+    _greeting_timer: asyncio.TimerHandle | None = None
+
     async def __call__(self, scope: dict, receive, send) -> None:
         """Run the connection: ASGI ``scope``/``receive``/``send`` (see class doc)."""
+        try:
+            await self._connection_run(scope, receive, send)
+        finally:
+            if self._greeting_timer is not None:
+                self._greeting_timer.cancel()
+            if self._socket_id is not None:
+                # renewal stops at once; the entries lapse within a lease if the
+                # release cannot finish (Redis away, the server stopping)
+                keys = socket_forget(self._socket_id)
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.to_thread(socket_release, self._socket_id, keys)
+
+    async def sockets_take(self, *caps: SocketCap) -> SocketCap | None:
+        """Count this socket against ``caps`` and against its client address's
+        cap (``BALLAST_SOCKETS_PER_ADDRESS``), all or none, until it ends
+        (``ballast.sockets``). Returns None when counted, else the cap that is
+        full (nothing counted). Raises ``redis.RedisError`` when Redis is away."""
+        client = self.scope.get("client")
+        if client and client[0]:
+            caps = (
+                *caps,
+                SocketCap("address", client[0], "BALLAST_SOCKETS_PER_ADDRESS"),
+            )
+        self._socket_id, full = await asyncio.to_thread(socket_take, list(caps))
+        return full
+
+    def greeting_deadline_start(self) -> None:
+        """In ``BALLAST_HELLO_TIMEOUT_S`` s, call the handler ``greeting_deadline``
+        (in turn with the socket's frames, so after a frame that came first)."""
+        self._greeting_timer = asyncio.get_running_loop().call_later(
+            settings.BALLAST_HELLO_TIMEOUT_S,
+            self._local_deliver,
+            {"type": "greeting.deadline"},
+        )
+
+    async def refuse(self, code: int) -> None:
+        """Close the socket with ``code``; frames that still arrive are dropped."""
+        self.refused = True
+        await self.close(code=code)
+
+    async def _connection_run(self, scope: dict, receive, send) -> None:
         self.scope = scope
         self.base_send = send
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
@@ -151,6 +203,8 @@ class DirectDispatchConsumer(AsyncWebsocketConsumer):
                 lock.release()
 
     async def dispatch(self, message: dict) -> None:
+        if self.refused and message["type"] == "websocket.receive":
+            return  # closing: a frame after the refusal changes nothing
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"no handler for message type {message['type']}")

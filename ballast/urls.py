@@ -9,6 +9,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from ballast.metrics_view import metrics
+from ballast.ratelimits import post_limited
 from jobs.views import not_found
 
 
@@ -28,6 +29,11 @@ async def healthz(request):
 urlpatterns = [
     path("favicon.ico", favicon),
     path("healthz", healthz, name="healthz"),
+    # the admin's login, its POSTs rate limited as the site's (accounts/urls.py)
+    path(
+        "admin/login/",
+        post_limited("BALLAST_LOGIN_RATE", "login", field="username")(admin.site.login),
+    ),
     path("admin/", admin.site.urls),
     path("v1/", include("jobs.urls")),
     # a client's base URL ending in a slash asks for //v1/…: the API's JSON 404,

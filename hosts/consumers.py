@@ -15,11 +15,17 @@ import json
 import logging
 import secrets
 
+from django.conf import settings
 from django.utils import timezone
 
 from ballast import local
-from ballast.consumers import DirectDispatchConsumer
+from ballast.consumers import (
+    CLOSE_NO_GREETING,
+    CLOSE_TOO_MANY,
+    DirectDispatchConsumer,
+)
 from ballast.db import db_call, db_call_retried, lock_conflict
+from ballast.sockets import SocketCap
 from billing.receipts import challenge_verify
 from catalog.selectors import catalog_model_ids, catalog_vram_needs_mb
 
@@ -68,26 +74,49 @@ class HostConsumer(DirectDispatchConsumer):
     host_paused = False
 
     async def connect(self) -> None:
-        """Authenticate the token (its owner active), accept, and send the
-        ``challenge`` the ``hello`` must sign (docs/protocol-notes.md)."""
+        """Authenticate the token (its owner active), count the socket against
+        its machine's and its address's caps (full: an ``error`` frame and
+        close 4429), accept, send the ``challenge`` the ``hello`` must sign
+        (docs/protocol-notes.md) and close it (4408) if no ``hello`` came
+        within ``BALLAST_HELLO_TIMEOUT_S``."""
         token = bearer_token(self.scope)
         machine = await db_call(services.machine_authenticate)(token=token)
         if machine is None:
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
-        self.machine_id = str(machine.id)
-        self.machine_name = machine.name
-        self.token_hash = token_hash(token)
-        self.greeted = False
-        self.background_tasks: set[asyncio.Task] = set()
+        full = await self.sockets_take(
+            SocketCap("machine", str(machine.id), "BALLAST_SOCKETS_PER_MACHINE")
+        )
         subprotocols = self.scope.get("subprotocols") or []
         await self.accept(
             subprotocol=protocol.PROTOCOL_NAME
             if protocol.PROTOCOL_NAME in subprotocols
             else None
         )
+        if full is not None:
+            await self.send_error(
+                f"too many open connections: at most {full.cap} per {full.kind} "
+                f"({full.setting}); close one first"
+            )
+            await self.refuse(CLOSE_TOO_MANY)
+            return
+        self.machine_id = str(machine.id)
+        self.machine_name = machine.name
+        self.token_hash = token_hash(token)
+        self.greeted = False
+        self.background_tasks: set[asyncio.Task] = set()
         self.nonce = secrets.token_urlsafe(24)
         await self.send_json({"type": "challenge", "nonce": self.nonce})
+        self.greeting_deadline_start()
+
+    async def greeting_deadline(self, message: dict) -> None:
+        """``BALLAST_HELLO_TIMEOUT_S`` after the accept: a connection that has
+        not said a good ``hello`` gets an ``error`` frame and is closed (4408)."""
+        if not self.greeted and not self.refused:
+            await self.send_error(
+                f"no hello within {settings.BALLAST_HELLO_TIMEOUT_S:g} s; closing"
+            )
+            await self.refuse(CLOSE_NO_GREETING)
 
     async def disconnect(self, code: int) -> None:
         self.disconnecting = True

@@ -10,6 +10,10 @@ revoked (or its renter deactivated) while the socket is open closes it at once,
 its running job cancelled: the socket is in its key's group
 (``services.api_key_group``), which ``services.api_keys_connections_close``
 tells, from any coordinator process.
+
+Open sockets are capped per key and per client address (past a cap: a 429
+error message and close 4429), and a socket that has sent no request within
+``BALLAST_HELLO_TIMEOUT_S`` is closed (a 408 error message, close 4408).
 """
 
 from __future__ import annotations
@@ -18,8 +22,15 @@ import asyncio
 import json
 from contextlib import aclosing
 
-from ballast.consumers import DirectDispatchConsumer
+from django.conf import settings
+
+from ballast.consumers import (
+    CLOSE_NO_GREETING,
+    CLOSE_TOO_MANY,
+    DirectDispatchConsumer,
+)
 from ballast.db import db_call
+from ballast.sockets import SocketCap
 from hosts.consumers import bearer_token
 
 from ..chunks import ChunkWriter
@@ -43,9 +54,38 @@ class RenterChatConsumer(DirectDispatchConsumer):
             self.key_group = api_key_group(key.id)
             await self.channel_layer.group_add(self.key_group, self.channel_name)
             key = await db_call(api_key_authenticate)(plain=self.plain_key)
+        full = None
+        if key is not None:
+            full = await self.sockets_take(
+                SocketCap("key", str(key.id), "BALLAST_SOCKETS_PER_KEY")
+            )
         await self.accept()
         if key is None:
             await self._refused()
+        elif full is not None:
+            await self._error(
+                ApiError(
+                    429,
+                    f"too many open connections: at most {full.cap} per "
+                    f"{full.kind} ({full.setting}); close one first",
+                    "too_many_connections",
+                )
+            )
+            await self.refuse(CLOSE_TOO_MANY)
+        else:
+            self.greeting_deadline_start()
+
+    async def greeting_deadline(self, message: dict) -> None:
+        """``BALLAST_HELLO_TIMEOUT_S`` after the accept: a socket that has sent
+        no request gets a 408 error message and is closed (4408)."""
+        if self.task is None and not self.refused:
+            timeout = settings.BALLAST_HELLO_TIMEOUT_S
+            await self._error(
+                ApiError(
+                    408, f"no request within {timeout:g} s; closing", "request_timeout"
+                )
+            )
+            await self.refuse(CLOSE_NO_GREETING)
 
     async def disconnect(self, code: int) -> None:
         await self._task_stop()
@@ -154,7 +194,7 @@ class RenterChatConsumer(DirectDispatchConsumer):
     async def _refused(self) -> None:
         """The key is not (or no longer) live: say so and close (4401)."""
         await self._error(unauthorized())
-        await self.close(code=4401)
+        await self.refuse(4401)
 
     async def _send(self, content: dict) -> None:
         await self.send(text_data=json.dumps(content))
