@@ -388,11 +388,6 @@ BALLAST_SIGNUP_RATE = env_rate("BALLAST_SIGNUP_RATE", "5/hour")
 BALLAST_PASSWORD_RESET_RATE = env_rate("BALLAST_PASSWORD_RESET_RATE", "5/hour")
 BALLAST_TICKET_RATE = env_rate("BALLAST_TICKET_RATE", "10/hour")
 BALLAST_CODE_REDEEM_RATE = env_rate("BALLAST_CODE_REDEEM_RATE", "10/hour")
-# how long (s) a job whose segment the coordinator ended waits for the host's
-# ``cancelled`` receipt before it closes (docs/protocol-notes.md)
-BALLAST_CANCEL_RECEIPT_WAIT_S = env_float("BALLAST_CANCEL_RECEIPT_WAIT_S", 2.0)
-
-# Metrics (docs/metrics.md): GET /metrics for staff sessions, or for a scraper
 # websockets (ballast/sockets.py): a socket that has not said hello (host) or sent
 # a request (renter) within BALLAST_HELLO_TIMEOUT_S is closed (4408); open sockets
 # per machine, API key and client address are capped (4429), counted with a lease
@@ -402,6 +397,11 @@ BALLAST_SOCKETS_PER_MACHINE = env_int("BALLAST_SOCKETS_PER_MACHINE", 4, minimum=
 BALLAST_SOCKETS_PER_KEY = env_int("BALLAST_SOCKETS_PER_KEY", 32, minimum=1)
 BALLAST_SOCKETS_PER_ADDRESS = env_int("BALLAST_SOCKETS_PER_ADDRESS", 128, minimum=1)
 BALLAST_SOCKET_LEASE_S = env_float("BALLAST_SOCKET_LEASE_S", 60.0, minimum=1.0)
+# how long (s) a job whose segment the coordinator ended waits for the host's
+# ``cancelled`` receipt before it closes (docs/protocol-notes.md)
+BALLAST_CANCEL_RECEIPT_WAIT_S = env_float("BALLAST_CANCEL_RECEIPT_WAIT_S", 2.0)
+
+# Metrics (docs/metrics.md): GET /metrics for staff sessions, or for a scraper
 # sending "Authorization: Bearer $BALLAST_METRICS_TOKEN" (unset: staff only).
 # Several processes of one machine share their counters through prometheus-client's
 # own PROMETHEUS_MULTIPROC_DIR (an existing, empty folder at their start).
