@@ -307,20 +307,21 @@ class Session:
                 if result.finish_reason in ("stop", "length")
                 else "stop"
             )
-            await self.send(
-                {
-                    "type": "done",
-                    "job": job,
-                    "finish_reason": finish,
-                    "usage": {
-                        "prompt_tokens": int(result.prompt_tokens),
-                        "completion_tokens": int(result.completion_tokens),
-                    },
-                    "receipt": receipt_sign(
-                        self.agent.key, job, result.completion_tokens, signed
-                    ),
-                }
-            )
+            done = {
+                "type": "done",
+                "job": job,
+                "finish_reason": finish,
+                "usage": {
+                    "prompt_tokens": int(result.prompt_tokens),
+                    "completion_tokens": int(result.completion_tokens),
+                },
+                "receipt": receipt_sign(
+                    self.agent.key, job, result.completion_tokens, signed
+                ),
+            }
+            if result.token_ids is not None:  # the tokens drawn (2026-12-06)
+                done["token_ids"] = [int(token) for token in result.token_ids]
+            await self.send(done)
             log.info(
                 "job %s done: %d tokens, %d chars, %s",
                 job,

@@ -256,14 +256,30 @@ def parse_token(frame: dict[str, Any]) -> str:
 
 
 def parse_done(frame: dict[str, Any]) -> dict[str, Any]:
-    """Check a ``done``: finish reason, usage and receipt.
+    """Check a ``done``: finish reason, usage, receipt and the optional
+    ``token_ids`` (the ids of the counted tokens as the host's sampler drew
+    them, docs/protocol-notes.md 2026-12-06: exactly
+    ``usage.completion_tokens`` non-negative integers).
 
-    Returns ``{"finish_reason", "prompt_tokens", "completion_tokens", "receipt"}``.
+    Returns ``{"finish_reason", "prompt_tokens", "completion_tokens",
+    "receipt", "token_ids"}`` (``token_ids`` None when the frame has none).
     """
     reason = frame.get("finish_reason", "stop")
     if reason not in ("stop", "length"):
         raise FrameError("done: finish_reason must be 'stop' or 'length'")
-    return {"finish_reason": reason, **_usage_receipt(frame, "done")}
+    checked = _usage_receipt(frame, "done")
+    ids = frame.get("token_ids")
+    if ids is not None:
+        if not isinstance(ids, list) or not all(
+            type(token) is int and 0 <= token < 2**31 for token in ids
+        ):
+            raise FrameError("done: token_ids must be a list of token ids (integers)")
+        if len(ids) != checked["completion_tokens"]:
+            raise FrameError(
+                "done: token_ids must hold usage.completion_tokens ids "
+                f"({len(ids)} for {checked['completion_tokens']})"
+            )
+    return {"finish_reason": reason, **checked, "token_ids": ids}
 
 
 def parse_error_message(frame: dict[str, Any]) -> str:

@@ -33,7 +33,6 @@ from .canarypool import canary_pick, canary_pool_kept
 from .models import Job, Rental, SpotCheck
 from .services import job_create
 from .services.checks import device_check_failed
-from .tokens import token_count, token_count_inflated
 
 log = logging.getLogger("ballast.spotchecks")
 
@@ -122,19 +121,15 @@ def spot_check_verdict(*, job: Job, check: SpotCheck) -> tuple[bool, str]:
 
     Pass: the job succeeded, the expected answer appears in the output (and no
     other answer its prompt names: ``jobs.canaries.answer_right``), and the
-    reported token count is believable (never more than the characters; within the
-    tolerance of the recount: ``jobs.tokens.token_count_inflated``).
+    reported token count is believable (not flagged when its attempt ended:
+    ``jobs.services.attempts.segment_tokens``).
     """
     attempt = job.attempts.order_by("-offered_at").first()
     if job.status != Job.Status.SUCCEEDED or attempt is None:
         outcome = attempt.outcome if attempt else "no attempt"
         return False, f"no answer ({outcome})"
     reported = attempt.completion_tokens_reported
-    if reported is None or token_count_inflated(
-        reported=reported,
-        text=job.output_text,
-        recount=token_count(job.model_id, job.output_text),
-    ):
+    if reported is None or attempt.token_count_flagged:
         return (
             False,
             f"unbelievable token count {reported} for {len(job.output_text)} characters",

@@ -9,6 +9,7 @@ number of characters (DESIGN.md "Money": never more tokens than characters).
 from __future__ import annotations
 
 import atexit
+import codecs
 import functools
 import importlib.util
 import threading
@@ -228,21 +229,107 @@ def _template_bytes(model_id: str) -> int | None:
     return len(empty.encode("utf-8"))
 
 
-def token_count_inflated(*, reported: int, text: str, recount: int | None) -> bool:
+CANONICAL_MAX_TEMPERATURE = 1.3
+"""The hottest plain-text sampling whose honest counts were measured within
+``token_count_inflated``'s tolerance of the recount (SmolLM2, 105 answers at
+0–1.3: at most 2 over; tests/jobs/test_token_counts.py)."""
+
+
+def canonical_split_expected(*, constrained: bool, temperature: float | None) -> bool:
+    """Whether an honest host's tokens for a request are expected to be close to
+    the tokenizer's own split of their text: plain text (no ``response_format``:
+    a grammar makes the sampler pick splits a re-tokenization never makes) at
+    a temperature up to ``CANONICAL_MAX_TEMPERATURE`` (None is 1)."""
+    hot = (1.0 if temperature is None else temperature) > CANONICAL_MAX_TEMPERATURE
+    return not constrained and not hot
+
+
+def token_count_inflated(
+    *,
+    reported: int,
+    text: str,
+    recount: int | None,
+    spelled: bool | None = None,
+    canonical: bool = True,
+) -> bool:
     """True when a host's reported count of ``text`` is more than it can be
     (DESIGN.md "Money": a count that is not believable is flagged and counts
-    against the device's honesty).
+    against the device's honesty; "Fair to honest hosts": judged against what
+    the sampler could have produced under the request's constraints).
 
-    More tokens than characters, always; with the model's tokenizer's
-    ``recount``, more than ``recount`` by over ``max(2, 5 %)``: a continuation
-    cut mid-word can tokenize one or two tokens differently, and a sampled answer
-    may hold a token split the tokenizer would not make (SmolLM2 at temperatures
-    0–1.3 over 105 answers: at most 2 over the recount; tests/jobs/test_token_counts.py).
-    A 15 % inflation of an answer of 14 tokens or more is flagged. A count under
-    the recount is the host's loss, not a cheat.
+    ``spelled``: whether the host's own token ids (``done.token_ids``) spell
+    ``text`` (``token_ids_spell``); None when it sent none or the coordinator
+    has no vocabulary for the model. Ids that spell the text are the count
+    (``reported`` is their number, ``hosts.protocol.parse_done``): believable,
+    whatever split the sampler drew; ids that do not are a false count.
+
+    Without ids: more tokens than characters, always; with the model's
+    tokenizer's ``recount`` and a ``canonical`` split expected
+    (``canonical_split_expected``), more than ``recount`` by over ``max(2,
+    5 %)``: a continuation cut mid-word can tokenize one or two tokens
+    differently, and a sampled answer may hold a token split the tokenizer
+    would not make. A 15 % inflation of an answer of 14 tokens or more is
+    flagged. A count under the recount is the host's loss, not a cheat.
     """
+    if spelled is not None:
+        return not spelled
     if reported > len(text):
         return True
-    if recount is None:
+    if recount is None or not canonical:
         return False
     return reported - recount > max(2, recount * 5 // 100)
+
+
+def token_ids_spell(
+    model_id: str, *, ids: list[int], text: str, continue_from: str = ""
+) -> bool | None:
+    """Whether the token ids a host reports drawing (``done.token_ids``) are
+    exactly the tokens of ``text``, the segment it sent; None without the
+    model's vocabulary.
+
+    Every id must stand for bytes of text (no control token: it adds none);
+    their bytes joined, decoded as the agent decodes them (UTF-8, invalid bytes
+    replaced, an unfinished last character held back, NUL dropped), must start
+    with ``text``. Before it may stand the end of ``continue_from`` (the bytes
+    a continuation's first token re-produced, healing a word cut mid-token)
+    and after it only text of the last token (a stop sequence cut it there).
+    """
+    pieces = _token_pieces(model_id)
+    if pieces is None:
+        return None
+    if not ids:
+        return not text
+    if any(not (0 <= token < len(pieces)) or not pieces[token] for token in ids):
+        return False
+    joined = b"".join(pieces[token] for token in ids)
+    last_start = len(joined) - len(pieces[ids[-1]])
+    healed = continue_from.encode("utf-8")
+    for heal in range(min(len(healed), len(pieces[ids[0]]) - 1) + 1):
+        if heal and joined[:heal] != healed[-heal:]:
+            continue
+        decoded = _agent_decode(joined[heal:])
+        if not decoded.startswith(text):
+            continue
+        before_last = _agent_decode(joined[heal:last_start])
+        if len(decoded) == len(text) or len(before_last) < len(text):
+            return True
+    return False
+
+
+def _agent_decode(raw: bytes) -> str:
+    """``raw`` as the agent turns generated bytes into the text it sends."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return decoder.decode(raw).replace("\x00", "")
+
+
+@functools.lru_cache(maxsize=4)
+def _token_pieces(model_id: str) -> list[bytes] | None:
+    """The bytes each token id of the model stands for (``b""`` for a control
+    token), or None without a vocabulary."""
+    from agent.engines.vocab import vocab_pieces
+
+    with _lock:
+        vocab = _vocab(model_id)
+        if vocab is None:
+            return None
+        return vocab_pieces(vocab)

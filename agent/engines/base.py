@@ -121,11 +121,16 @@ class GenerationResult:
 
     ``finish_reason`` is ``"stop"`` (end of answer or a stop sequence) or
     ``"length"`` (``max_tokens`` reached); token counts are in tokens.
+    ``token_ids``: the ids of the ``completion_tokens`` counted tokens as the
+    sampler drew them, in order (sent in ``done`` so the coordinator judges the
+    count against the tokens drawn, not against a re-tokenization of the
+    text); None from an engine that cannot tell them.
     """
 
     finish_reason: str = "stop"
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    token_ids: list[int] | None = None
 
 
 class Engine(ABC):

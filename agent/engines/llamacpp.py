@@ -208,6 +208,7 @@ class LlamaCppEngine(Engine):
                     result.finish_reason = value.finish_reason
                     result.prompt_tokens = value.prompt_tokens
                     result.completion_tokens = value.completion_tokens
+                    result.token_ids = value.token_ids
                     return
         finally:
             stop_flag.set()
@@ -257,7 +258,10 @@ class LlamaCppEngine(Engine):
         llama = self._llama
         tokens = prompt_tokenize(llama, prompt)
         room = llama.n_ctx() - len(tokens)
-        outcome = GenerationResult(prompt_tokens=len(tokens), finish_reason="length")
+        outcome = GenerationResult(
+            prompt_tokens=len(tokens), finish_reason="length", token_ids=[]
+        )
+        counted = outcome.token_ids  # the counted tokens' ids, in order
         max_tokens = min(request.max_tokens(), room)
         if max_tokens <= 0:
             return outcome
@@ -300,13 +304,14 @@ class LlamaCppEngine(Engine):
             text = decoder.decode(new)
             if new:  # a token that only re-produced healed bytes is not counted
                 outcome.completion_tokens += 1
+                counted.append(token)
                 held.add(len(text))
             pending += text
             emit, pending, hit = stop_scan(pending, stops)
             if emit:
                 put("piece", extras.piece(emit, final=hit))
             if hit:  # tokens past the stop sequence's start sent nothing
-                outcome.completion_tokens -= held.unsent(len(emit))
+                _uncount(outcome, held.unsent(len(emit)))
                 outcome.finish_reason = "stop"
                 return outcome
             held.consume(len(emit))
@@ -315,9 +320,12 @@ class LlamaCppEngine(Engine):
         # the decoder holds back at most the start of one character that never
         # completed (stopped at max_tokens or end-of-generation mid-character):
         # it is dropped, not decoded as U+FFFD, a character the model never made
-        tail, _, hit = stop_scan(pending, stops)
+        # text still held as the possible start of a stop sequence is not sent
+        # either: its tokens are not counted
+        tail, withheld, hit = stop_scan(pending, stops)
+        if hit or withheld:
+            _uncount(outcome, held.unsent(len(tail)))
         if hit:
-            outcome.completion_tokens -= held.unsent(len(tail))
             outcome.finish_reason = "stop"
         if tail:
             put("piece", extras.piece(tail, final=True))
@@ -373,6 +381,14 @@ class LlamaCppEngine(Engine):
                     self._llama = None
 
         await asyncio.to_thread(release)
+
+
+def _uncount(outcome: GenerationResult, unsent: int) -> None:
+    """Take the last ``unsent`` counted tokens (their text lies past a stop
+    sequence's start: nothing of them was sent) off ``outcome``'s count and ids."""
+    outcome.completion_tokens -= unsent
+    if unsent and outcome.token_ids is not None:
+        del outcome.token_ids[-unsent:]
 
 
 if __name__ == "__main__":

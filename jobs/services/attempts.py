@@ -18,8 +18,14 @@ from billing.services import receipt_check
 from hosts.models import Device
 from hosts.services import device_outcome_record
 
+from ..formats import response_format_of
 from ..models import Attempt
-from ..tokens import token_count, token_count_inflated
+from ..tokens import (
+    canonical_split_expected,
+    token_count,
+    token_count_inflated,
+    token_ids_spell,
+)
 from .checks import device_check_failed
 from .deadlines import first_token_deadline
 
@@ -55,14 +61,23 @@ def attempt_claim(
 
 
 def segment_tokens(
-    *, model_id: str, text: str, reported: int | None
+    *,
+    model_id: str,
+    text: str,
+    reported: int | None,
+    token_ids: list[int] | None = None,
+    continue_from: str = "",
+    canonical: bool = True,
 ) -> tuple[int, bool]:
     """(tokens to bill for a segment, whether the host's count was inflated).
 
     DESIGN.md "Money": billed = min(reported, recount) where the coordinator has
     the model's tokenizer, else min(reported, characters); no report (a segment
     the coordinator ended) bills the recount (or the characters). Inflated: as
-    ``tokens.token_count_inflated``.
+    ``tokens.token_count_inflated``, judged by the host's ``token_ids`` where
+    it sent them (``tokens.token_ids_spell``, over the ``continue_from`` the
+    segment continued) and otherwise against the recount where a
+    ``canonical`` split is expected (``tokens.canonical_split_expected``).
     """
     if not text:
         return 0, bool(reported)
@@ -70,8 +85,43 @@ def segment_tokens(
     ceiling = recount if recount is not None else len(text)
     if reported is None:
         return min(ceiling, len(text)), False
-    inflated = token_count_inflated(reported=reported, text=text, recount=recount)
+    spelled = (
+        None
+        if token_ids is None
+        else token_ids_spell(
+            model_id, ids=token_ids, text=text, continue_from=continue_from
+        )
+    )
+    inflated = token_count_inflated(
+        reported=reported,
+        text=text,
+        recount=recount,
+        spelled=spelled,
+        canonical=canonical,
+    )
     return min(reported, ceiling, len(text)), inflated
+
+
+def _canonical(job) -> bool:
+    """``tokens.canonical_split_expected`` for ``job``'s request."""
+    params = job.params or {}
+    return canonical_split_expected(
+        constrained=response_format_of(params) is not None,
+        temperature=params.get("temperature"),
+    )
+
+
+def _continued_from(attempt: Attempt) -> str:
+    """The text a continuation ``attempt`` was offered to continue (what the
+    job's earlier attempts delivered), "" for a fresh one."""
+    if not attempt.continue_from_chars:
+        return ""
+    earlier = (
+        Attempt.objects.filter(job_id=attempt.job_id, offered_at__lt=attempt.offered_at)
+        .order_by("offered_at", "id")
+        .values_list("output_text", flat=True)
+    )
+    return "".join(earlier)[: attempt.continue_from_chars]
 
 
 def empty_answer_explained(params: dict) -> bool:
@@ -137,8 +187,14 @@ def attempt_end(
     )
     metrics.attempt_ended(outcome=outcome, kind=attempt.kind)
     reported = done["completion_tokens"] if done else None
+    token_ids = done.get("token_ids") if done else None
     attempt.tokens_billed, attempt.token_count_flagged = segment_tokens(
-        model_id=attempt.job.model_id, text=output_text, reported=reported
+        model_id=attempt.job.model_id,
+        text=output_text,
+        reported=reported,
+        token_ids=token_ids,
+        continue_from=_continued_from(attempt) if token_ids else "",
+        canonical=_canonical(attempt.job),
     )
     if done and done.get("receipt") is None:
         attempt.completion_tokens_reported = done["completion_tokens"]
@@ -218,6 +274,7 @@ def cancel_receipt_check(attempt: Attempt, *, output_text: str, answer: dict) ->
         reported=answer["completion_tokens"],
         text=sent,
         recount=token_count(model_id, sent),
+        canonical=_canonical(attempt.job),
     ):
         attempt.token_count_flagged = True
         return
