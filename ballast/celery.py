@@ -55,6 +55,13 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(
         60.0, sender.signature("jobs.tasks.rentals_settle"), name="rentals"
     )
+    # a rented device's pauses are seen at this step, and an away device
+    # ends its rental within a quarter of BALLAST_RENTAL_OFFLINE_END_S of it
+    sender.add_periodic_task(
+        min(60.0, max(5.0, settings.BALLAST_RENTAL_OFFLINE_END_S / 4)),
+        sender.signature("jobs.tasks.rentals_watch"),
+        name="rentals watched",
+    )
     sender.add_periodic_task(
         60.0,  # jobs.verification.checks.PLAN_EVERY_S
         sender.signature("jobs.tasks.verifier_checks_plan"),

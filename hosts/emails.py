@@ -6,6 +6,8 @@ Each email is two templates, ``templates/emails/<name>-subject.txt`` and
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from ballast.emails import send_templated
 
 from .models import Machine
@@ -24,4 +26,24 @@ def machine_back(*, machine: Machine) -> None:
     """Tell the owner their machine is back online after an outage we emailed about."""
     send_templated(
         name="machine-back", to=[machine.owner.email], context={"machine": machine}
+    )
+
+
+def rental_stopped(*, rental) -> None:
+    """Tell the owner a renter's rental of one of their devices ended early
+    because the device was away (offline or paused) too long, and what it was
+    paid for. ``rental``: a ``jobs.Rental`` with ``device.machine.owner``
+    loaded and its ``stop_reason`` set."""
+    machine = rental.device.machine
+    send_templated(
+        name="rental-stopped",
+        to=[machine.owner.email],
+        context={
+            "machine": machine,
+            "device": rental.device,
+            "reason": rental.stop_reason,
+            "started_at": rental.starts_at,
+            "stopped_at": rental.ends_at,
+            "host_percent": f"{settings.BALLAST_HOST_SHARE * 100:g}",
+        },
     )

@@ -303,6 +303,31 @@ def machine_attempts(*, machine: Machine, limit: int = 25) -> list:
     return attempts
 
 
+def machine_rentals(*, machine: Machine, limit: int = 10) -> list:
+    """The latest rentals of the machine's devices (``jobs``' rows, read through
+    each device's ``rentals``), newest first, with their device and ``earned``:
+    the owner's earnings from each, nano-USD. Their ``status`` and
+    ``stop_reason`` say why one ended early (a failed spot check, its device
+    away too long: ``jobs.rentals.rentals_watch``)."""
+    rentals = [
+        rental
+        for device in machine.devices.all()
+        for rental in device.rentals.select_related("device__machine").order_by(
+            "-created_at"
+        )[:limit]
+    ]
+    rentals.sort(key=lambda rental: rental.created_at, reverse=True)
+    rentals = rentals[:limit]
+    earned = dict(
+        Earning.objects.filter(rental_id__in=[r.id for r in rentals])
+        .values_list("rental_id")
+        .annotate(total=Sum("amount_nano"))
+    )
+    for rental in rentals:
+        rental.earned = earned.get(rental.id, 0)
+    return rentals
+
+
 @dataclass
 class BenchmarkRow:
     """A benchmark on this hardware beside the catalog's VRAM estimate (MiB)."""

@@ -107,7 +107,8 @@ NAME_TAKEN = (
 def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     """One machine: its live part (status, waiting for the first heartbeat,
     devices' telemetry), online timeline, score parts, jobs and why a segment
-    earned nothing, earnings, failed capabilities, benchmarks and charts."""
+    earned nothing, rentals and why one ended early, earnings, failed
+    capabilities, benchmarks and charts."""
     machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
     now = timezone.now()
     new_token = None
@@ -134,6 +135,8 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
         "timeline_share": timeline.timeline_share(days),
         "timeline_minutes": timeline.MINUTES,
         "attempts": selectors.machine_attempts(machine=machine),
+        "rentals": selectors.machine_rentals(machine=machine),
+        "rental_away_limit_s": f"{settings.BALLAST_RENTAL_OFFLINE_END_S:g}",
         "failed_capabilities": machine.failed_capabilities.order_by("-last_at"),
         "benchmarks": selectors.machine_benchmarks(machine=machine),
         "score_charts": score_charts,

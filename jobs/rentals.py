@@ -1,8 +1,12 @@
 """Rentals: a device reserved for one renter, checked before and during (DESIGN.md).
 
 ``pending`` until a spot check passes, then ``live`` for its hours; a failed check
-``stopped``s it and the renter pays only up to the last passed check; it ``ended``s
-at its end or when the renter ends it. Billed per hour through the ledger.
+``stopped``s it and the renter pays only up to the last passed check; so does its
+device offline or paused for ``BALLAST_RENTAL_OFFLINE_END_S`` (``rentals_watch``,
+its owner emailed why); it ``ended``s at its end or when the renter ends it.
+Billed at its hourly price for the time its device was live and not paused
+(``jobs.rentaltime``), through the ledger; the rest of the period is never
+charged (the renter's credit held for it is free again).
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.money import usd_to_nano
+from billing.services import rental_charge
+from hosts import emails
 from hosts.models import Device
 from hosts.services import spot_check_mark_due
 
 from .errors import ApiError
 from .models import Rental
+from .rentaltime import rental_live_amount_nano, rental_pause_note, rental_paused_since
 from .selectors import devices_live
 from .services import credit_available_nano, credit_lock
 
@@ -111,7 +118,7 @@ def _rental_locked(rental_id) -> Rental | None:
     """The rental's row, locked until the transaction ends (SQLite: its one writer)."""
     return (
         Rental.objects.select_for_update(of=("self",))
-        .select_related("renter", "device__machine__owner")
+        .select_related("renter", "device__machine__owner", "device__machine__lease")
         .filter(id=rental_id)
         .first()
     )
@@ -177,7 +184,7 @@ def rentals_after_check(*, device_id: int, passed: bool, now: datetime) -> None:
             stop_reason="a spot check failed",
         )
         if was_live:
-            rental_bill(rental=rental, upto=rental.last_pass_at)
+            rental_bill(rental=rental, upto=rental.last_pass_at, now=now)
 
 
 @transaction.atomic
@@ -196,7 +203,7 @@ def rental_end(*, rental: Rental, now: datetime | None = None) -> Rental:
     elif rental.status == Rental.Status.LIVE:
         upto = min(now, rental.ends_at)
         if _rental_move(rental, Rental.Status.ENDED, ends_at=upto):
-            rental_bill(rental=rental, upto=upto)
+            rental_bill(rental=rental, upto=upto, now=now)
     return rental
 
 
@@ -210,15 +217,93 @@ def rentals_settle(*, now: datetime | None = None) -> int:
     return len(over)
 
 
-def rental_bill(*, rental: Rental, upto: datetime | None) -> int:
-    """Charge the renter for the locked rental's time from ``billed_until`` to
-    ``upto`` (one charge keyed by that period, ``rental_charge``) and move
-    ``billed_until`` to ``upto`` by compare-and-set. Call inside the
-    transaction holding the row. Returns nano-USD charged (0 when nothing is
-    due). The host's share goes through the hold like any earning.
-    """
-    from billing.services import rental_charge
+def rentals_watch(*, now: datetime | None = None) -> int:
+    """Watch every live rental's device (Celery beat, ``rental_watch``): note
+    its pauses, and stop the rentals whose device has been offline or paused
+    for ``BALLAST_RENTAL_OFFLINE_END_S``, emailing each one's owner why (after
+    the stop committed: a mail server down never keeps a rental open, and the
+    machine page says it too). Returns how many were stopped."""
+    now = now or timezone.now()
+    live = Rental.objects.filter(status=Rental.Status.LIVE).values_list("id", flat=True)
+    stopped = [
+        rental
+        for rental in (rental_watch(rental_id=rental_id, now=now) for rental_id in live)
+        if rental is not None
+    ]
+    for rental in stopped:
+        owner = rental.device.machine.owner
+        if not owner.email:
+            continue
+        try:
+            emails.rental_stopped(rental=rental)
+        except Exception:
+            log.exception("rental %s: the email to its host failed", rental.id)
+    return len(stopped)
 
+
+@transaction.atomic
+def rental_watch(*, rental_id, now: datetime) -> Rental | None:
+    """Look at a live rental's device at ``now`` and act on it, in one
+    transaction on the locked row: a pause noted (``rental_pause_note``); a
+    device away (offline, or paused) since ``rental_away_since`` for
+    ``BALLAST_RENTAL_OFFLINE_END_S`` or more stops the rental (status
+    ``stopped`` by compare-and-set, ``ends_at`` = ``now``, ``stop_reason`` for
+    the renter and the host) and bills it for its live time (``rental_bill``).
+    Returns the rental when this call stopped it, else None."""
+    rental = _rental_locked(rental_id)
+    if rental is None or rental.status != Rental.Status.LIVE:
+        return None
+    device = rental.device
+    machine = device.machine
+    paused = device.paused or machine.paused or machine.host_paused
+    rental_pause_note(rental=rental, paused=paused, now=now)
+    away_since, why = rental_away_since(rental=rental, now=now)
+    limit = settings.BALLAST_RENTAL_OFFLINE_END_S
+    if away_since is None or (now - away_since).total_seconds() < limit:
+        return None
+    reason = (
+        f"the device was {why} from {away_since:%Y-%m-%d %H:%M:%S} UTC, longer"
+        f" than {limit:g} s: the rental ended, billed only for the time the"
+        " device was live"
+    )
+    if not _rental_move(
+        rental, Rental.Status.STOPPED, ends_at=now, stop_reason=reason[:300]
+    ):
+        return None
+    rental_bill(rental=rental, upto=now, now=now)
+    return rental
+
+
+def rental_away_since(*, rental: Rental, now: datetime) -> tuple[datetime | None, str]:
+    """Since when the live rental's device has been away, and how (``offline``,
+    ``paused`` or ``offline and paused``): offline since its machine was last
+    seen (``Machine.seen_until``, the rental's start at the earliest), paused
+    since the watch first saw it paused (``rental_paused_since``); (None, "")
+    when it is live and not paused. Reads ``rental.device.machine.lease``."""
+    machine = rental.device.machine
+    since: list[tuple[datetime, str]] = []
+    if not machine.is_online(now):
+        seen = machine.seen_until()
+        since.append(
+            (max(seen, rental.starts_at) if seen else rental.starts_at, "offline")
+        )
+    paused_at = rental_paused_since(rental=rental)
+    if paused_at is not None:
+        since.append((paused_at, "paused"))
+    if not since:
+        return None, ""
+    return min(at for at, _ in since), " and ".join(why for _, why in since)
+
+
+def rental_bill(*, rental: Rental, upto: datetime | None, now: datetime) -> int:
+    """Charge the renter for the locked rental's time from ``billed_until`` to
+    ``upto`` that its device was live and not paused
+    (``rentaltime.rental_live_amount_nano``, as of ``now``; one charge keyed
+    by that period, ``rental_charge``) and move ``billed_until`` to ``upto`` by
+    compare-and-set. Call inside the transaction holding the row (read by
+    ``_rental_locked``). Returns nano-USD charged (0 when nothing is due). The
+    host's share goes through the hold like any earning.
+    """
     since = rental.billed_until
     if upto is None or since is None or upto <= since:
         return 0
@@ -228,8 +313,7 @@ def rental_bill(*, rental: Rental, upto: datetime | None) -> int:
     if not moved:
         raise RuntimeError(f"rental {rental.id} billed by another writer")
     rental.billed_until = upto
-    seconds = Decimal((upto - since).total_seconds())
-    amount = int(seconds * rental.price_per_hour_nano / 3600)
+    amount = rental_live_amount_nano(rental=rental, since=since, upto=upto, now=now)
     if amount > 0:
         rental_charge(rental=rental, amount_nano=amount, since=since, upto=upto)
     return amount

@@ -35,6 +35,14 @@ def rentals_settle() -> int:
     return settle()
 
 
+@shared_task(name="jobs.tasks.rentals_watch")
+def rentals_watch() -> int:
+    """Note rented devices' pauses; stop rentals whose device was away too long."""
+    from .rentals import rentals_watch as watch
+
+    return watch()
+
+
 @shared_task(name="jobs.tasks.scores_recompute")
 def scores_recompute() -> int:
     """Recompute every device's score (its uptime part moves with time); retired

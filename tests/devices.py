@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from hosts.models import Device
+from hosts.models import Device, OnlineSpan
 from hosts.services import machine_heartbeat, machine_hello
 
 MODEL = "smollm2-135m-instruct"
@@ -65,3 +65,10 @@ def device_online(
         now=now,
     )
     return Device.objects.select_related("machine").get(machine=machine, index=0)
+
+
+def machine_online_since(machine, since) -> None:
+    """Make ``machine`` (brought online by ``device_online``) count as online
+    since ``since`` without a break: its online spans start then (what its
+    heartbeats would have recorded had it been online all along)."""
+    OnlineSpan.objects.filter(machine_id=machine.id).update(started_at=since)

@@ -9,7 +9,7 @@ and each check; ``rentals``; ``verifications``: re-scorings of real answers.
 from .checks import CanaryPrompt, SpotCheck
 from .jobs import Attempt, Job
 from .keys import SPEND_EPOCH, ApiKey
-from .rentals import Rental
+from .rentals import Rental, RentalPause
 from .verifications import Verification
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "CanaryPrompt",
     "Job",
     "Rental",
+    "RentalPause",
     "SpotCheck",
     "Verification",
 ]

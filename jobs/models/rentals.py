@@ -12,8 +12,10 @@ class Rental(models.Model):
     """A device reserved for one renter for a period, checked before and during.
 
     Goes ``pending`` → ``live`` after a passed spot check; ``stopped`` by a failed
-    check (billed only up to the last pass); ``ended`` at its end or by the renter.
-    Priced per hour in nano-USD.
+    check (billed only up to the last pass) or by its device offline or paused
+    for ``BALLAST_RENTAL_OFFLINE_END_S``; ``ended`` at its end or by the renter.
+    Priced per hour in nano-USD, billed for the time its device was live and
+    not paused (``jobs.rentaltime``).
     """
 
     class Status(models.TextChoices):
@@ -49,3 +51,20 @@ class Rental(models.Model):
 
     def __str__(self) -> str:
         return f"rental {self.id} ({self.status})"
+
+
+class RentalPause(models.Model):
+    """A stretch of a live rental during which its device was paused (by its
+    owner, its agent or staff), as the beat task ``jobs.rentals.rentals_watch``
+    saw it: not billed (``jobs.rentaltime``). ``ended_at`` is None while the
+    pause lasts."""
+
+    rental = models.ForeignKey(Rental, on_delete=models.CASCADE, related_name="pauses")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at"]
+
+    def __str__(self) -> str:
+        return f"pause of {self.rental_id} from {self.started_at:%H:%M:%S}"

@@ -17,15 +17,18 @@ from billing.models import LedgerTransaction
 from billing.services import renter_balance_nano
 from jobs.models import Rental
 from jobs.rentals import rental_end, rental_price_per_hour_nano, rentals_after_check
+from tests.devices import machine_online_since
 from tests.jobs.helpers import sessions_waiting_on_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _live_rental(renter, live_device, *, hours=5, live_for=timedelta(hours=2)):
-    """A rental that went live ``live_for`` ago, its last check passed 1 h in."""
+    """A rental that went live ``live_for`` ago, its last check passed 1 h in,
+    its device online since."""
     device = live_device()
     start = timezone.now() - live_for
+    machine_online_since(device.machine, start)
     return Rental.objects.create(
         renter=renter,
         device=device,

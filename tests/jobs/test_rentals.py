@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db.models import F
 from django.test import AsyncClient
 from django.utils import timezone
 
@@ -18,6 +19,7 @@ from hosts.models import Device
 from hosts.services import spot_check_mark_due
 from jobs.models import Rental
 from jobs.rentals import rental_price_per_hour_nano, rentals_settle
+from tests.devices import machine_online_since
 
 from .helpers import chat_request, host_online, right_answer
 from .helpers import verdict as _verdict
@@ -58,6 +60,22 @@ async def _rent(host, api_key, hours=2):
     return await Rental.objects.aget(id=rental["id"])
 
 
+async def _live_since(rental: Rental, host, ago: timedelta) -> Rental:
+    """Move a live rental's start (and its billing, checks and end with it)
+    ``ago`` into the past, its device online since then: billing counts only
+    the time the device was live (``jobs.rentaltime``)."""
+    shift = {
+        name: F(name) - ago
+        for name in ("starts_at", "ends_at", "last_pass_at", "last_check_at")
+    }
+    await Rental.objects.filter(id=rental.id).aupdate(
+        **shift, billed_until=F("starts_at") - ago
+    )
+    await rental.arefresh_from_db()
+    await database_sync_to_async(machine_online_since)(host.machine, rental.starts_at)
+    return rental
+
+
 async def test_a_rental_goes_live_after_a_passed_check_and_takes_only_its_renters_jobs(
     canaries, api_key, machine_token
 ):
@@ -92,9 +110,11 @@ async def test_a_failed_check_stops_the_rental_billed_up_to_the_last_pass(
     canaries, api_key, renter, machine_token
 ):
     host = await _passing_host(machine_token, "rig")
-    rental = await _rent(host, api_key, hours=5)
+    rental = await _live_since(
+        await _rent(host, api_key, hours=5), host, timedelta(hours=2)
+    )
     balance = await database_sync_to_async(renter_balance_nano)(user=renter)
-    # pretend a check passed 1 h after the start, and the next one fails now
+    # a check passed 1 h after the start, and the next one fails now
     passed_at = rental.starts_at + timedelta(hours=1)
     await Rental.objects.filter(id=rental.id).aupdate(last_pass_at=passed_at)
     await database_sync_to_async(spot_check_mark_due)(
@@ -129,7 +149,9 @@ async def test_a_rental_ends_and_is_billed_for_its_hours(
     canaries, api_key, renter, machine_token
 ):
     host = await _passing_host(machine_token, "rig")
-    rental = await _rent(host, api_key, hours=3)
+    rental = await _live_since(
+        await _rent(host, api_key, hours=3), host, timedelta(hours=3, minutes=1)
+    )
     balance = await database_sync_to_async(renter_balance_nano)(user=renter)
     assert (
         await database_sync_to_async(rentals_settle)(
@@ -137,12 +159,7 @@ async def test_a_rental_ends_and_is_billed_for_its_hours(
         )
         == 0
     )
-    assert (
-        await database_sync_to_async(rentals_settle)(
-            now=rental.ends_at + timedelta(minutes=5)
-        )
-        == 1
-    )
+    assert await database_sync_to_async(rentals_settle)(now=timezone.now()) == 1
     await rental.arefresh_from_db()
     assert rental.status == "ended"
     charged = balance - await database_sync_to_async(renter_balance_nano)(user=renter)
