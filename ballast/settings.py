@@ -370,6 +370,11 @@ BALLAST_VERIFIER_CHECK_EVERY_S = env_float(
 )
 BALLAST_RENTAL_CHECK_EVERY_S = env_float("BALLAST_RENTAL_CHECK_EVERY_S", 1800.0)
 BALLAST_RENTAL_USD_PER_HOUR = os.environ.get("BALLAST_RENTAL_USD_PER_HOUR", "0.20")
+# a rental whose device has been offline or paused this long (s) ends itself: its
+# renter pays only the live time, its owner is told why (docs/money.md "Rentals")
+BALLAST_RENTAL_OFFLINE_END_S = env_float(
+    "BALLAST_RENTAL_OFFLINE_END_S", 600.0, minimum=1.0
+)
 BALLAST_HOST_SHARE = env_decimal("BALLAST_HOST_SHARE", "0.80")
 BALLAST_HOLD_HOURS = env_float("BALLAST_HOLD_HOURS", 24.0)
 # a renter is emailed once when their balance falls below this (USD; 0: never),
