@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..models import Attempt, Job
+from .budget import OutputBudget
 
 
 @dataclass
@@ -59,6 +60,20 @@ class Segment:
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    def produced_take(self, budget: OutputBudget) -> None:
+        """Add to this cancelled segment of a non-streamed answer the text its
+        host produced after what reached the job, up to the cancel: the rest
+        of what its connection relayed with the ``cancelled`` receipt (the text
+        the receipt signs), within the renter's ``budget`` (``max_tokens``).
+        Nothing without a receipt, or when that text does not begin with the
+        segment's."""
+        sent = (self.cancel_receipt or {}).get("text")
+        if not sent or not sent.startswith(self.text):
+            return
+        produced, _ = budget.take(sent[len(self.text) :])
+        if produced:
+            self.pieces.append(produced)
 
     def logprobs_delivered(
         self, entries: list[dict], text: str, *, cut: bool

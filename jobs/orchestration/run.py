@@ -49,8 +49,9 @@ class JobRun:
     Closing the iterator early (the renter went away) cancels the job: the host
     is told to stop, the slot frees, and the renter is billed for what was
     delivered. With ``whole_at_end`` (a non-streamed response) the renter
-    receives the text only with the job's last event, so a renter who goes away
-    before it received nothing and is billed nothing.
+    receives the text only with the job's last event; a renter who goes away
+    before it pays for the text its host produced up to the cancel, as one who
+    streamed would (DESIGN.md "Money": "streamed or not"; ``_end_segment``).
     """
 
     def __init__(
@@ -264,18 +265,20 @@ class JobRun:
 
     async def _end_segment(self, segment: Segment) -> None:
         """End a failed or cancelled attempt: record it, tell the host, free the
-        slot. A segment the renter received text of and the coordinator ended
-        (the renter went away) first asks the host for its receipt
-        (``_receipt_wait``), so the host is paid for what was received.
-        Shielded: a renter going away meanwhile must not leave the attempt to
-        the job's close, which would end it with no text (``_cancel``)."""
-        receipt_wanted = (
-            segment.outcome == Attempt.Outcome.CANCELLED
-            and bool(segment.pieces)
-            and not self.whole_at_end
+        slot. A segment with text that the coordinator ended (the renter went
+        away) first asks the host for its receipt (``_receipt_wait``), so the
+        host is paid for what the renter is billed: the text received, or with
+        ``whole_at_end`` the text produced up to the cancel
+        (``Segment.produced_take``). Shielded: a renter going away meanwhile
+        must not leave the attempt to the job's close, which would end it with
+        no text (``_cancel``)."""
+        receipt_wanted = segment.outcome == Attempt.Outcome.CANCELLED and bool(
+            segment.pieces
         )
         if receipt_wanted:
             segment.cancel_receipt = await self._receipt_wait(segment)
+            if self.whole_at_end:
+                segment.produced_take(self.budget)
         self.segment_ending = asyncio.ensure_future(
             db_call_durable(services.attempt_end)(
                 attempt_id=str(segment.attempt.id),
@@ -349,8 +352,9 @@ class JobRun:
 
     async def _cancel(self, failure: Exception | None = None) -> None:
         """The renter went away (or, with ``failure``, the coordinator failed):
-        stop the host, free the slot, bill what was delivered (nothing with
-        ``whole_at_end``); the job is cancelled, or failed naming the failure."""
+        stop the host, free the slot, bill what was delivered (with
+        ``whole_at_end``, produced: ``_end_segment``); the job is cancelled, or
+        failed naming the failure."""
         segment = self.segment
         if self.segment_ending is not None and not self.segment_ending.done():
             with contextlib.suppress(Exception):
@@ -392,7 +396,6 @@ class JobRun:
                 output_text=self.delivered_text,
                 error_code=code,
                 error_message=message,
-                received=not self.whole_at_end,
             )
         except Exception:
             log.exception("job %s: cleanup after cancel failed", self.job_id)

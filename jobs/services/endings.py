@@ -69,16 +69,15 @@ def job_finish(
     finish_reason: str = "",
     error_code: str = "",
     error_message: str = "",
-    received: bool = True,
     now: datetime | None = None,
 ) -> Job:
     """Close a job once and charge what it delivered; a job already finished is
     returned unchanged (whatever the caller retries, one charge).
 
-    Attempts still open end ``cancelled``. ``received=False``: the renter got
-    none of ``output_text`` (a non-streamed answer whose renter left before its
-    response): every segment is billed 0 tokens (each attempt keeps the text its
-    host sent, for the record), the job's text is empty, nothing is charged.
+    Attempts still open end ``cancelled``. ``output_text``: what the renter
+    is billed for, the text of its ended segments (what it received; a
+    non-streamed answer whose renter left, what its hosts produced up to the
+    cancel: DESIGN.md "Money", ``orchestration.run.JobRun._end_segment``).
     A renter's answer may be chosen for verification (``jobs.verification.
     records.verification_choose``): the returned job's ``verification_chosen``,
     which its coroutine sends once this transaction has committed.
@@ -98,10 +97,7 @@ def job_finish(
         attempt_end(
             attempt_id=str(attempt.id), outcome=Attempt.Outcome.CANCELLED, now=now
         )
-    if not received:
-        job.attempts.filter(tokens_billed__gt=0).update(tokens_billed=0)
-        output_text = ""
-    if still_open or not received:  # read again as those ends wrote them
+    if still_open:  # read again as those ends wrote them
         attempts = _attempts_of(job)
     job.prompt_tokens = renter_prompt_tokens(
         [(a.kind, a.prompt_tokens_reported) for a in attempts],

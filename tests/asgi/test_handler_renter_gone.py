@@ -1,6 +1,6 @@
 """``ballast.asgi``'s completions handler, on the production ASGI path: a renter
 that goes away (``http.disconnect``) mid-stream, during the request's database
-step or before its non-streamed response."""
+step or before its non-streamed response (billed what its hosts produced)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import threading
 import pytest
 import pytest_asyncio
 from asgiref.testing import ApplicationCommunicator
+from channels.db import database_sync_to_async
 
 from ballast.asgi import application
 
@@ -145,16 +146,22 @@ async def relayed(monkeypatch):
 
 
 @pytest.mark.parametrize("continued", [False, True], ids=["one host", "continuation"])
-async def test_a_renter_gone_before_its_non_streamed_response_is_billed_nothing(
+async def test_a_renter_gone_before_its_non_streamed_response_pays_what_was_produced(
     api_key, catalog, machine_token, fast_deadlines, relayed, continued
 ):
-    """DESIGN.md "Money": renters pay for what they received. A non-streamed
-    answer reaches the renter only in its response: a renter who left before it
-    received nothing, whatever the hosts generated (the attempts keep their text
-    for the record, billed nothing; no charge, no host paid)."""
-    from billing.models import LedgerTransaction
+    """DESIGN.md "Money": a renter who goes away pays for the tokens produced
+    up to the cancel, streamed or not (issue 32, item 5). A non-streamed
+    answer reaches the renter only in its response; one who left before it is
+    billed for what its hosts produced up to the cancel — with the text that
+    crossed the cancel, which the host signed in its ``cancelled`` — and that
+    host is paid 80 % of its segment against that receipt (the host that died
+    sent none and is paid nothing)."""
+    from billing.models import Earning, LedgerTransaction
+    from billing.money import share_of
+    from billing.selectors import transactions_unbalanced
     from hosts.models import Device
     from jobs.models import Attempt, Job
+    from jobs.tokens import token_count
     from tests.jobs.helpers import host_online
 
     first = await host_online(machine_token, "first", score=90)
@@ -175,16 +182,26 @@ async def test_a_renter_gone_before_its_non_streamed_response_is_billed_nothing(
         await relayed(" three,")
     await communicator.send_input({"type": "http.disconnect"})
     assert (await host.recv_type("cancel"))["job"] == job_offer["job"]
+    await host.token(job_offer["job"], " four,")  # generated before the cancel came
+    await host.cancelled(job_offer["job"])  # signs all it sent
     await communicator.wait(5)
     job = await Job.objects.aget(attempts__id=offer["job"])
     assert job.status == Job.Status.CANCELLED
-    assert (job.tokens_billed, job.cost_nano, job.output_text) == (0, 0, "")
+    produced = ["One, two,", " three, four,"] if continued else ["One, two, four,"]
     attempts = [a async for a in Attempt.objects.filter(job=job).order_by("offered_at")]
-    assert [a.tokens_billed for a in attempts] == [0] * len(attempts)
-    assert "".join(a.output_text for a in attempts) == (
-        "One, two, three," if continued else "One, two,"
-    )
-    assert not await LedgerTransaction.objects.filter(job=job).aexists()
+    assert [a.output_text for a in attempts] == produced
+    tokens = [token_count(catalog.id, text) for text in produced]
+    assert [a.tokens_billed for a in attempts] == tokens
+    assert job.tokens_billed == sum(tokens) > 0
+    assert job.cost_nano == sum(tokens) * catalog.price_completion_nano
+    charge = await LedgerTransaction.objects.aget(job=job)
+    assert charge.kind == "charge"
+    paid = tokens[-1] * catalog.price_completion_nano
+    earnings = [e async for e in Earning.objects.filter(attempt__job=job)]
+    assert [(str(e.attempt_id), e.amount_nano) for e in earnings] == [
+        (job_offer["job"], share_of(paid, fast_deadlines.BALLAST_HOST_SHARE))
+    ]
+    assert await database_sync_to_async(transactions_unbalanced)() == []
     assert await Device.objects.filter(slots_used__gt=0).acount() == 0
     await second.close()
     if not continued:
