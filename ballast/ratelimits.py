@@ -54,6 +54,19 @@ def limit_hit(rate: str, scope: str, *identifiers: object) -> int | None:
     return max(1, math.ceil(reset_at - time.time()))
 
 
+def limit_full(rate: str, scope: str, *identifiers: object) -> int | None:
+    """Whether ``rate`` for ``scope`` and ``identifiers`` is used up, without
+    counting a hit: None when another hit would be allowed, else the seconds
+    (≥ 1) until one would (``limit_hit`` counts what is limited elsewhere)."""
+    item = limits.parse(rate)
+    names = [scope, *(str(i) for i in identifiers)]
+    store = limiter()
+    if store.test(item, *names):
+        return None
+    reset_at, _ = store.get_window_stats(item, *names)
+    return max(1, math.ceil(reset_at - time.time()))
+
+
 def limits_hit(checks: list[tuple[str, str, object]]) -> int | None:
     """``limit_hit`` for each (rate, scope, identifier) in order, stopping at the
     first refused; None when all allowed, else its seconds to wait."""

@@ -386,6 +386,9 @@ BALLAST_REAPER_INTERVAL_S = env_float("BALLAST_REAPER_INTERVAL_S", 30.0, minimum
 # --- limits and abuse (DESIGN.md "Limits and abuse"; ballast/ratelimits.py) --------
 BALLAST_KEY_RATE = env_rate("BALLAST_KEY_RATE", "120/minute")
 BALLAST_KEY_MAX_JOBS = env_int("BALLAST_KEY_MAX_JOBS", 16, minimum=1)
+# answers that came back empty (the model ended at once) per key: past it, the
+# key's requests are refused until the window frees (hosts' work is never free)
+BALLAST_EMPTY_ANSWER_RATE = env_rate("BALLAST_EMPTY_ANSWER_RATE", "60/hour")
 BALLAST_QUEUE_SHARE = env_decimal("BALLAST_QUEUE_SHARE", "0.5")
 BALLAST_QUEUE_SHARE_MIN = env_int("BALLAST_QUEUE_SHARE_MIN", 4, minimum=1)
 BALLAST_LOGIN_RATE = env_rate("BALLAST_LOGIN_RATE", "10/minute")

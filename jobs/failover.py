@@ -6,7 +6,7 @@ what they return.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .models import Job
 
@@ -14,10 +14,12 @@ from .models import Job
 @dataclass(frozen=True)
 class Failover:
     """Where a job stands: attempts failed before any output reached the renter,
-    and whether its one continuation was used."""
+    whether its one continuation was used, and how many devices answered it
+    with nothing."""
 
     failures_before_output: int = 0
     continuation_used: bool = False
+    empty_answers: int = 0
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,12 @@ class Redispatch:
     ``continuation``, the one continuation of the text delivered."""
 
     continuation: bool = False
+
+
+@dataclass(frozen=True)
+class Complete:
+    """End the job as answered: the text delivered so far is the whole answer
+    (the model ended there), finish reason ``stop``."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +73,7 @@ def after_failed_attempt(
     if single_device:
         return Fail(502, outcome, f"the device failed the job ({outcome})"), state
     if segment_had_output and not state.continuation_used:
-        return Redispatch(continuation=True), Failover(
-            state.failures_before_output, continuation_used=True
-        )
+        return Redispatch(continuation=True), replace(state, continuation_used=True)
     if delivered:
         code = "continuation_failed" if state.continuation_used else outcome
         message = (
@@ -75,7 +81,7 @@ def after_failed_attempt(
             "did not complete"
         )
         return Fail(502, code, message), state
-    state = Failover(state.failures_before_output + 1, state.continuation_used)
+    state = replace(state, failures_before_output=state.failures_before_output + 1)
     if state.failures_before_output >= max_attempts:
         return Fail(
             502,
@@ -84,6 +90,25 @@ def after_failed_attempt(
             f"(last: {outcome}); nothing was billed",
         ), state
     return Redispatch(), state
+
+
+def after_empty_answer(
+    state: Failover, *, explained: bool, delivered: bool, single_device: bool
+) -> tuple[Redispatch | Complete, Failover]:
+    """What follows an attempt whose host ended it with no text (DESIGN.md
+    "Fair to honest hosts": a prompt the model ends at once is never counted
+    against a host; the attempt is not scored either way).
+
+    ``explained``: the request itself explains it (``attempts.
+    empty_answer_explained``: a stop sequence, a tiny ``max_tokens``);
+    ``delivered``: the renter has text of this job (the attempt was the
+    continuation: the model ended where the answer stood); ``single_device``:
+    the job runs on one device only. Then the answer is complete as it is; so
+    it is once a second device also answered nothing. Otherwise one more
+    device is asked (a second opinion, not a failure)."""
+    if delivered or explained or single_device or state.empty_answers:
+        return Complete(), state
+    return Redispatch(), replace(state, empty_answers=state.empty_answers + 1)
 
 
 def when_not_dispatched(

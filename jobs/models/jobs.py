@@ -150,9 +150,10 @@ class Attempt(models.Model):
         DIED_MIDSTREAM = "died_midstream"
         STALLED = "stalled"
         CANCELLED = "cancelled"
-        # a done with no output: the attempt fails (another device is tried) but
-        # the device's score is not touched, since a renter's prompt or stop
-        # sequence can make an honest model answer nothing; spot checks judge hosts
+        # a done with no output: not scored, since a renter's prompt or stop
+        # sequence can make an honest model answer nothing; the answer is empty
+        # once the request explains it or a second device agrees
+        # (``failover.after_empty_answer``); spot checks judge hosts
         EMPTY_ANSWER = "empty_answer"
 
     OPEN_STATES = (State.OFFERED, State.CLAIMED, State.STREAMING)

@@ -26,7 +26,14 @@ from ballast.db import db_call, db_call_durable, db_call_retried
 from catalog.models import CatalogModel
 
 from .. import services
-from ..failover import Fail, Failover, after_failed_attempt, when_not_dispatched
+from ..failover import (
+    Complete,
+    Fail,
+    Failover,
+    after_empty_answer,
+    after_failed_attempt,
+    when_not_dispatched,
+)
 from ..models import Attempt, Job, Verification
 from ..services.deadlines import CLAIM, stage_timeout_s
 from ..verification.offers import verification_send_soon
@@ -170,6 +177,9 @@ class JobRun:
                     waiting_channel=self.channel,
                 )
             if dispatch.impossible or (dispatch.wait and queue_deadline <= loop.time()):
+                if state.empty_answers:  # no second opinion to be had: it stands
+                    yield await self._complete()
+                    return
                 yield await self._fail_as(
                     when_not_dispatched(
                         state,
@@ -212,14 +222,25 @@ class JobRun:
             if self.lease_lost:
                 yield await self._fail_as(LEASE_LOST)
                 return
-            decision, state = after_failed_attempt(
-                state,
-                outcome=segment.outcome,
-                segment_had_output=bool(segment.pieces),
-                delivered=bool(self.delivered_text),
-                single_device=bool(self.job.target_device_id),
-                max_attempts=settings.BALLAST_MAX_ATTEMPTS,
-            )
+            if segment.outcome == Attempt.Outcome.EMPTY_ANSWER:
+                decision, state = after_empty_answer(
+                    state,
+                    explained=services.empty_answer_explained(self.job.params or {}),
+                    delivered=bool(self.delivered_text),
+                    single_device=bool(self.job.target_device_id),
+                )
+            else:
+                decision, state = after_failed_attempt(
+                    state,
+                    outcome=segment.outcome,
+                    segment_had_output=bool(segment.pieces),
+                    delivered=bool(self.delivered_text),
+                    single_device=bool(self.job.target_device_id),
+                    max_attempts=settings.BALLAST_MAX_ATTEMPTS,
+                )
+            if isinstance(decision, Complete):
+                yield await self._complete()
+                return
             if isinstance(decision, Fail):
                 yield await self._fail_as(decision)
                 return
@@ -329,6 +350,15 @@ class JobRun:
         if chosen is not None and chosen.status == Verification.Status.OFFERED:
             verification_send_soon(chosen.id.hex)  # to the verifier only
         return job
+
+    async def _complete(self) -> Finished:
+        """End the job as answered by the text delivered (``failover.Complete``:
+        the model ended there, maybe at once; ``services.job_answered``)."""
+        job = await db_call_durable(services.job_answered)(
+            job_id=self.job_id, output_text=self.delivered_text
+        )
+        self.finished = True
+        return Finished(finish_reason=job.finish_reason, usage=usage_of(job))
 
     async def _fail_as(self, fail: Fail) -> Failed:
         """Close the job as ``fail`` says (billed for what was delivered)."""

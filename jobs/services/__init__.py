@@ -11,7 +11,12 @@
   and the reaper (``attempts_reap``).
 """
 
-from .attempts import attempt_claim, attempt_end, segment_tokens
+from .attempts import (
+    attempt_claim,
+    attempt_end,
+    empty_answer_explained,
+    segment_tokens,
+)
 from .caps import api_key_cap_set, key_spend_add, key_spend_cap_check
 from .credit import credit_available_nano, credit_lock, credit_reserved_nano
 from .deadlines import claim_deadline, first_token_deadline, stage_timeout_s
@@ -25,6 +30,7 @@ from .dispatch import (
 )
 from .endings import (
     attempts_reap,
+    job_answered,
     job_charge,
     job_finish,
     job_price_nano,
@@ -74,6 +80,8 @@ __all__ = [
     "job_build",
     "job_create",
     "job_dispatch",
+    "empty_answer_explained",
+    "job_answered",
     "job_finish",
     "job_lease_renew",
     "job_open",

@@ -129,7 +129,7 @@ def empty_answer_explained(params: dict) -> bool:
     "Money": a failure the renter caused never counts against a host): a stop
     sequence that can match at the start, or ``max_tokens`` too few to complete
     one character (a UTF-8 character is up to 4 bytes, a token at least one).
-    Such an empty answer is not scored; any other counts as a failure."""
+    Such an empty answer is the answer (``failover.after_empty_answer``)."""
     return bool(params.get("stop")) or (params.get("max_tokens") or 4) < 4
 
 
@@ -222,9 +222,10 @@ def attempt_end(
         ]
     )
     job = attempt.job
-    not_the_devices = outcome == Attempt.Outcome.CANCELLED or (
-        outcome == Attempt.Outcome.EMPTY_ANSWER and empty_answer_explained(job.params)
-    )
+    # an empty answer is no outcome of the host's either (DESIGN.md "Fair to
+    # honest hosts": a prompt can make the model end at once); spot checks and
+    # a second device's answer judge it (``failover.after_empty_answer``)
+    not_the_devices = outcome in (Attempt.Outcome.CANCELLED, Attempt.Outcome.EMPTY_ANSWER)
     scored = not not_the_devices and not job.is_spot_check
     flagged = attempt.token_count_flagged and not job.is_spot_check
     if flagged or not scored:

@@ -18,6 +18,7 @@ from ..models import Attempt, Job
 from ..tokens import prompt_token_count
 from .attempts import attempt_end
 from .caps import key_spend_add
+from .requests import key_empty_answer_record
 
 
 @transaction.atomic(savepoint=False)
@@ -58,6 +59,26 @@ def job_succeed(
         output_text=answer_text,
         finish_reason=done["finish_reason"],
     )
+
+
+@transaction.atomic(savepoint=False)
+def job_answered(*, job_id: str, output_text: str) -> Job:
+    """Close a job whose last attempt's host ended it with no text, as answered
+    by ``output_text``: what earlier attempts delivered (the model ended where
+    the answer stood), or nothing (it ended at once: ``failover.
+    after_empty_answer``). Succeeded, finish reason ``stop``, billed for what
+    was delivered; an empty answer counts to its key's
+    ``BALLAST_EMPTY_ANSWER_RATE`` (``requests.key_empty_answer_record``).
+    Returns the finished job (unchanged when it had ended already)."""
+    job = job_finish(
+        job_id=job_id,
+        status=Job.Status.SUCCEEDED,
+        output_text=output_text,
+        finish_reason="stop",
+    )
+    if not output_text and job.api_key_id is not None:
+        key_empty_answer_record(key_id=job.api_key_id)
+    return job
 
 
 @transaction.atomic(savepoint=False)

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ballast.db import commit_unflushed
-from ballast.ratelimits import limit_hit
+from ballast.ratelimits import limit_full, limit_hit
 from billing.money import nano_to_usd_str
 from catalog.models import CatalogModel
 from catalog.selectors import catalog_model_active
@@ -64,6 +64,7 @@ def job_open(
     if key is None:
         raise unauthorized()
     key_rate_check(key=key)
+    key_empty_answers_check(key=key)
     api_key_mark_used(key=key)
     job, model = job_submit(
         api_key=key, request=request, waiting_channel=waiting_channel
@@ -83,6 +84,25 @@ def key_rate_check(*, key: ApiKey) -> None:
         raise rate_limited(
             f"this API key is past {settings.BALLAST_KEY_RATE} requests", wait
         )
+
+
+def key_empty_answers_check(*, key: ApiKey) -> None:
+    """ApiError 429 when ``BALLAST_EMPTY_ANSWER_RATE`` answers of the key came
+    back empty within its window (``key_empty_answer_record``): a renter whose
+    prompts keep making the model end at once is limited, never the hosts
+    (DESIGN.md "Fair to honest hosts")."""
+    wait = limit_full(settings.BALLAST_EMPTY_ANSWER_RATE, "key.empty", key.id)
+    if wait is not None:
+        raise rate_limited(
+            "this API key's requests ended with an empty answer "
+            f"{settings.BALLAST_EMPTY_ANSWER_RATE} (the model ended at once)",
+            wait,
+        )
+
+
+def key_empty_answer_record(*, key_id) -> None:
+    """Count one empty answer of key ``key_id`` (``key_empty_answers_check``)."""
+    limit_hit(settings.BALLAST_EMPTY_ANSWER_RATE, "key.empty", key_id)
 
 
 def key_jobs_check(*, key: ApiKey, open_jobs: list[Job]) -> None:
