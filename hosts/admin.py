@@ -15,7 +15,7 @@ from .models import (
     OnlineSpan,
     ScoreSample,
 )
-from .services import spot_check_mark_due
+from .services import device_quarantine
 
 
 class DeviceInline(admin.TabularInline):
@@ -120,7 +120,13 @@ class DeviceAdmin(admin.ModelAdmin):
         "temp_c",
         "vram_free_mb",
     ]
-    list_filter = ["quarantined", "paused", "machine__connected", "machine__region"]
+    list_filter = [
+        "quarantined",
+        "quarantine_reason",
+        "paused",
+        "machine__connected",
+        "machine__region",
+    ]
     search_fields = ["name", "machine__name", "machine__owner__username"]
     readonly_fields = [
         "machine",
@@ -134,6 +140,7 @@ class DeviceAdmin(admin.ModelAdmin):
         "score",
         "first_seen_at",
         "quarantined_at",
+        "quarantine_reason",
     ]
     list_select_related = ["machine"]
     actions = [
@@ -161,17 +168,18 @@ class DeviceAdmin(admin.ModelAdmin):
         so the device leaves after 3 passes in a row."""
         now = timezone.now()
         ids = list(queryset.filter(quarantined=False).values_list("id", flat=True))
-        count = Device.objects.filter(id__in=ids, quarantined=False).update(
-            quarantined=True, quarantined_at=now
+        count = sum(
+            device_quarantine(
+                device_id=device_id, reason=Device.QuarantineReason.STAFF, now=now
+            )
+            for device_id in ids
         )
-        for device_id in ids:
-            spot_check_mark_due(device_id=device_id, reason="quarantine", now=now)
         self.message_user(request, f"{count} device(s) quarantined.", messages.SUCCESS)
 
     @admin.action(description="Release the selected devices from quarantine")
     def release_quarantine(self, request, queryset: QuerySet[Device]):
         count = queryset.filter(quarantined=True).update(
-            quarantined=False, quarantined_at=None
+            quarantined=False, quarantined_at=None, quarantine_reason=""
         )
         self.message_user(
             request, f"{count} device(s) released from quarantine.", messages.SUCCESS

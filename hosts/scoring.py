@@ -80,6 +80,7 @@ QUARANTINE_WINDOW = 20
 QUARANTINE_FAILED_CHECKS = 3
 QUARANTINE_SCORE_BELOW = 50
 RELEASE_PASSES_IN_A_ROW = 3
+RELEASE_PASSES_NEW_DEVICE = 1  # a device new to its machine: one check before work
 
 
 def quarantine_after_failure(*, score: int, recent_checks: list[bool]) -> bool:
@@ -92,7 +93,11 @@ def quarantine_after_failure(*, score: int, recent_checks: list[bool]) -> bool:
     return score < QUARANTINE_SCORE_BELOW or failed >= QUARANTINE_FAILED_CHECKS
 
 
-def quarantine_release(*, recent_checks: list[bool]) -> bool:
-    """True when a quarantined device has passed its last 3 spot checks in a row."""
-    last = recent_checks[:RELEASE_PASSES_IN_A_ROW]
-    return len(last) == RELEASE_PASSES_IN_A_ROW and all(last)
+def quarantine_release(
+    *, recent_checks: list[bool], passes: int = RELEASE_PASSES_IN_A_ROW
+) -> bool:
+    """True when a quarantined device has passed its last ``passes`` spot checks
+    in a row (3; 1 for a device new to its machine, ``Device.quarantine_passes_needed``).
+    ``recent_checks``: passed flags, newest first."""
+    last = recent_checks[:passes]
+    return len(last) == passes and all(last)

@@ -79,9 +79,12 @@ def holds_release(*, now: datetime | None = None) -> int:
 
 
 def earnings_reverse_held(
-    *, device_id: int, reason: str, now: datetime | None = None
+    *, machine_id, reason: str, now: datetime | None = None
 ) -> int:
-    """Reverse every earning of the device still in its hold (a failed spot check).
+    """Reverse every earning still in its hold of every device the machine has
+    had, retired ones included (a failed check of one of them: DESIGN.md "Fair
+    to honest hosts", held earnings belong to the machine, not to a device
+    index a host can rename).
 
     Each amount moves from the host's held account to the platform (key
     ``reversal:<earning id>``, memo ``reason``); released earnings are not
@@ -90,7 +93,9 @@ def earnings_reverse_held(
     """
     now = now or timezone.now()
     reversed_count = 0
-    held = Earning.objects.filter(device_id=device_id, status=Earning.Status.HELD)
+    held = Earning.objects.filter(
+        device__machine_id=machine_id, status=Earning.Status.HELD
+    )
     for earning in held.select_related("attempt"):
         reversed_count += _earning_settle(
             earning,

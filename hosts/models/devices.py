@@ -10,6 +10,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import models
 
+from ..scoring import RELEASE_PASSES_IN_A_ROW, RELEASE_PASSES_NEW_DEVICE
 from .machines import Machine
 
 
@@ -20,7 +21,10 @@ class Device(models.Model):
     word); ``slots_total`` comes from the latest heartbeat. ``kind`` is what its
     ``hello`` declared (``gpu``, or ``cpu``: then ``vram_total_mb`` and
     ``vram_free_mb`` are its system memory). Sizes are MiB,
-    temperatures °C.
+    temperatures °C. ``quarantined``: held out of renter work, spot checks
+    only, until ``quarantine_passes_needed`` checks in a row pass; why, in
+    ``quarantine_reason`` (a device new to a machine starts there too:
+    ``hosts.services.trust``).
     """
 
     class Kind(models.TextChoices):
@@ -28,6 +32,14 @@ class Device(models.Model):
 
         GPU = "gpu", "GPU"
         CPU = "cpu", "CPU"
+
+    class QuarantineReason(models.TextChoices):
+        """Why a device is quarantined, which says how it leaves."""
+
+        FAILURES = "failures", "failed checks or a score under 50"
+        STAFF = "staff", "quarantined by staff"
+        INHERITED = "inherited", "a device of its machine is quarantined"
+        NEW_DEVICE = "new_device", "new to a machine that had devices: checked first"
 
     machine = models.ForeignKey(
         Machine, on_delete=models.CASCADE, related_name="devices"
@@ -45,6 +57,14 @@ class Device(models.Model):
     score = models.PositiveSmallIntegerField(default=60, db_index=True)
     quarantined = models.BooleanField(default=False)
     quarantined_at = models.DateTimeField(null=True, blank=True)
+    quarantine_reason = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        db_default="",
+        choices=QuarantineReason.choices,
+        help_text="why it is quarantined ('' when it is not)",
+    )
     paused = models.BooleanField(default=False, help_text="paused by staff")
     first_seen_at = models.DateTimeField(auto_now_add=True)
     spot_check_due_at = models.DateTimeField(
@@ -84,6 +104,15 @@ class Device(models.Model):
 
     def __str__(self) -> str:
         return self.label
+
+    @property
+    def quarantine_passes_needed(self) -> int:
+        """Spot checks in a row it must pass to leave quarantine: 1 for a device
+        new to its machine (checked before work), else 3 (DESIGN.md "Spot
+        checks"; ``hosts.scoring.RELEASE_PASSES_IN_A_ROW``)."""
+        if self.quarantine_reason == self.QuarantineReason.NEW_DEVICE:
+            return RELEASE_PASSES_NEW_DEVICE
+        return RELEASE_PASSES_IN_A_ROW
 
     @property
     def label(self) -> str:

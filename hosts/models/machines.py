@@ -121,6 +121,12 @@ class Machine(models.Model):
         help_text="no heartbeat recent enough for the lease to vouch for (or none yet)",
     )
     offline_alert_sent_at = models.DateTimeField(null=True, blank=True)
+    suspected_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="under suspicion from its first hello: its owner had a quarantined"
+        " device then (hosts.services.trust.machine_suspected_since)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     retired_at = models.DateTimeField(
         null=True,

@@ -3,7 +3,8 @@
 ``registration``: a machine registered, its name's rules; ``machines``: the
 agent's hello and disconnect, failed loads and benchmarks; ``heartbeats``: what of a heartbeat is written, the process lease;
 ``uptime``: online spans and the online fraction; ``scores``: outcomes, the
-reliability score and quarantine; ``spot_checks``: when a check is due. Every
+reliability score and quarantine; ``spot_checks``: when a check is due;
+``trust``: what a machine and its owner carry whatever a device is called. Every
 write is a transaction; consumers call them through ``db_call``. Callers import
 from ``hosts.services``.
 """
@@ -56,6 +57,12 @@ from .scores import (
     spot_checks_recent,
 )
 from .spot_checks import machines_spot_check_due, spot_check_mark_due
+from .trust import (
+    device_quarantine,
+    device_start_reason,
+    machine_first_hello_judge,
+    machine_suspected_since,
+)
 from .uptime import (
     device_online_fraction,
     machine_spans,
@@ -84,10 +91,12 @@ __all__ = [
     "device_online_fraction",
     "devices_retire",
     "device_outcome_record",
+    "device_quarantine",
     "device_quarantine_judge",
     "device_quarantine_release_judge",
     "device_score_inputs",
     "device_score_recompute",
+    "device_start_reason",
     "heartbeat_changes",
     "heartbeat_interval_s",
     "heartbeat_memo_update",
@@ -96,6 +105,7 @@ __all__ = [
     "machine_connections_close",
     "machine_create",
     "machine_disconnect",
+    "machine_first_hello_judge",
     "machine_heartbeat",
     "machine_hello",
     "machine_name_clean",
@@ -105,6 +115,7 @@ __all__ = [
     "machines_spot_check_due",
     "machine_spans",
     "machines_stale_mark",
+    "machine_suspected_since",
     "online_fraction",
     "online_span_close",
     "online_span_extend",

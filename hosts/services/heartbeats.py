@@ -153,6 +153,11 @@ def machine_heartbeat(
     """Store a heartbeat: liveness (last heartbeat, un-mark stale, online span) and
     device reports.
 
+    The online span is extended or opened only when this heartbeat makes the
+    machine live (it was ``stale``: the first of a connection, or the first
+    after a stale mark); a liveness write while live (a pause flag changed,
+    the agent draining before a restart) leaves its open span as it is.
+
     ``now`` must be when the heartbeat was received (the recorded time never runs
     ahead of the real one). With ``channel_name``, liveness is written only while
     that is still the machine's connection. ``heartbeat["devices"]`` holds the
@@ -167,10 +172,14 @@ def machine_heartbeat(
         machines = Machine.objects.filter(id=machine_id)
         if channel_name is not None:
             machines = machines.filter(channel_name=channel_name)
-        if machines.update(
-            last_heartbeat_at=now, host_paused=heartbeat["paused"], stale=False
-        ):
+        fields = {"last_heartbeat_at": now, "host_paused": heartbeat["paused"]}
+        # a span opens (or goes on) only when the machine becomes live: while
+        # it is live its latest span is open (counted until now), and a pause
+        # flag written then must not start another one over it
+        if machines.filter(stale=True).update(**fields, stale=False):
             online_span_extend(machine_id=machine_id, now=now)
+        else:
+            machines.update(**fields)
     gained: set[str] = set()
     slots_gained = 0
     if not heartbeat["devices"]:

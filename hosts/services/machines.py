@@ -25,6 +25,7 @@ from ..models import (
     token_hash,
 )
 from .spot_checks import spot_check_mark_due
+from .trust import device_quarantine, device_start_reason, machine_first_hello_judge
 from .uptime import online_span_close
 
 log = logging.getLogger("ballast.hosts")
@@ -101,7 +102,11 @@ def machine_hello(
     its first heartbeat (``hosts.liveness``). Closes the online span of a previous
     connection still counted online (a process that died: at its lease's end).
     A device back after more than 10 min gone, or back after being retired, gets
-    a spot check due (DESIGN.md "Spot checks"). Devices of the machine missing
+    a spot check due (DESIGN.md "Spot checks"). A device new to the machine
+    starts in the machine's worst state (``trust.device_start_reason``: a
+    renamed device buys nothing), and a new machine of an owner with a
+    quarantined device starts under suspicion (``trust.machine_first_hello_judge``).
+    Devices of the machine missing
     from this ``hello`` are retired (``retired_at``; kept in the records, no
     slot, no model loaded: never eligible nor rentable) until a ``hello``
     declares them again. Returns the channel of the connection it replaces ('' if
@@ -155,8 +160,10 @@ def machine_hello(
             "index", flat=True
         )
     )
+    machine_first_hello_judge(machine=machine, now=now)
+    start_reason = device_start_reason(machine=machine)
     for dev in hello["devices"]:
-        device, _ = Device.objects.update_or_create(
+        device, created = Device.objects.update_or_create(
             machine=machine,
             index=dev["index"],
             defaults={
@@ -165,7 +172,9 @@ def machine_hello(
                 "retired_at": None,
             },
         )
-        if came_back or dev["index"] in retired:
+        if created and start_reason:
+            device_quarantine(device_id=device.id, reason=start_reason, now=now)
+        elif came_back or dev["index"] in retired:
             spot_check_mark_due(device_id=device.id, reason="return", now=now)
     devices_retire(
         machine_id=machine.id,

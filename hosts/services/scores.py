@@ -26,7 +26,7 @@ from ..scoring import (
     score_round,
     score_unrounded,
 )
-from .spot_checks import spot_check_mark_due
+from .trust import device_quarantine
 from .uptime import device_online_fraction
 
 TTFT_WINDOW = timedelta(hours=1)
@@ -211,27 +211,32 @@ def device_quarantine_judge(
     """Quarantine the device if a just-recorded failure calls for it; True if it did.
 
     DESIGN.md "Spot checks": score under 50 or 3 failed spot checks among the last
-    20. A quarantined device gets only spot checks, one marked due now.
+    20. A quarantined device gets only spot checks, one marked due now
+    (``trust.device_quarantine``; a device held as new to its machine then
+    needs 3 passes in a row too).
     """
     now = now or timezone.now()
     if not quarantine_after_failure(
         score=score, recent_checks=spot_checks_recent(device_id=device_id)
     ):
         return False
-    newly = Device.objects.filter(id=device_id, quarantined=False).update(
-        quarantined=True, quarantined_at=now
+    return device_quarantine(
+        device_id=device_id, reason=Device.QuarantineReason.FAILURES, now=now
     )
-    if newly:
-        spot_check_mark_due(device_id=device_id, reason="quarantine", now=now)
-    return bool(newly)
 
 
 def device_quarantine_release_judge(*, device_id: int) -> bool:
-    """Release a quarantined device after 3 passed spot checks in a row; True if released."""
-    if not quarantine_release(recent_checks=spot_checks_recent(device_id=device_id)):
+    """Release a quarantined device once its last spot checks passed in a row:
+    3, or 1 for a device new to its machine (``Device.quarantine_passes_needed``).
+    True if released."""
+    device = Device.objects.filter(id=device_id, quarantined=True).first()
+    if device is None or not quarantine_release(
+        recent_checks=spot_checks_recent(device_id=device_id),
+        passes=device.quarantine_passes_needed,
+    ):
         return False
     return bool(
-        Device.objects.filter(id=device_id, quarantined=True).update(
-            quarantined=False, quarantined_at=None
-        )
+        Device.objects.filter(
+            id=device_id, quarantined=True, quarantine_reason=device.quarantine_reason
+        ).update(quarantined=False, quarantined_at=None, quarantine_reason="")
     )

@@ -7,7 +7,7 @@ import logging
 from datetime import datetime
 
 from billing.services import earnings_reverse_held
-from hosts.models import DeviceOutcome
+from hosts.models import Device, DeviceOutcome
 from hosts.services import device_outcome_record
 
 log = logging.getLogger("ballast.jobs")
@@ -17,9 +17,11 @@ def device_check_failed(
     *, device_id: int, model_id: str, detail: str, now: datetime
 ) -> int:
     """Record a failed check of the device: an outcome against its score (and
-    quarantine judged), every earning of it still held reversed, a rental on it
-    stopped. Returns how many held earnings were reversed. In the caller's
-    transaction."""
+    quarantine judged; its machine's suspicion starts again from it,
+    ``hosts.services.machine_suspected_since``), every earning still held of
+    every device its machine has had reversed (a renamed device keeps
+    nothing), a rental on it stopped. Returns how many held earnings were
+    reversed. In the caller's transaction."""
     from ..rentals import rentals_after_check  # (rentals imports the services)
 
     device_outcome_record(
@@ -31,7 +33,11 @@ def device_check_failed(
         now=now,
     )
     reversed_count = earnings_reverse_held(
-        device_id=device_id, reason=f"failed check: {detail}"[:300], now=now
+        machine_id=Device.objects.values_list("machine_id", flat=True).get(
+            id=device_id
+        ),
+        reason=f"failed check: {detail}"[:300],
+        now=now,
     )
     log.warning(
         "device %s failed a check (%s); %d held earnings reversed",

@@ -8,7 +8,8 @@ import secrets
 
 from django.conf import settings
 
-from hosts.models import DeviceOutcome
+from hosts.models import Device, DeviceOutcome
+from hosts.services import machine_suspected_since
 
 from ..models import Attempt, Verification
 
@@ -33,14 +34,17 @@ def verification_rate(*, device_id: int) -> float:
     - the new-device rate ``BALLAST_VERIFY_NEW_RATE`` over its first
       ``BALLAST_VERIFY_NEW_JOBS`` real jobs (succeeded attempts of renters'
       jobs), then halving every ``BALLAST_VERIFY_NEW_JOBS`` jobs more;
-    - suspicion after its last failed check (a failed spot check, a confirmed
-      implausible answer, an inflated count: ``services.device_check_failed``):
+    - suspicion after its machine's last failed check, whichever device of
+      the machine failed it (a failed spot check, a confirmed implausible
+      answer, an inflated count: ``services.device_check_failed``), or since
+      the first hello of a new machine of an owner with a quarantined device
+      (``hosts.services.machine_suspected_since``):
       ``BALLAST_VERIFY_SUSPECT_RATE`` halving every
-      ``BALLAST_VERIFY_SUSPECT_PASSES`` checks passed since (spot checks
-      passed, answers found plausible by a trusted verifier,
-      ``checks.trusted``).
+      ``BALLAST_VERIFY_SUSPECT_PASSES`` checks this device passed since (spot
+      checks passed, answers found plausible by a trusted verifier,
+      ``checks.trusted``): a renamed device starts suspected.
 
-    Reads the database (at most four indexed queries)."""
+    Reads the database (at most five indexed queries)."""
     return min(1.0, max(part(device_id) for part in _PARTS))
 
 
@@ -84,12 +88,8 @@ def _new_rate(device_id: int) -> float:
 
 
 def _suspect_rate(device_id: int) -> float:
-    failed_at = (
-        DeviceOutcome.objects.filter(
-            device_id=device_id, source=DeviceOutcome.Source.SPOT_CHECK, success=False
-        )
-        .values_list("created_at", flat=True)
-        .first()
+    failed_at = machine_suspected_since(
+        machine_id=Device.objects.values_list("machine_id", flat=True).get(id=device_id)
     )
     if failed_at is None:
         return 0.0

@@ -189,11 +189,14 @@ def test_it_reverses_held_earnings_of_a_device_that_failed_a_spot_check(rig, ren
 
     assert (
         earnings_reverse_held(
-            device_id=device.id, reason="failed spot check", now=rig.now
+            machine_id=device.machine_id, reason="failed spot check", now=rig.now
         )
         == 1
     )
-    assert earnings_reverse_held(device_id=device.id, reason="again", now=rig.now) == 0
+    again = earnings_reverse_held(
+        machine_id=device.machine_id, reason="again", now=rig.now
+    )
+    assert again == 0
 
     statuses = {e.attempt_id: e.status for e in Earning.objects.all()}
     assert statuses == {

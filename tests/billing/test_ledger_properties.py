@@ -239,7 +239,7 @@ class History:
             )
         if not step["passed"]:
             earnings_reverse_held(
-                device_id=attempt.device_id,
+                machine_id=attempt.device.machine_id,  # one device per machine
                 reason="failed spot check",
                 now=self.rig.now,
             )
