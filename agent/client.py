@@ -35,6 +35,8 @@ WS_PATH = "/ws/host/"
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_REPLACED = 4409  # another connection of this machine took over
 CLOSE_NO_PROOF = 4426  # a hello without the challenge's proof (an older agent)
+CLOSE_NO_HELLO = 4408  # no hello within the coordinator's BALLAST_HELLO_TIMEOUT_S
+CLOSE_TOO_MANY = 4429  # too many open connections of this machine or address
 """Close code of a coordinator that refuses the machine token after accepting."""
 
 
@@ -155,9 +157,10 @@ class HostAgent:
         """Stay connected until cancelled, reconnecting with backoff.
 
         A handshake refused by the coordinator (HTTP 401/403: bad token), a
-        session closed before ``welcome`` (close code 4401) and a session closed
-        because another agent connected as this machine (4409) are retried with
-        a growing delay, never in a tight loop.
+        session closed before ``welcome`` (close code 4401; 4429, too many open
+        connections; 4408, no hello in time) and a session closed because
+        another agent connected as this machine (4409) are retried with a
+        growing delay, never in a tight loop.
         """
         url = self.config.ws_url
         refusals = _delays(self.config.retry_min_s, self.config.retry_max_s)
@@ -249,6 +252,20 @@ class HostAgent:
             log.error(
                 "the coordinator wants the hello to sign its challenge (close code "
                 "4426 %s): upgrade this agent",
+                reason,
+            )
+        elif code == CLOSE_TOO_MANY:
+            log.error(
+                "the coordinator refused the connection: too many open connections "
+                "of this machine or this address (close code 4429 %s); another "
+                "agent may run with this token, or dropped connections are not "
+                "closed yet: this one backs off",
+                reason,
+            )
+        elif code == CLOSE_NO_HELLO:
+            log.error(
+                "the coordinator closed the connection: no hello in time (close "
+                "code 4408 %s); backing off",
                 reason,
             )
         elif code is not None and 4000 <= code < 5000:

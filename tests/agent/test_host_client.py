@@ -107,6 +107,21 @@ async def test_an_agent_replaced_by_another_of_its_machine_backs_off(
 
 
 @pytest.mark.asyncio
+async def test_too_many_connections_backs_off(
+    agent_start, coordinator_class, caplog
+) -> None:
+    """Close code 4429 (the machine's or the address's open connections at
+    their cap, docs/protocol-notes.md "Access"): retries come after growing
+    delays, and the log says why."""
+    async with coordinator_class(close_code=4429) as fake:
+        await agent_start(fake, wait=False, retry_min_s=0.2, retry_max_s=5)
+        times = [await asyncio.wait_for(fake.attempt_times.get(), 10) for _ in range(3)]
+        assert times[1] - times[0] >= 0.15  # 0.2 s ± 20 %
+        assert times[2] - times[1] >= 0.3  # then 0.4 s ± 20 %
+    assert "too many open connections" in caplog.text
+
+
+@pytest.mark.asyncio
 async def test_a_token_refused_by_the_handshake_does_not_spin(
     agent_start, coordinator_class, caplog
 ) -> None:
