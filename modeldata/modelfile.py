@@ -68,6 +68,13 @@ class VocabData:
     add_space_prefix: bool | None
     chat_template: str
 
+    def token_text(self, token: int | None) -> str:
+        """The text of token ``token`` as the file spells it ("" for ``None`` or
+        an id outside the vocabulary): BOS and EOS as a chat template prints them."""
+        if token is None or not 0 <= token < len(self.tokens):
+            return ""
+        return self.tokens[token]
+
     def to_json(self) -> str:
         """Compact JSON of this vocabulary (UTF-8 text; about 1.3 MB for
         SmolLM2's 49,152 tokens and 48,900 merges)."""

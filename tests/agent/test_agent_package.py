@@ -1,5 +1,6 @@
 """The agent as its own distribution (``agent/pyproject.toml``): its wheel holds the
-agent and nothing else of the repository, installs with the ``llamacpp`` extra into
+agent and ``modeldata`` (what agent and coordinator both read of a model) and
+nothing else of the repository, installs with the ``llamacpp`` extra into
 a fresh virtualenv (no system site-packages), and ``ballast-agent run`` started
 outside the repository answers a real request with the real model against a
 coordinator started here. ``-m package`` selects it.
@@ -80,14 +81,17 @@ def test_it_builds_a_wheel_of_the_agent_alone(wheel):
     assert wheel.name == f"ballast_agent-{__version__}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
     dist_info = f"ballast_agent-{__version__}.dist-info/"
-    outside = [n for n in names if not n.startswith(("agent/", dist_info))]
-    assert outside == [], "the wheel ships only the agent"
+    outside = [
+        n for n in names if not n.startswith(("agent/", "modeldata/", dist_info))
+    ]
+    assert outside == [], "the wheel ships only the agent and modeldata"
     sources = {
         str(path.relative_to(ROOT))
-        for path in (ROOT / "agent").rglob("*.py")
+        for package in ("agent", "modeldata")
+        for path in (ROOT / package).rglob("*.py")
         if "__pycache__" not in path.parts
     }
-    assert {n for n in names if n.startswith("agent/")} == sources
+    assert {n for n in names if not n.startswith(dist_info)} == sources
     with zipfile.ZipFile(wheel) as zipped:
         metadata = zipped.read(dist_info + "METADATA").decode()
         entry_points = zipped.read(dist_info + "entry_points.txt").decode()
