@@ -246,7 +246,11 @@ def canaries(catalog, settings):
 
 @pytest.fixture(autouse=True)
 def _limits_reset(request):
-    """Every test starts with no rate-limit hits counted (ballast.ratelimits)."""
+    """Every test starts with no rate-limit hits counted (ballast.ratelimits)
+    and no open socket counted (ballast.sockets: a socket a test left open,
+    never ended, would otherwise count for the next test's key of that id)."""
     from ballast.ratelimits import limits_reset
+    from ballast.sockets import sockets_reset
 
     limits_reset()
+    sockets_reset()
