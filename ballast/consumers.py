@@ -43,6 +43,12 @@ class DirectDispatchConsumer(AsyncWebsocketConsumer):
       which skip the layer: ``ballast.local``) has one long-lived reader that
       hands its messages to the handlers under one lock: a frame costs one task
       switch.
+
+    Every Ballast socket is also held to the access limits (docs/protocol-notes.md
+    "Access"): its place in the open-socket counts (``sockets_take``, given back
+    whenever the connection ends), a deadline for its first word
+    (``greeting_deadline_start``) and ``refuse``, after which its frames are
+    dropped.
     """
 
     # set by ``refuse``: the socket is closing, frames that still come are dropped

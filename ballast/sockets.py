@@ -60,6 +60,7 @@ end
 return 0
 """
 RENEW_BATCH = 500  # entries per renewal script call
+REDIS_TIMEOUT_S = 5.0  # a Redis call's longest wait (s)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class SocketCap:
 
     @property
     def cap(self) -> int:
+        """The cap now: the setting's value (open sockets)."""
         return getattr(settings, self.setting)
 
 
@@ -81,7 +83,10 @@ class _RedisCounts:
     """The counts in Redis (sorted sets, Redis's clock)."""
 
     def __init__(self, url: str) -> None:
-        self.redis = redis.Redis.from_url(url)
+        # a Redis that stops answering fails a connect in seconds, not never
+        self.redis = redis.Redis.from_url(
+            url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
+        )
         self.take_script = self.redis.register_script(_TAKE)
         self.renew_script = self.redis.register_script(_RENEW)
 
@@ -163,6 +168,7 @@ def _installation() -> str:
 
 
 def _lease_ms() -> int:
+    """``BALLAST_SOCKET_LEASE_S`` in ms."""
     return max(1, round(settings.BALLAST_SOCKET_LEASE_S * 1000))
 
 
