@@ -252,3 +252,38 @@ def test_verification_settings_that_are_not_rates_are_refused_at_start(tmp_path)
         assert (run.returncode == 0) is ok, (name, value, run.stderr[-300:])
         if not ok:
             assert f"{name} must be" in run.stderr
+
+
+def test_access_settings_that_are_not_counts_or_seconds_are_refused_at_start(
+    tmp_path,
+):
+    """The websockets' limits (docs/protocol-notes.md "Access"): caps are
+    whole numbers ≥ 1, the hello timeout ≥ 0.1 s, the lease ≥ 1 s; anything
+    else stops start-up naming the variable."""
+    code = "from django.conf import settings; print(settings.BALLAST_SOCKETS_PER_KEY)"
+    cases = [
+        ("BALLAST_SOCKETS_PER_KEY", "8", True),
+        ("BALLAST_SOCKETS_PER_KEY", "0", False),
+        ("BALLAST_SOCKETS_PER_MACHINE", "two", False),
+        ("BALLAST_SOCKETS_PER_ADDRESS", "1.5", False),
+        ("BALLAST_HELLO_TIMEOUT_S", "2.5", True),
+        ("BALLAST_HELLO_TIMEOUT_S", "0", False),
+        ("BALLAST_SOCKET_LEASE_S", "0.5", False),
+    ]
+    for name, value, ok in cases:
+        run = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "BALLAST_VAR_DIR": str(tmp_path),
+                name: value,
+                "DJANGO_SETTINGS_MODULE": "ballast.settings",
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (run.returncode == 0) is ok, (name, value, run.stderr[-300:])
+        if not ok:
+            assert "ImproperlyConfigured" in run.stderr and name in run.stderr
