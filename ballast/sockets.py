@@ -8,7 +8,10 @@ lapses (Redis's clock, ms); taking a place first drops the lapsed entries. A
 process renews the entries of its open sockets every third of
 ``BALLAST_SOCKET_LEASE_S`` from a thread of its own, and removes an entry when
 its socket ends: the sockets of a process that died (SIGKILL, a lost machine)
-stop counting within one lease, and a live socket never lapses.
+stop counting within one lease, and a live socket never lapses (after a Redis
+restart, which forgets every count, the renewals count the live sockets
+again). A socket that ends while its renewal is under way may count for one
+more lease.
 
 Keys are ``ballast:sockets:<installation>:<kind>:<id>``, the installation named
 by its database (so two installations, or two test runs, sharing one Redis do
@@ -47,14 +50,14 @@ for _, key in ipairs(KEYS) do
 end
 return 0
 """
-# KEYS: sets; ARGV: lease (ms), then one connection id per key (renewed only
-# where it is still counted: XX).
+# KEYS: sets; ARGV: lease (ms), then one connection id per key: added again
+# where it is missing (a Redis that restarted counts the live sockets again)
 _RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 for i, key in ipairs(KEYS) do
-  redis.call('ZADD', key, 'XX', now + lease, ARGV[i + 1])
+  redis.call('ZADD', key, now + lease, ARGV[i + 1])
   redis.call('PEXPIRE', key, lease)
 end
 return 0
@@ -233,16 +236,21 @@ def _renewer_start() -> None:
         _renewer.start()
 
 
+def sockets_renew() -> None:
+    """Renew the entries of this process's open sockets for a lease (one turn
+    of the renewal thread). Raises ``redis.RedisError`` when Redis is away."""
+    with _lock:
+        entries = [(key, member) for member, keys in _open.items() for key in keys]
+    if entries:
+        _counts().renew(entries, _lease_ms())
+
+
 def _renew_forever() -> None:
-    """Every third of the lease, renew the entries of this process's open
-    sockets; a failure (Redis away) is retried at the next turn."""
+    """``sockets_renew`` every third of the lease; a failure (Redis away) is
+    logged and retried at the next turn."""
     while True:
         time.sleep(settings.BALLAST_SOCKET_LEASE_S / 3)
-        with _lock:
-            entries = [(key, member) for member, keys in _open.items() for key in keys]
-        if not entries:
-            continue
         try:
-            _counts().renew(entries, _lease_ms())
+            sockets_renew()
         except redis.RedisError as exc:  # the entries lapse unless a turn succeeds
             log.warning("open sockets' leases not renewed: %s", exc)
