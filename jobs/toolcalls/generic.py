@@ -1,0 +1,278 @@
+"""The generic JSON tool-call format: for a model whose chat template has no
+tool-call format of its own (SmolLM2's), the answer is one JSON object,
+
+- ``{"tool_calls": [{"name": <function>, "arguments": {...}}, ...]}`` to call
+  functions, or
+- ``{"content": "<text>"}`` to answer in prose (``tool_choice: "auto"`` only),
+
+described to the model in a system preamble (``preamble``) and held to by
+constrained decoding (``constraint``: a JSON schema sent to the host as a
+``json_schema`` response format). ``CallParser`` turns the host's text into
+content and calls as the text arrives (docs/tools.md).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .scanner import JsonScanner, Path, ScanError
+
+NAME = "generic_json"
+
+
+@dataclass(frozen=True)
+class Function:
+    """One function of ``tools``: its name, description and parameters (a
+    JSON schema within ``jobs.schemas``' subset, annotations dropped)."""
+
+    name: str
+    description: str
+    parameters: dict
+    shown_parameters: dict  # as the renter wrote it (annotations kept): the preamble's
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the answer may be: ``mode`` ``auto`` (prose or calls),
+    ``required`` (calls) or ``named`` (calls of ``name`` alone); ``parallel``:
+    more than one call allowed."""
+
+    mode: str
+    parallel: bool = True
+    name: str | None = None
+
+
+def constraint(functions: list[Function], choice: Choice) -> dict:
+    """The JSON schema every answer matches (``jobs.schemas`` subset). Each
+    function's ``$defs`` move to the root under ``f<index>_<name>`` (their
+    ``$ref`` rewritten), since a ``$ref`` points from the root."""
+    defs: dict[str, Any] = {}
+    members = []
+    for i, function in enumerate(functions):
+        if choice.mode == "named" and function.name != choice.name:
+            continue
+        parameters = _defs_hoisted(function.parameters, f"f{i}_", defs)
+        members.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": function.name}, "arguments": parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    calls: dict[str, Any] = {
+        "type": "array",
+        "items": members[0] if len(members) == 1 else {"anyOf": members},
+        "minItems": 1,
+    }
+    if not choice.parallel or choice.mode == "named":
+        calls["maxItems"] = 1
+    called = {
+        "type": "object",
+        "properties": {"tool_calls": calls},
+        "required": ["tool_calls"],
+        "additionalProperties": False,
+    }
+    if choice.mode == "auto":
+        prose = {
+            "type": "object",
+            "properties": {"content": {"type": "string"}},
+            "required": ["content"],
+            "additionalProperties": False,
+        }
+        schema: dict[str, Any] = {"anyOf": [prose, called]}
+    else:
+        schema = called
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def _defs_hoisted(schema: dict, prefix: str, defs: dict) -> dict:
+    """``schema`` without its ``$defs``/``definitions``, which go into
+    ``defs`` renamed with ``prefix``; every ``$ref`` to them rewritten."""
+    local = {}
+    for key in ("$defs", "definitions"):
+        for name, sub in (schema.get(key) or {}).items():
+            local[f"#/{key}/{name}"] = f"#/$defs/{prefix}{name}"
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {
+                k: rewrite(v) for k, v in node.items() if k not in ("$defs", "definitions")
+            }
+            if isinstance(node.get("$ref"), str) and node["$ref"] in local:
+                out["$ref"] = local[node["$ref"]]
+            return out
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        return node
+
+    for key in ("$defs", "definitions"):
+        for name, sub in (schema.get(key) or {}).items():
+            defs[f"{prefix}{name}"] = rewrite(sub)
+    return rewrite(schema)
+
+
+def preamble(functions: list[Function], choice: Choice) -> str:
+    """The system text telling the model its functions and the format."""
+    listed = [
+        {"name": f.name, "description": f.description, "parameters": f.shown_parameters}
+        for f in functions
+    ]
+    call = '{"tool_calls": [{"name": <function name>, "arguments": <JSON object>}]}'
+    if choice.mode == "named":
+        how = (
+            f"Call the function {choice.name}: answer with one JSON object "
+            f'{{"tool_calls": [{{"name": "{choice.name}", "arguments": <JSON object>}}]}}.'
+        )
+    elif choice.mode == "required":
+        how = f"Call at least one function: answer with one JSON object {call}."
+    else:
+        how = (
+            f"To call functions, answer with one JSON object {call}; to answer "
+            'in text, answer with one JSON object {"content": <your answer>}.'
+        )
+    if not choice.parallel or choice.mode == "named":
+        how += " Make one call at a time."
+    return (
+        "You can call these functions (their parameters are JSON Schema):\n"
+        + json.dumps(listed, ensure_ascii=False)
+        + "\n"
+        + how
+        + ' A function\'s result comes back as a message {"tool_result": ...}.'
+    )
+
+
+def calls_text(calls: list[dict], content: str | None) -> str:
+    """An assistant's earlier calls as this format writes them (``calls``:
+    ``{"name", "arguments"}`` with ``arguments`` JSON text, kept as text when
+    it does not parse), with its ``content`` beside them when it had some."""
+    out: dict[str, Any] = {}
+    if content:
+        out["content"] = content
+    rendered = []
+    for call in calls:
+        try:
+            arguments = json.loads(call["arguments"])
+        except ValueError:
+            arguments = call["arguments"]
+        rendered.append({"name": call["name"], "arguments": arguments})
+    out["tool_calls"] = rendered
+    return json.dumps(out, ensure_ascii=False)
+
+
+def result_text(*, name: str | None, tool_call_id: str | None, content: str) -> str:
+    """A ``tool`` message's result as this format writes it (a user turn)."""
+    result: dict[str, Any] = {}
+    if name:
+        result["name"] = name
+    if tool_call_id:
+        result["tool_call_id"] = tool_call_id
+    result["content"] = content
+    return json.dumps({"tool_result": result}, ensure_ascii=False)
+
+
+@dataclass
+class Call:
+    """A call as parsed so far: ``name`` once complete, ``arguments`` the raw
+    JSON text received so far."""
+
+    name: str | None = None
+    arguments: str = ""
+    complete: bool = False
+
+
+@dataclass
+class CallParser:
+    """The answer's text, piece by piece (``feed``), as events in order:
+    ``("content", text)``, ``("call", index, name)`` (a call's first piece:
+    its name is complete), ``("arguments", index, text)`` (the next raw
+    characters of its arguments, only after its ``call`` event).
+
+    Text that is not this format (a host that ignored the constraint) from
+    the character where it stops being so goes on as ``content``, so nothing
+    a host delivered is dropped.
+    """
+
+    calls: list[Call] = field(default_factory=list)
+    verbatim: bool = False  # the text left the format: the rest is content
+    _events: list = field(default_factory=list)
+    _scanner: JsonScanner | None = None
+
+    def __post_init__(self) -> None:
+        self._scanner = JsonScanner(
+            on_string=self._string,
+            raw_wanted=self._is_arguments,
+            on_raw=self._raw,
+            on_value_end=self._value_end,
+        )
+
+    def feed(self, text: str) -> list[tuple]:
+        """The events ``text`` (the next piece of the answer) completes."""
+        self._events = []
+        if self.verbatim:
+            self._content(text)
+        else:
+            for i, char in enumerate(text):
+                try:
+                    self._scanner.feed(char)  # type: ignore[union-attr]
+                except ScanError:
+                    self.verbatim = True
+                    self._content(text[i:])
+                    break
+        return self._merged()
+
+    def _merged(self) -> list[tuple]:
+        out: list[tuple] = []
+        for event in self._events:
+            if out and out[-1][0] == event[0] and event[0] != "call" and out[-1][:-1] == event[:-1]:
+                out[-1] = (*event[:-1], out[-1][-1] + event[-1])
+            else:
+                out.append(event)
+        return out
+
+    def _content(self, text: str) -> None:
+        if text:
+            self._events.append(("content", text))
+
+    @staticmethod
+    def _call_index(path: Path, key: str) -> int | None:
+        if len(path) == 3 and path[0] == "tool_calls" and path[2] == key:
+            return path[1] if isinstance(path[1], int) else None
+        return None
+
+    def _call(self, index: int) -> Call:
+        while len(self.calls) <= index:
+            self.calls.append(Call())
+        return self.calls[index]
+
+    def _is_arguments(self, path: Path) -> bool:
+        return self._call_index(path, "arguments") is not None
+
+    def _string(self, path: Path, text: str) -> None:
+        if path == ("content",):
+            self._content(text)
+        index = self._call_index(path, "name")
+        if index is not None:
+            call = self._call(index)
+            call.name = (call.name or "") + text  # complete at its value's end
+
+    def _raw(self, path: Path, text: str) -> None:
+        index = self._call_index(path, "arguments")
+        call = self._call(index)  # type: ignore[arg-type]
+        call.arguments += text
+        if call.complete:
+            self._events.append(("arguments", index, text))
+
+    def _value_end(self, path: Path) -> None:
+        index = self._call_index(path, "name")
+        if index is None:
+            return
+        call = self._call(index)
+        call.complete = True
+        self._events.append(("call", index, call.name or ""))
+        if call.arguments:  # arguments written before the name
+            self._events.append(("arguments", index, call.arguments))
