@@ -139,6 +139,12 @@ def _common_add(parser: argparse.ArgumentParser, *, server_required: bool) -> No
         "--name",
         help="device name to report instead of the detected one (demos, tests)",
     )
+    parser.add_argument(
+        "--kind",
+        choices=("gpu", "cpu"),
+        help="device kind to report instead of the detected one (demos, tests;"
+        " Ballast places jobs by what it measures, not by this)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -183,7 +189,9 @@ async def _main_async(args: argparse.Namespace, script: dict[str, Any] | None) -
     from agent.telemetry import Telemetry
 
     engine = engine_create(args.engine, **_engine_opts(args, script))
-    telemetry = Telemetry(name_override=args.name, override_index=args.device)
+    telemetry = Telemetry(
+        name_override=args.name, kind_override=args.kind, override_index=args.device
+    )
     agent = None
     if args.server:
         key = key_load_or_create(args.key_file or key_path_default(args.server))

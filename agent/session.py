@@ -101,7 +101,12 @@ class Session:
             "features": sorted(set(agent.engine.features) & set(FEATURES)),
             **({"verifies": True} if agent.engine.verifies else {}),
             "devices": [
-                {"index": d.index, "name": d.name, "vram_total_mb": d.vram_total_mb}
+                {
+                    "index": d.index,
+                    "name": d.name,
+                    "kind": d.kind,
+                    "vram_total_mb": d.vram_total_mb,
+                }
                 for d in agent.telemetry.devices()
             ],
         }

@@ -1,9 +1,10 @@
 """Device telemetry: what the agent reports in ``hello`` and ``heartbeat``.
 
 NVIDIA GPUs are read through NVML (the ``pynvml`` module of ``nvidia-ml-py``) when
-it is importable and finds at least one GPU. Otherwise the CPU is reported as
-device 0: its name from ``/proc/cpuinfo`` (or ``platform.processor()``), no
-temperature, and system RAM standing in for VRAM (total and available, MiB).
+it is importable and finds at least one GPU (kind ``gpu``). Otherwise the CPU is
+reported as device 0 of kind ``cpu``: its name from ``/proc/cpuinfo`` (or
+``platform.processor()``), no temperature, and its system memory where a GPU
+reports VRAM (total and available, MiB; docs/protocol-notes.md 2026-12-07).
 """
 
 from __future__ import annotations
@@ -25,18 +26,20 @@ MIB = 1024 * 1024
 class DeviceInfo:
     """Static facts about one device, as sent in ``hello``.
 
-    ``index`` is the device number used in offers; ``vram_total_mb`` is in MiB.
+    ``index`` is the device number used in offers; ``kind`` is ``"gpu"`` or
+    ``"cpu"``; ``vram_total_mb`` is in MiB (a CPU's: its system memory).
     """
 
     index: int
     name: str
     vram_total_mb: int
+    kind: str = "gpu"
 
 
 @dataclass
 class DeviceStatus:
     """Live readings of one device: ``temp_c`` in °C (None when unknown),
-    ``vram_free_mb`` in MiB."""
+    ``vram_free_mb`` in MiB (a CPU's: its available system memory)."""
 
     index: int
     temp_c: float | None
@@ -46,15 +49,26 @@ class DeviceStatus:
 class Telemetry:
     """Reads the machine's devices: NVIDIA GPUs via NVML, else the CPU as device 0.
 
-    ``name_override`` replaces the name reported for ``override_index`` (for
-    demos and tests that simulate a given GPU model).
+    ``name_override`` and ``kind_override`` (``"gpu"``/``"cpu"``) replace the
+    name and kind reported for ``override_index`` (for demos and tests that
+    simulate a given device; placement goes by what Ballast measures, not by
+    these).
     """
 
     def __init__(
-        self, *, name_override: str | None = None, override_index: int = 0
+        self,
+        *,
+        name_override: str | None = None,
+        kind_override: str | None = None,
+        override_index: int = 0,
     ) -> None:
+        if kind_override not in (None, "gpu", "cpu"):
+            raise ValueError(
+                f"kind_override must be 'gpu' or 'cpu', not {kind_override!r}"
+            )
         self._nvml: Any = _nvml_init()
         self._name_override = name_override
+        self._kind_override = kind_override
         self._override_index = override_index
 
     @property
@@ -72,10 +86,10 @@ class Telemetry:
                 infos = [_cpu_device()]
         else:
             infos = [_cpu_device()]
-        if self._name_override:
-            for info in infos:
-                if info.index == self._override_index:
-                    info.name = self._name_override
+        for info in infos:
+            if info.index == self._override_index:
+                info.name = self._name_override or info.name
+                info.kind = self._kind_override or info.kind
         return infos
 
     def statuses(self) -> list[DeviceStatus]:
@@ -124,6 +138,7 @@ def _cpu_device() -> DeviceInfo:
         index=0,
         name=_cpu_name(),
         vram_total_mb=int(psutil.virtual_memory().total // MIB),
+        kind="cpu",
     )
 
 

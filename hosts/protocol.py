@@ -20,6 +20,9 @@ MAX_TEXT_CHARS = 65536
 # to devices whose machine declared it
 FEATURES = ("json_object", "json_schema", "logprobs")
 MAX_FEATURES = 32  # entries of ``hello.features``, known or not
+# what a hello may declare a device is (``devices[].kind``; docs/protocol-notes.md
+# 2026-12-07): its word only, placement goes by what was measured
+DEVICE_KINDS = ("gpu", "cpu")
 
 
 def max_devices() -> int:
@@ -92,7 +95,9 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
 
     Returns ``{"agent_version", "engine_name", "engine_version", "public_key",
     "accepts_serverless", "features", "verifies", "devices": [{"index",
-    "name", "vram_total_mb"}]}``; ``features``: the known ``FEATURES`` the
+    "name", "kind", "vram_total_mb"}]}``; ``kind``: ``DEVICE_KINDS``, absent
+    ``"gpu"`` (a ``cpu``'s ``vram_total_mb`` is its system memory);
+    ``features``: the known ``FEATURES`` the
     hello declares, sorted (a feature this coordinator does not know is
     ignored; none declared: none); ``verifies``: its engine scores answers by
     prefill (``verify`` offers; absent: False).
@@ -129,7 +134,12 @@ def parse_hello(frame: dict[str, Any]) -> dict[str, Any]:
         vram = _nonneg_int(
             dev.get("vram_total_mb"), f"hello: devices[{i}].vram_total_mb"
         )
-        cleaned.append({"index": index, "name": name, "vram_total_mb": vram})
+        kind = dev.get("kind", "gpu")
+        if kind not in DEVICE_KINDS:
+            raise FrameError(f"hello: devices[{i}].kind must be 'gpu' or 'cpu'")
+        cleaned.append(
+            {"index": index, "name": name, "kind": kind, "vram_total_mb": vram}
+        )
     accepts = frame.get("accepts_serverless", True)
     if not isinstance(accepts, bool):
         raise FrameError("hello: accepts_serverless must be true or false")

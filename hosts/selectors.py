@@ -18,7 +18,14 @@ from django.http import Http404
 from billing.models import Earning
 from catalog.models import CatalogModel
 
-from .models import Benchmark, Device, DeviceOutcome, Machine, ScoreSample
+from .models import (
+    Benchmark,
+    Device,
+    DeviceModel,
+    DeviceOutcome,
+    Machine,
+    ScoreSample,
+)
 from .scoring import PRIOR, WINDOW, score_parts
 from .segments import segment_earned_nothing
 from .services import device_score_inputs, spot_checks_recent
@@ -234,6 +241,22 @@ class DeviceView:
         if d.vram_free_mb is None:
             return None
         return max(0, d.vram_total_mb - d.vram_free_mb)
+
+    @property
+    def memory_label(self) -> str:
+        """Its declared memory as the page shows it: ``"24 GB VRAM"``, or
+        ``"24 GB memory"`` for a CPU (its system memory; GB of 1024 MiB)."""
+        gb = f"{self.device.vram_total_mb / 1024:.1f}".removesuffix(".0")
+        what = "memory" if self.device.kind == Device.Kind.CPU else "VRAM"
+        return f"{gb} GB {what}"
+
+    @property
+    def measured(self) -> list[DeviceModel]:
+        """Its device-model rows with measurements (``measured_jobs`` > 0),
+        by model id: each row's ``measured_tokens_per_s``, ``measured_like``
+        and ``placement_verdict()`` are what the page lists it as."""
+        rows = [dm for dm in self.device.models.all() if dm.measured_jobs]
+        return sorted(rows, key=lambda dm: dm.model_id)
 
     @property
     def temp_pct(self) -> int | None:

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from billing.templatetags.billing_money import usd_text
+from catalog.gpus import MEASURED_MIN_JOBS
 
 from . import selectors, services, timeline, web_services
 from .charts import bar_chart, line_chart
@@ -152,6 +153,7 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
         "new_token": new_token,
         "agent_install": AGENT_INSTALL,
         "parts": selectors.device_views(machine=machine, now=now),
+        "measured_min_jobs": MEASURED_MIN_JOBS,
     }
     return render(request, "hosts/machine.html", context)
 

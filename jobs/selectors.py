@@ -14,9 +14,10 @@ from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 
 from ballast.db import skip_locked
+from catalog.gpus import placement_verdict
 from catalog.models import CatalogModel
 from hosts.liveness import live_q, live_sql
-from hosts.models import Device, DeviceModel
+from hosts.models import Device, DeviceModel, vram_need_mb
 
 from .models import Attempt, Job
 
@@ -38,16 +39,56 @@ def _loaded(model_id: str) -> Exists:
     )
 
 
-def placement_filter(placement: dict) -> Q:
-    """The Q of the request's placement requirements (rule 6): gpu, min_vram_gb, region."""
+def placement_filter(placement: dict, *, model_id: str) -> Q:
+    """The Q on devices of the request's placement requirements (rule 6):
+    ``gpu`` and ``min_vram_gb`` by what was measured of the device on
+    ``model_id`` (``Device.placement_meets``, the one rule; ``placement_sql``
+    is the same as SQL), ``region`` (case ignored)."""
     q = Q()
-    if placement.get("gpu"):
-        q &= Q(name__icontains=placement["gpu"])
-    if placement.get("min_vram_gb") is not None:
-        q &= Q(vram_total_mb__gte=int(float(placement["min_vram_gb"]) * 1024))
+    gpu, min_vram_gb = placement.get("gpu"), placement.get("min_vram_gb")
+    if gpu or min_vram_gb is not None:
+        need_mb = vram_need_mb(min_vram_gb) if min_vram_gb is not None else 0
+        q &= Q(kind=Device.Kind.GPU, vram_total_mb__gte=need_mb) & Exists(
+            DeviceModel.objects.filter(
+                device=OuterRef("pk"),
+                model_id=model_id,
+                placed_name=OuterRef("name"),
+                placed_vram_mb__gte=need_mb,
+            ).exclude(placed_name="")
+        )
+    if gpu:
+        q &= Q(name__icontains=gpu)
     if placement.get("region"):
         q &= Q(machine__region__iexact=placement["region"])
     return q
+
+
+def placement_sql(placement: dict) -> tuple[list[str], list]:
+    """The WHERE terms (over ``d`` the device, ``dm`` its row of the job's
+    model, ``m`` its machine) of the request's placement requirements (rule 6)
+    and their parameters: ``Device.placement_meets`` (gpu and min_vram_gb by
+    what was measured) as SQL, and ``region``. ``gpu`` is a substring (LIKE's
+    wildcards escaped)."""
+    where: list[str] = []
+    params: list = []
+    gpu, min_vram_gb = placement.get("gpu"), placement.get("min_vram_gb")
+    if gpu or min_vram_gb is not None:
+        need_mb = vram_need_mb(min_vram_gb) if min_vram_gb is not None else 0
+        where += [
+            "d.kind = %s",
+            "dm.placed_name <> ''",
+            "dm.placed_name = d.name",
+            "dm.placed_vram_mb >= %s",
+            "d.vram_total_mb >= %s",
+        ]
+        params += [Device.Kind.GPU.value, need_mb, need_mb]
+    if gpu:
+        where.append("UPPER(d.name) LIKE %s ESCAPE '\\'")
+        params.append("%" + _like_escaped(str(gpu).upper()) + "%")
+    if placement.get("region"):
+        where.append("UPPER(m.region) = %s")
+        params.append(str(placement["region"]).upper())
+    return where, params
 
 
 def features_filter(features) -> Q:
@@ -125,16 +166,9 @@ def _eligible_where(
     for feature in job.features_needed:  # rule 6: what the output needs
         where.append("(' ' || m.features || ' ') LIKE %s ESCAPE '\\'")
         params.append(f"% {_like_escaped(feature)} %")
-    placement = job.placement or {}
-    if placement.get("gpu"):  # rule 6: placement, a substring (wildcards escaped)
-        where.append("UPPER(d.name) LIKE %s ESCAPE '\\'")
-        params.append("%" + _like_escaped(str(placement["gpu"]).upper()) + "%")
-    if placement.get("min_vram_gb") is not None:
-        where.append("d.vram_total_mb >= %s")
-        params.append(int(float(placement["min_vram_gb"]) * 1024))
-    if placement.get("region"):
-        where.append("UPPER(m.region) = %s")
-        params.append(str(placement["region"]).upper())
+    placed, placed_params = placement_sql(job.placement or {})  # rule 6
+    where += placed
+    params += placed_params
     sql = (
         " FROM hosts_devicemodel dm"
         " JOIN hosts_device d ON d.id = dm.device_id"
@@ -230,7 +264,7 @@ def devices_untried_exist(*, job: Job, model: CatalogModel, now: datetime) -> bo
     if job.target_device_id:
         devices = devices.filter(id=job.target_device_id)
     return (
-        devices.filter(placement_filter(job.placement))
+        devices.filter(placement_filter(job.placement, model_id=model.id))
         .filter(features_filter(job.features_needed))
         .exclude(Exists(Attempt.objects.filter(job=job, device=OuterRef("pk"))))
         .exists()
@@ -265,11 +299,17 @@ def requirement_unmet(
     for field in ("gpu", "min_vram_gb", "region"):
         if target_device_id is not None or placement.get(field) in (None, ""):
             continue
-        live = live.filter(placement_filter({field: placement[field]}))
+        declared = live
+        live = live.filter(
+            placement_filter({field: placement[field]}, model_id=model.id)
+        )
         if not live.exists():
             return (
                 f"no live device with model '{model.id}' meets placement.{field}="
                 f"{placement[field]!r}"
+                + _unplaced_why(
+                    declared, field=field, value=placement[field], model=model
+                )
             )
     for feature in features:
         live = live.filter(features_filter([feature]))
@@ -284,6 +324,43 @@ def requirement_unmet(
                 f"declare the feature '{feature}')"
             )
     return None
+
+
+def _unplaced_why(
+    devices: QuerySet[Device], *, field: str, value, model: CatalogModel
+) -> str:
+    """For a 503 on ``placement.gpu`` or ``min_vram_gb``: when one of
+    ``devices`` declares what was asked, why Ballast does not place it there
+    (``catalog.gpus.placement_verdict``: a CPU, not measured yet, measured
+    slower than its declared class, or credited less VRAM), as a clause; ''
+    when none declares it or ``field`` is ``region``."""
+    if field == "gpu":
+        declared = devices.filter(name__icontains=value)
+    elif field == "min_vram_gb":
+        declared = devices.filter(vram_total_mb__gte=vram_need_mb(value))
+    else:
+        return ""
+    device = declared.order_by("id").first()
+    if device is None:
+        return ""
+    row = DeviceModel.objects.filter(device=device, model_id=model.id).first()
+    verdict = placement_verdict(
+        name=device.name,
+        kind=device.kind,
+        vram_total_mb=device.vram_total_mb,
+        model_id=model.id,
+        tokens_per_s=row.measured_tokens_per_s if row else None,
+    )
+    if verdict.why:
+        why = verdict.why
+    elif field == "min_vram_gb":
+        why = f"a {verdict.gpu_class.name} is credited at most {verdict.vram_mb} MiB"
+    else:
+        why = "not judged yet under its current name"
+    return (
+        f": placement is by what Ballast measured, not what a host declares"
+        f" (a live device declaring it: {why})"
+    )
 
 
 # how a 503 names each feature: as the request's field asks for it

@@ -177,8 +177,8 @@ def live_device(owner, catalog):
     """Create a machine with one live device through the real services.
 
     ``live_device(name, slots=1, temp_c=50, vram_free_mb=8000, models=(model,),
-    vram_total_mb=24576, gpu="RTX 4090", region="", accepts_serverless=True,
-    paused=False, features=())`` returns the Device.
+    vram_total_mb=24576, gpu="RTX 4090", kind="gpu", region="",
+    accepts_serverless=True, paused=False, features=())`` returns the Device.
     """
     from hosts.models import Device
     from tests.devices import device_online
@@ -192,6 +192,7 @@ def live_device(owner, catalog):
         models=(REFERENCE_MODEL["id"],),
         vram_total_mb: int = 24576,
         gpu: str = "NVIDIA GeForce RTX 4090",
+        kind: str = "gpu",
         region: str = "",
         accepts_serverless: bool = True,
         paused: bool = False,
@@ -205,6 +206,7 @@ def live_device(owner, catalog):
         return device_online(
             machine,
             gpu=gpu,
+            kind=kind,
             vram_total_mb=vram_total_mb,
             accepts_serverless=accepts_serverless,
             models=models,

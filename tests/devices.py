@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
+
 from hosts.models import Device, OnlineSpan
-from hosts.services import machine_heartbeat, machine_hello
+from hosts.services import device_speed_record, machine_heartbeat, machine_hello
 
 MODEL = "smollm2-135m-instruct"
 
@@ -13,6 +15,7 @@ def device_online(
     machine,
     *,
     gpu: str = "NVIDIA GeForce RTX 4090",
+    kind: str = "gpu",
     vram_total_mb: int = 24576,
     accepts_serverless: bool = True,
     public_key: str = "A" * 43 + "=",
@@ -29,7 +32,8 @@ def device_online(
 ) -> Device:
     """Say hello and send one heartbeat for ``machine``; return its device 0.
 
-    Sizes in MiB, temperature in °C (None: a CPU without a sensor);
+    Sizes in MiB, temperature in °C (None: a CPU without a sensor); ``kind``:
+    what the hello declares device 0 is (``gpu``/``cpu``);
     ``features``: what the hello declares its engine does beyond text;
     ``verifies``: the hello says its engine scores answers (verify offers).
     """
@@ -44,7 +48,14 @@ def device_online(
             "accepts_serverless": accepts_serverless,
             "features": sorted(features),
             "verifies": verifies,
-            "devices": [{"index": 0, "name": gpu, "vram_total_mb": vram_total_mb}],
+            "devices": [
+                {
+                    "index": 0,
+                    "name": gpu,
+                    "kind": kind,
+                    "vram_total_mb": vram_total_mb,
+                }
+            ],
         },
         now=now,
     )
@@ -65,6 +76,24 @@ def device_online(
         now=now,
     )
     return Device.objects.select_related("machine").get(machine=machine, index=0)
+
+
+def device_measured(
+    device, *, tokens_per_s: float, jobs: int = 3, model: str = MODEL, now=None
+) -> float | None:
+    """Record ``jobs`` succeeded jobs of 64 tokens of ``model`` on ``device`` at
+    ``tokens_per_s`` (offer to done), as the coordinator measures them
+    (``hosts.services.device_speed_record``); returns its measured speed."""
+    speed = None
+    for _ in range(jobs):
+        speed = device_speed_record(
+            device_id=device.id,
+            model_id=model,
+            tokens=64,
+            seconds=64 / tokens_per_s,
+            now=now or timezone.now(),
+        )
+    return speed
 
 
 def machine_online_since(machine, since) -> None:

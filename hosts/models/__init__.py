@@ -7,7 +7,14 @@ devices, their models, failed loads, benchmarks, measurements; ``history``: outc
 samples, online spans.
 """
 
-from .devices import Benchmark, Device, DeviceModel, FailedCapability, Measurement
+from .devices import (
+    Benchmark,
+    Device,
+    DeviceModel,
+    FailedCapability,
+    Measurement,
+    vram_need_mb,
+)
 from .history import DeviceOutcome, OnlineSpan, ScoreSample
 from .machines import CoordinatorLease, Machine, token_hash, token_new
 
@@ -24,4 +31,5 @@ __all__ = [
     "ScoreSample",
     "token_hash",
     "token_new",
+    "vram_need_mb",
 ]

@@ -10,6 +10,8 @@ from datetime import datetime
 from django.conf import settings
 from django.db import models
 
+from catalog.gpus import Verdict, measured_like, placement_verdict
+
 from ..scoring import RELEASE_PASSES_IN_A_ROW, RELEASE_PASSES_NEW_DEVICE
 from .machines import Machine
 
@@ -134,6 +136,7 @@ class Device(models.Model):
         loaded: bool,
         rented: bool,
         tried: bool,
+        placed: tuple[str, int] = ("", 0),
     ) -> bool:
         """Whether this device may take ``job`` now: DESIGN.md "Picking a device",
         rules 1–6, for one row (``jobs.selectors.devices_eligible`` is the same
@@ -145,9 +148,12 @@ class Device(models.Model):
         ``vram_per_request_mb``: the model's need (MiB);
         ``loaded``: the device's latest report lists the job's model as loaded;
         ``rented``: the device has an open (pending or live) rental; ``tried``:
-        the device already had an attempt of ``job``. Reads ``self.machine``
-        and its lease. A spot check reaches a quarantined or rented device; a
-        rental's job only its rented device.
+        the device already had an attempt of ``job``; ``placed``: its
+        device-model row's (``placed_name``, ``placed_vram_mb``) for the job's
+        model (what its measurements allow ``placement.gpu`` and
+        ``min_vram_gb``: ``placement_meets``). Reads ``self.machine`` and its
+        lease. A spot check reaches a quarantined or rented device; a rental's
+        job only its rented device.
         """
         machine = self.machine
         placement = job.placement or {}
@@ -172,20 +178,52 @@ class Device(models.Model):
             )
             and not tried  # rule 6
             and (not job.target_device_id or job.target_device_id == self.id)
-            and (
-                not placement.get("gpu")
-                or str(placement["gpu"]).upper() in self.name.upper()
-            )
-            and (
-                placement.get("min_vram_gb") is None
-                or self.vram_total_mb >= int(float(placement["min_vram_gb"]) * 1024)
-            )
+            and self.placement_meets(placement, placed=placed)
             and (
                 not placement.get("region")
                 or str(placement["region"]).upper() == machine.region.upper()
             )
             and machine.serves(job.features_needed)  # rule 6: what the output needs
         )
+
+    def placement_meets(self, placement: dict, *, placed: tuple[str, int]) -> bool:
+        """Whether this device meets ``placement``'s ``gpu`` and ``min_vram_gb``
+        (rule 6) by what Ballast measured, not by what its host declared
+        (docs/design-notes.md "Placement by what was measured").
+
+        ``placed``: its device-model row's (``placed_name``, ``placed_vram_mb``)
+        for the job's model, which ``hosts.services.device_speed_record`` sets
+        from the device's measured speed (``catalog.gpus.placement_verdict``).
+        With ``gpu`` or ``min_vram_gb`` asked, the device must be declared a
+        GPU (``kind``) and ``placed_name`` must be its current name (a device
+        not measured yet, or measured slower than its declared class, has '':
+        it takes only unplaced work). Then ``gpu`` must be in its name (case
+        ignored) and ``min_vram_gb`` (GB of 1024 MiB, ``vram_need_mb``) must be
+        covered by its declared VRAM and by the VRAM its class is credited
+        (``placed_vram_mb``). ``jobs.selectors`` holds the same rule as SQL
+        (``placement_sql``) and as a Q (``placement_filter``); tests hold the
+        three equal.
+        """
+        gpu = placement.get("gpu")
+        min_vram_gb = placement.get("min_vram_gb")
+        if not gpu and min_vram_gb is None:
+            return True
+        placed_name, placed_vram_mb = placed
+        need_mb = vram_need_mb(min_vram_gb) if min_vram_gb is not None else 0
+        return (
+            self.kind == self.Kind.GPU
+            and placed_name != ""
+            and placed_name == self.name
+            and placed_vram_mb >= need_mb
+            and (not gpu or str(gpu).upper() in self.name.upper())
+            and self.vram_total_mb >= need_mb
+        )
+
+
+def vram_need_mb(min_vram_gb) -> int:
+    """The MiB a ``placement.min_vram_gb`` asks (GB of 1024 MiB, a number as
+    admitted by ``jobs.requests``), truncated to an integer."""
+    return int(float(min_vram_gb) * 1024)
 
 
 class DeviceModel(models.Model):
@@ -197,7 +235,7 @@ class DeviceModel(models.Model):
     ``measured_tokens_per_s``, ``measured_jobs``, ``placed_name`` and
     ``placed_vram_mb`` are what the coordinator measured of the device on this
     model and what that allows placement (``hosts.services.
-    device_speed_record``).
+    device_speed_record``; ``Device.placement_meets``).
 
     ``score`` and ``tiebreak`` are the rest of the ranking key of DESIGN.md
     "Picking a device", kept here so that one index (``devicemodel_ranking``:
@@ -256,6 +294,30 @@ class DeviceModel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.device} {self.model_id}"
+
+    def placement_verdict(self) -> Verdict:
+        """What the device's measured speed on this model allows placement now,
+        by what the device declares (``catalog.gpus.placement_verdict``; reads
+        ``self.device``). ``placed_name`` holds its result as of the last
+        measurement or ``hello`` (``hosts.services.device_placement_judge``)."""
+        device = self.device
+        return placement_verdict(
+            name=device.name,
+            kind=device.kind,
+            vram_total_mb=device.vram_total_mb,
+            model_id=self.model_id,
+            tokens_per_s=self.measured_tokens_per_s,
+        )
+
+    @property
+    def measured_like(self) -> str:
+        """What its measured speed is like, in words (``catalog.gpus.
+        measured_like``); '' while not measured."""
+        if self.measured_tokens_per_s is None:
+            return ""
+        return measured_like(
+            model_id=self.model_id, tokens_per_s=self.measured_tokens_per_s
+        )
 
 
 class FailedCapability(models.Model):

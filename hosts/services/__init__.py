@@ -4,7 +4,8 @@
 agent's hello and disconnect, failed loads and benchmarks; ``heartbeats``: what of a heartbeat is written, the process lease;
 ``uptime``: online spans and the online fraction; ``scores``: outcomes, the
 reliability score and quarantine; ``spot_checks``: when a check is due;
-``trust``: what a machine and its owner carry whatever a device is called. Every
+``trust``: what a machine and its owner carry whatever a device is called;
+``placement``: what a device's measured speed allows placement. Every
 write is a transaction; consumers call them through ``db_call``. Callers import
 from ``hosts.services``.
 """
@@ -39,6 +40,7 @@ from .machines import (
     machine_hello,
     machines_of_owner_close,
 )
+from .placement import device_placement_judge, device_speed_record
 from .registration import (
     MachineNameTaken,
     machine_create,
@@ -91,11 +93,13 @@ __all__ = [
     "device_online_fraction",
     "devices_retire",
     "device_outcome_record",
+    "device_placement_judge",
     "device_quarantine",
     "device_quarantine_judge",
     "device_quarantine_release_judge",
     "device_score_inputs",
     "device_score_recompute",
+    "device_speed_record",
     "device_start_reason",
     "heartbeat_changes",
     "heartbeat_interval_s",

@@ -24,6 +24,7 @@ from ..models import (
     Machine,
     token_hash,
 )
+from .placement import device_placement_judge
 from .spot_checks import spot_check_mark_due
 from .trust import device_quarantine, device_start_reason, machine_first_hello_judge
 from .uptime import online_span_close
@@ -106,6 +107,8 @@ def machine_hello(
     starts in the machine's worst state (``trust.device_start_reason``: a
     renamed device buys nothing), and a new machine of an owner with a
     quarantined device starts under suspicion (``trust.machine_first_hello_judge``).
+    A device declaring another name, kind or memory is judged again for
+    placement (``placement.device_placement_judge``).
     Devices of the machine missing
     from this ``hello`` are retired (``retired_at``; kept in the records, no
     slot, no model loaded: never eligible nor rentable) until a ``hello``
@@ -162,16 +165,27 @@ def machine_hello(
     )
     machine_first_hello_judge(machine=machine, now=now)
     start_reason = device_start_reason(machine=machine)
+    declared = {
+        d.index: (d.name, d.kind, d.vram_total_mb)
+        for d in Device.objects.filter(machine=machine)
+    }
     for dev in hello["devices"]:
         device, created = Device.objects.update_or_create(
             machine=machine,
             index=dev["index"],
             defaults={
                 "name": dev["name"],
+                "kind": dev.get("kind", Device.Kind.GPU),
                 "vram_total_mb": dev["vram_total_mb"],
                 "retired_at": None,
             },
         )
+        if not created and declared[device.index] != (
+            device.name,
+            device.kind,
+            device.vram_total_mb,
+        ):  # placed by what was measured of what it declares now
+            device_placement_judge(device_id=device.id)
         if created and start_reason:
             device_quarantine(device_id=device.id, reason=start_reason, now=now)
         elif came_back or dev["index"] in retired:

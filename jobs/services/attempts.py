@@ -16,7 +16,7 @@ from ballast import metrics
 from billing.models import ReceiptCheck
 from billing.services import receipt_check
 from hosts.models import Device
-from hosts.services import device_outcome_record
+from hosts.services import device_outcome_record, device_speed_record
 
 from ..formats import response_format_of
 from ..models import Attempt
@@ -252,6 +252,15 @@ def attempt_end(
             ttft_ms=attempt.ttft_ms if outcome == Attempt.Outcome.SUCCEEDED else None,
             now=now,
             slot_free=not flagged,
+        )
+    if outcome == Attempt.Outcome.SUCCEEDED and not attempt.token_count_flagged:
+        # the coordinator's own measure of the device (after its row above)
+        device_speed_record(
+            device_id=attempt.device_id,
+            model_id=job.model_id,
+            tokens=attempt.tokens_billed,
+            seconds=(now - attempt.offered_at).total_seconds(),
+            now=now,
         )
     return attempt
 

@@ -31,6 +31,7 @@ async def test_it_says_hello_and_heartbeats(coordinator, agent_start) -> None:
     device = hello["devices"][0]
     assert device["index"] == 0 and isinstance(device["name"], str) and device["name"]
     assert isinstance(device["vram_total_mb"], int) and device["vram_total_mb"] > 0
+    assert device["kind"] == agent.telemetry.devices()[0].kind
     assert coordinator.headers[0]["Authorization"] == "Bearer machine-token"
     assert coordinator.headers[0]["Sec-WebSocket-Protocol"] == "ballast.host.v1"
     assert agent.machine_id == "machine-1"

@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from hosts.models import Device, DeviceModel, Machine
 from jobs.models import Attempt, Job
-from jobs.selectors import devices_eligible, requirement_unmet
+from jobs.selectors import devices_eligible, placement_filter, requirement_unmet
 from jobs.services import job_dispatch
+from tests.devices import device_measured
 from tests.jobs.helpers import job_queued
 
 pytestmark = pytest.mark.django_db
@@ -119,7 +120,10 @@ def test_it_skips_machines_that_refuse_serverless(live_device, job, catalog):
     ],
 )
 def test_it_honours_placement(live_device, job, catalog, placement, fits):
+    """A declared RTX 4090 measured at a 4090's speed (``placement.gpu`` and
+    ``min_vram_gb`` go by what was measured: the tests below)."""
     device = live_device(region="eu", vram_total_mb=24576)
+    device_measured(device, tokens_per_s=400)
     assert eligible(job(placement), catalog) == ([device] if fits else [])
     unmet = requirement_unmet(model=catalog, placement=placement, now=timezone.now())
     if fits:
@@ -204,7 +208,10 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
     """``jobs.selectors.devices_eligible`` (one query) and
     ``Device.is_eligible_for`` (one row) pick the same devices, over fleets of
     random devices (each rule's field varied) and jobs (placement, spot check,
-    rental, devices already tried, what the output needs of the engine)."""
+    rental, devices already tried, what the output needs of the engine, kinds
+    and measured speeds under ``placement.gpu``/``min_vram_gb``); and the Q of
+    ``placement_filter`` (the 503's) places the same devices as the row's
+    ``Device.placement_meets``."""
     import random
 
     from jobs.models import Rental
@@ -227,8 +234,16 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
                 rng.choice([catalog.vram_per_request_mb, 8000]),
             ),
             models=sometimes([("other-model",)], (catalog.id,)),
-            vram_total_mb=rng.choice([8192, 24576]),
-            gpu=rng.choice(["NVIDIA GeForce RTX 4090", "AMD Radeon 7900", "RTX_3090"]),
+            vram_total_mb=rng.choice([8192, 24576, 81920]),
+            gpu=rng.choice(
+                [
+                    "NVIDIA GeForce RTX 4090",
+                    "AMD Radeon 7900",
+                    "RTX_3090",
+                    "AMD EPYC 7763 64-Core Processor",
+                ]
+            ),
+            kind=sometimes(["cpu"], "gpu", p=0.2),
             region=rng.choice(["", "eu", "EU", "us-east"]),
             accepts_serverless=sometimes([False], True),
             paused=sometimes([True], False),
@@ -241,6 +256,13 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
             slots_used=sometimes([device.slots_total], 0),
             quarantined=sometimes([True], False),
         )
+        speed = rng.choice([None, 60.0, 220.0, 400.0])  # not measured, CPU, …
+        if speed is not None:
+            device_measured(device, tokens_per_s=speed)
+        if rng.random() < 0.1:  # placed under a name it no longer declares
+            DeviceModel.objects.filter(device=device).update(
+                placed_name="NVIDIA H100", placed_vram_mb=81920
+            )
         machine = Machine.objects.filter(id=device.machine_id)
         if rng.random() < 0.12:
             machine.update(connected=False)
@@ -264,7 +286,17 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
             )
         devices.append(device)
     placement = rng.choice(
-        [{}, {"gpu": "rtx"}, {"gpu": "RTX_"}, {"min_vram_gb": 16}, {"region": "eu"}]
+        [
+            {},
+            {"gpu": "rtx"},
+            {"gpu": "RTX_"},
+            {"gpu": "4090"},
+            {"gpu": "EPYC"},
+            {"min_vram_gb": 16},
+            {"min_vram_gb": 30},
+            {"gpu": "rtx", "min_vram_gb": 24},
+            {"region": "eu"},
+        ]
     )
     the_job = job_queued(renter, catalog, placement=placement)
     the_job.params = {
@@ -293,7 +325,7 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
             defaults={"claim_deadline": now, "state": "ended"},
         )
     by_query = {d.id for d in devices_eligible(job=the_job, model=catalog, now=now)}
-    by_row = set()
+    by_row, placed_by_row = set(), set()
     for device in Device.objects.select_related("machine__lease"):
         loaded = DeviceModel.objects.filter(
             device=device, model_id=catalog.id, loaded=True
@@ -302,6 +334,8 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
             device=device, status__in=Rental.OPEN_STATUSES
         ).exists()
         tried = Attempt.objects.filter(job=the_job, device=device).exists()
+        row = DeviceModel.objects.filter(device=device, model_id=catalog.id).first()
+        placed = (row.placed_name, row.placed_vram_mb) if row else ("", 0)
         if device.is_eligible_for(
             the_job,
             vram_per_request_mb=catalog.vram_per_request_mb,
@@ -309,7 +343,17 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
             loaded=loaded,
             rented=rented,
             tried=tried,
+            placed=placed,
         ):
             by_row.add(device.id)
+        if device.placement_meets(placement, placed=placed):
+            placed_by_row.add(device.id)
     assert by_query == by_row
+    measured = {k: v for k, v in placement.items() if k in ("gpu", "min_vram_gb")}
+    placed_by_q = set(
+        Device.objects.filter(
+            placement_filter(measured, model_id=catalog.id)
+        ).values_list("id", flat=True)
+    )
+    assert placed_by_q == placed_by_row, "the Q behind the 503 is the same rule"
     assert len(by_query) < len(before) or not before
