@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from decimal import Decimal, InvalidOperation
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -107,6 +108,21 @@ def env_required(name: str, development_default: str, *, development: bool) -> s
     raise ImproperlyConfigured(
         f"{name} must be set (or BALLAST_DEV=1 for a developer's machine)"
     )
+
+
+def env_url(name: str, default: str) -> str:
+    """The http(s) base URL in ``name`` (or ``default``), without a trailing
+    slash: ``https://ballast.example.com``. Raises ImproperlyConfigured naming
+    the variable for anything else (no scheme, another scheme, no host, a
+    query)."""
+    raw = os.environ.get(name, "").strip() or default
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+        raise ImproperlyConfigured(
+            f"{name} must be the site's http(s) address, e.g."
+            f" https://ballast.example.com, got {raw!r}"
+        )
+    return raw.rstrip("/")
 
 
 def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:

@@ -24,6 +24,7 @@ from ballast.envvars import (
     env_proxy_ssl_header,
     env_rate,
     env_required,
+    env_url,
     env_usd,
     liveness_settings_check,
 )
@@ -220,6 +221,8 @@ EMAIL_BACKEND = os.environ.get(
     "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
 )
 DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "ballast@localhost")
+# the site's address as people reach it: emails link absolutely under it
+BALLAST_PUBLIC_URL = env_url("BALLAST_PUBLIC_URL", "http://localhost:8000")
 
 # --- auth, i18n, static ---------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -35,6 +35,7 @@ urlpatterns = [
         post_limited("BALLAST_LOGIN_RATE", "login", field="username")(admin.site.login),
     ),
     path("admin/", admin.site.urls),
+    path("staff/", include("staff.urls")),
     path("v1/", include("jobs.urls")),
     # a client's base URL ending in a slash asks for //v1/…: the API's JSON 404,
     # not an HTML page

@@ -183,11 +183,15 @@ class Entry(AppendOnlyModel):
     amount_nano = models.BigIntegerField()
 
     class Meta:
+        verbose_name_plural = "entries"
         constraints = [
             models.CheckConstraint(
                 condition=~models.Q(amount_nano=0), name="entry_nonzero"
             )
         ]
+
+    def __str__(self) -> str:
+        return f"entry {self.id}: {self.amount_nano:+d} nano-USD"
 
 
 class Earning(models.Model):

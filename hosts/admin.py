@@ -1,8 +1,14 @@
-"""Staff views of machines and devices, with actions to pause or quarantine devices."""
+"""Staff views of machines and devices, with actions to pause devices; a
+device is quarantined or released with a reason on the staff console
+(``/staff/devices/<id>/``), which the host reads. Outcomes, checks and history
+are records: read-only, never deleted."""
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince
 
 from .models import (
     Benchmark,
@@ -13,9 +19,14 @@ from .models import (
     FailedCapability,
     Machine,
     OnlineSpan,
+    QuarantineDecision,
     ScoreSample,
 )
-from .services import device_quarantine
+
+
+def console_link(url: str, text: str = "whole picture") -> str:
+    """A link to a staff console page, for the admin's lists and pages."""
+    return format_html('<a href="{}">{}</a>', url, text)
 
 
 class DeviceInline(admin.TabularInline):
@@ -38,6 +49,7 @@ class DeviceInline(admin.TabularInline):
         "slots_total",
         "slots_used",
         "score",
+        "quarantined",  # with a reason, on the console
     ]
     show_change_link = True
 
@@ -51,9 +63,7 @@ class MachineAdmin(admin.ModelAdmin):
         "name",
         "owner",
         "region",
-        "connected",
-        "stale",
-        "last_heartbeat_at",
+        "last_seen",
         "paused",
         "host_paused",
         "accepts_serverless",
@@ -92,9 +102,29 @@ class MachineAdmin(admin.ModelAdmin):
         "created_at",
         "retired_at",
     ]
-    list_select_related = ["owner"]
+    list_select_related = ["owner", "lease"]
     inlines = [DeviceInline]
     actions = ["pause_machines", "resume_machines"]
+
+    @admin.display(description="last seen")
+    def last_seen(self, obj: Machine) -> str:
+        """``live now`` for a machine online now (DESIGN.md rule 1: its
+        recorded heartbeat may be older while its process's lease vouches
+        for it), else how long ago it was last seen."""
+        if obj.is_online(timezone.now()):
+            return "live now"
+        seen = obj.seen_until()
+        return f"{timesince(seen)} ago" if seen else "never"
+
+    @admin.display(description="console")
+    def console(self, obj: Machine) -> str:
+        return console_link(reverse("staff:machine", args=[obj.id]))
+
+    def get_list_display(self, request):
+        return [*super().get_list_display(request), "console"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), "last_seen", "console"]
 
     @admin.action(description="Pause the selected machines (no new jobs)")
     def pause_machines(self, request, queryset: QuerySet[Machine]):
@@ -139,16 +169,22 @@ class DeviceAdmin(admin.ModelAdmin):
         "slots_used",
         "score",
         "first_seen_at",
+        "quarantined",  # with a reason, on the console
         "quarantined_at",
         "quarantine_reason",
     ]
     list_select_related = ["machine"]
-    actions = [
-        "pause_devices",
-        "unpause_devices",
-        "quarantine_devices",
-        "release_quarantine",
-    ]
+    actions = ["pause_devices", "unpause_devices"]
+
+    @admin.display(description="quarantine, release, outcomes")
+    def console(self, obj: Device) -> str:
+        return console_link(reverse("staff:device", args=[obj.id]), "on the console")
+
+    def get_list_display(self, request):
+        return [*super().get_list_display(request), "console"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), "console"]
 
     @admin.action(description="Pause the selected devices (staff: no jobs at all)")
     def pause_devices(self, request, queryset: QuerySet[Device]):
@@ -162,37 +198,17 @@ class DeviceAdmin(admin.ModelAdmin):
         count = queryset.update(paused=False)
         self.message_user(request, f"{count} device(s) unpaused.", messages.SUCCESS)
 
-    @admin.action(description="Quarantine the selected devices (spot checks only)")
-    def quarantine_devices(self, request, queryset: QuerySet[Device]):
-        """Quarantine like a failed judgement would: stamped, with a spot check due,
-        so the device leaves after 3 passes in a row."""
-        now = timezone.now()
-        ids = list(queryset.filter(quarantined=False).values_list("id", flat=True))
-        count = sum(
-            device_quarantine(
-                device_id=device_id, reason=Device.QuarantineReason.STAFF, now=now
-            )
-            for device_id in ids
-        )
-        self.message_user(request, f"{count} device(s) quarantined.", messages.SUCCESS)
-
-    @admin.action(description="Release the selected devices from quarantine")
-    def release_quarantine(self, request, queryset: QuerySet[Device]):
-        count = queryset.filter(quarantined=True).update(
-            quarantined=False, quarantined_at=None, quarantine_reason=""
-        )
-        self.message_user(
-            request, f"{count} device(s) released from quarantine.", messages.SUCCESS
-        )
-
 
 class ReadOnlyMixin:
-    """Records written by the platform: staff look, never edit."""
+    """Records written by the platform: staff look, never edit nor delete."""
 
     def has_add_permission(self, request, obj=None):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 
@@ -211,12 +227,31 @@ class DeviceOutcomeAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "source",
         "success",
         "reason",
+        "detail",
+        "job_ref",
         "model_id",
         "ttft_ms",
     ]
     list_filter = ["source", "success", "reason", "model_id"]
-    search_fields = ["device__name", "device__machine__name", "model_id"]
+    search_fields = [
+        "device__name",
+        "device__machine__name",
+        "model_id",
+        "job_ref",
+        "detail",
+    ]
+    list_select_related = ["device__machine"]
     date_hierarchy = "created_at"
+
+
+@admin.register(QuarantineDecision)
+class QuarantineDecisionAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """Staff's quarantine decisions, made on the console (a record)."""
+
+    list_display = ["created_at", "device", "action", "reason", "staff"]
+    list_filter = ["action", "created_at"]
+    search_fields = ["device__machine__name", "reason", "staff__email"]
+    list_select_related = ["device__machine", "staff"]
 
 
 @admin.register(FailedCapability)

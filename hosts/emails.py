@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from ballast.emails import send_templated
+from ballast.emails import send_templated, site_url
 
-from .models import Machine
+from .models import Machine, QuarantineDecision
 
 
 def machine_offline(*, machine: Machine) -> None:
@@ -47,3 +47,23 @@ def rental_stopped(*, rental) -> None:
             "host_percent": f"{settings.BALLAST_HOST_SHARE * 100:g}",
         },
     )
+
+
+def quarantine_decided(*, decision_id: int) -> None:
+    """Tell the owner that staff quarantined a device of theirs, or released it,
+    and why (``QuarantineDecision``), with the machine page's absolute link."""
+    decision = QuarantineDecision.objects.select_related(
+        "device__machine__owner"
+    ).get(id=decision_id)
+    machine = decision.device.machine
+    if machine.owner.email:
+        send_templated(
+            name="quarantine-decided",
+            to=[machine.owner.email],
+            context={
+                "decision": decision,
+                "device": decision.device,
+                "machine": machine,
+                "machine_url": site_url(f"/machines/{machine.id}/"),
+            },
+        )

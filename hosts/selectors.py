@@ -404,3 +404,57 @@ def machine_score_history(*, machine: Machine, now: datetime, days: int = 7) -> 
             (sample.taken_at, sample.score)
         )
     return history
+
+
+def machine_of_viewer(*, user: AbstractBaseUser, machine_id) -> tuple[Machine, bool]:
+    """(the machine, whether ``user`` owns it) for its pages: its owner's, or
+    any machine for staff (who read it, never change it: the page's controls
+    are the owner's). Raises Http404 for anyone else (no hint it exists)."""
+    if not getattr(user, "is_staff", False):
+        return machine_of_owner(user=user, machine_id=machine_id), True
+    machine = Machine.objects.filter(id=machine_id).select_related("lease").first()
+    if machine is None:
+        raise Http404("no such machine")
+    return machine, machine.owner_id == user.pk
+
+
+RELEASE_SHOWN = timedelta(days=7)  # how long the page says staff released a device
+
+
+@dataclass(frozen=True)
+class MachineNotices:
+    """What the machine page says at its top: ``rented``, its devices' open
+    rentals (``jobs``' rows read through each device's ``rentals``: ``live``
+    takes only its renter's jobs until ``ends_at``; ``pending`` waits for a
+    passed spot check); ``decisions``, staff's latest quarantine decision
+    (``QuarantineDecision``) of each device while it holds: a quarantine while
+    the device is quarantined by staff, a release for ``RELEASE_SHOWN`` while
+    it is not quarantined."""
+
+    rented: list
+    decisions: list
+
+
+def machine_notices(*, machine: Machine, now: datetime) -> MachineNotices:
+    rented, decisions = [], []
+    for device in machine.devices.filter(retired_at__isnull=True).order_by("index"):
+        rented += list(
+            device.rentals.filter(status__in=("pending", "live"))
+            .select_related("device")
+            .order_by("starts_at")
+        )
+        latest = device.quarantine_decisions.select_related("device").first()
+        if latest is None:
+            continue
+        by_staff = device.quarantined and (
+            device.quarantine_reason == Device.QuarantineReason.STAFF
+        )
+        if latest.action == "quarantine" and by_staff:
+            decisions.append(latest)
+        elif (
+            latest.action == "release"
+            and not device.quarantined
+            and latest.created_at > now - RELEASE_SHOWN
+        ):
+            decisions.append(latest)
+    return MachineNotices(rented=rented, decisions=decisions)

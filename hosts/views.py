@@ -109,8 +109,11 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     """One machine: its live part (status, waiting for the first heartbeat,
     devices' telemetry), online timeline, score parts, jobs and why a segment
     earned nothing, rentals and why one ended early, earnings, failed
-    capabilities, benchmarks and charts."""
-    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    capabilities, benchmarks and charts. Staff read any machine's page (its
+    controls are its owner's alone)."""
+    machine, is_owner = selectors.machine_of_viewer(
+        user=request.user, machine_id=machine_id
+    )
     now = timezone.now()
     new_token = None
     pending = request.session.get(NEW_TOKEN_SESSION_KEY)
@@ -130,6 +133,8 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     days = timeline.machine_timeline(machine=machine, now=now)
     context = {
         **_live_context(request, machine, now),
+        "is_owner": is_owner,
+        "notices": selectors.machine_notices(machine=machine, now=now),
         "agent_command": agent_command(request, new_token or PLACEHOLDER),
         "earnings": earnings,
         "timeline": days,
@@ -180,7 +185,7 @@ def _live_context(request: HttpRequest, machine: Machine, now) -> dict:
 def device_rows(request: HttpRequest, machine_id) -> HttpResponse:
     """The machine page's live part alone (the htmx fragment, polled): status,
     waiting for the first heartbeat, devices' temperature and VRAM."""
-    machine = selectors.machine_of_owner(user=request.user, machine_id=machine_id)
+    machine, _ = selectors.machine_of_viewer(user=request.user, machine_id=machine_id)
     if not request.htmx:
         return redirect("hosts:machine", machine_id=machine.id)
     return render(

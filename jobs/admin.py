@@ -1,4 +1,6 @@
-"""Staff views of keys, jobs and attempts (attempts and receipts read-only)."""
+"""Staff views of keys, jobs and attempts (attempts and receipts read-only).
+Jobs, attempts, spot checks, verifications and rentals are records of what
+happened and was billed: never deleted here."""
 
 from django.contrib import admin, messages
 from django.utils import timezone
@@ -107,6 +109,9 @@ class JobAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False  # a job is a record of what happened and what was billed
 
+    def has_delete_permission(self, request, obj=None):
+        return False
+
 
 @admin.register(Attempt)
 class AttemptAdmin(admin.ModelAdmin):
@@ -174,6 +179,15 @@ class SpotCheckAdmin(admin.ModelAdmin):
         "judged_at",
     ]
 
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
 
 @admin.register(Verification)
 class VerificationAdmin(admin.ModelAdmin):
@@ -200,6 +214,12 @@ class VerificationAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
 
 @admin.register(Rental)
 class RentalAdmin(admin.ModelAdmin):
@@ -215,3 +235,12 @@ class RentalAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status"]
     search_fields = ["id", "renter__username", "device__machine__name"]
+
+    def has_add_permission(self, request):
+        return False  # a renter rents from their page
+
+    def has_change_permission(self, request, obj=None):
+        return False  # its status moves only through jobs.rentals
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # what a renter was billed for, and a host paid

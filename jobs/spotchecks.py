@@ -168,6 +168,8 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
             reason="spot_check",
             model_id=check.job.model_id,
             now=now,
+            job_ref=str(check.job_id),
+            detail=f"spot check {check.id}: {detail}",
         )
         device_quarantine_release_judge(device_id=check.device_id)
         from .rentals import rentals_after_check
@@ -179,6 +181,7 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
             model_id=check.job.model_id,
             detail=f"spot check {check.id}: {detail}",
             now=now,
+            job_ref=str(check.job_id),
         )
     return check
 

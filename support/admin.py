@@ -47,3 +47,9 @@ class TicketMessageAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # the conversation is a record
+
+    def has_delete_permission(self, request, obj=None):
+        return False

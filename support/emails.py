@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hosts.emails import send_templated
+from ballast.emails import send_templated, site_url
 
 from .models import TicketMessage
 
@@ -14,7 +14,11 @@ def ticket_answered(*, message: TicketMessage) -> None:
         send_templated(
             name="ticket-answered",
             to=[ticket.author.email],
-            context={"ticket": ticket, "message": message},
+            context={
+                "ticket": ticket,
+                "message": message,
+                "ticket_url": site_url(f"/support/{ticket.id}/"),
+            },
         )
 
 
@@ -24,5 +28,11 @@ def ticket_to_staff(*, message: TicketMessage, to: list[str]) -> None:
         send_templated(
             name="ticket-to-staff",
             to=to,
-            context={"ticket": message.ticket, "message": message},
+            context={
+                "ticket": message.ticket,
+                "message": message,
+                "ticket_url": site_url(
+                    f"/admin/support/ticket/{message.ticket.id}/change/"
+                ),
+            },
         )

@@ -34,3 +34,12 @@ class TicketMessage(models.Model):
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     body = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "message"
+
+    def __str__(self) -> str:
+        who = (self.author.email or self.author.username) if self.author_id else "?"
+        if self.created_at is None:
+            return who
+        return f"{who}, {self.created_at:%d %b %Y %H:%M} UTC"

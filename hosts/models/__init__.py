@@ -4,7 +4,7 @@ Rules about one row live on the models (``Machine.is_online``,
 ``Device.is_eligible_for``); anything that writes several rows is in
 ``hosts.services``. ``machines``: machines and process leases; ``devices``:
 devices, their models, failed loads, benchmarks, measurements; ``history``: outcomes, score
-samples, online spans.
+samples, online spans, staff's quarantine decisions.
 """
 
 from .devices import (
@@ -15,7 +15,7 @@ from .devices import (
     Measurement,
     vram_need_mb,
 )
-from .history import DeviceOutcome, OnlineSpan, ScoreSample
+from .history import DeviceOutcome, OnlineSpan, QuarantineDecision, ScoreSample
 from .machines import CoordinatorLease, Machine, token_hash, token_new
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Machine",
     "Measurement",
     "OnlineSpan",
+    "QuarantineDecision",
     "ScoreSample",
     "token_hash",
     "token_new",

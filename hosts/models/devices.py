@@ -336,6 +336,7 @@ class FailedCapability(models.Model):
     last_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name_plural = "failed capabilities"
         constraints = [
             models.UniqueConstraint(
                 fields=["machine", "device_index", "model_id", "build"],

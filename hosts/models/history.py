@@ -1,9 +1,11 @@
 """What a device and a machine did over time: outcomes for the score, score
-samples for the chart, online spans for the uptime (DESIGN.md "Reliability score").
+samples for the chart, online spans for the uptime (DESIGN.md "Reliability score"),
+staff's quarantine decisions.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from .devices import Device
@@ -14,7 +16,10 @@ class DeviceOutcome(models.Model):
     """One outcome that counts toward a device's score (DESIGN.md "Reliability score").
 
     Attempts and spot checks; a renter's cancel is never recorded. ``ttft_ms`` is
-    the time to first token of a successful attempt, when known.
+    the time to first token of a successful attempt, when known. ``job_ref``: the
+    id of the job it was about ('' when none), ``detail``: why, in words (a failed
+    check's finding), so staff answer "why was my device quarantined?" from the
+    row, not the log. Audit records: never edited or deleted by staff.
     """
 
     class Source(models.TextChoices):
@@ -29,11 +34,45 @@ class DeviceOutcome(models.Model):
     reason = models.CharField(max_length=32, blank=True)
     model_id = models.CharField(max_length=100, blank=True)
     ttft_ms = models.PositiveIntegerField(null=True, blank=True)
+    job_ref = models.CharField(
+        max_length=36, blank=True, default="", db_default="", help_text="job id"
+    )
+    detail = models.CharField(max_length=300, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["device", "-created_at"])]
+
+    def __str__(self) -> str:
+        verdict = "success" if self.success else "failure"
+        return f"{self.device} {verdict} ({self.reason or self.source})"
+
+
+class QuarantineDecision(models.Model):
+    """Staff quarantined or released a device, with the reason its host reads on
+    the machine page and in an email (``hosts.services.device_quarantine_by_staff``,
+    ``device_release_by_staff``). A record: never edited or deleted."""
+
+    class Action(models.TextChoices):
+        QUARANTINE = "quarantine", "quarantined"
+        RELEASE = "release", "released from quarantine"
+
+    device = models.ForeignKey(
+        Device, on_delete=models.CASCADE, related_name="quarantine_decisions"
+    )
+    action = models.CharField(max_length=12, choices=Action.choices)
+    reason = models.CharField(max_length=500)
+    staff = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.device} {self.get_action_display()}: {self.reason[:60]}"
 
 
 class ScoreSample(models.Model):

@@ -10,6 +10,11 @@ write is a transaction; consumers call them through ``db_call``. Callers import
 from ``hosts.services``.
 """
 
+from .decisions import (
+    DecisionRefused,
+    device_quarantine_by_staff,
+    device_release_by_staff,
+)
 from .heartbeats import (
     LEASES_KEPT,
     TELEMETRY_REFRESH,
@@ -76,6 +81,7 @@ from .uptime import (
 
 __all__ = [
     "BENCHMARKS_KEPT",
+    "DecisionRefused",
     "LEASES_KEPT",
     "RETURN_AFTER",
     "TELEMETRY_REFRESH",
@@ -95,6 +101,8 @@ __all__ = [
     "device_outcome_record",
     "device_placement_judge",
     "device_quarantine",
+    "device_quarantine_by_staff",
+    "device_release_by_staff",
     "device_quarantine_judge",
     "device_quarantine_release_judge",
     "device_score_inputs",

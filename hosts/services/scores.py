@@ -143,6 +143,8 @@ def device_outcome_record(
     ttft_ms: int | None = None,
     now: datetime | None = None,
     slot_free: bool = False,
+    job_ref: str = "",
+    detail: str = "",
 ) -> int:
     """Record one outcome for the device and recompute its score; return the score.
 
@@ -151,7 +153,9 @@ def device_outcome_record(
     ``model_id`` and a ``ttft_ms`` (ms, a success's first token), the device's
     median first-token time for the model (last hour) is stored on its
     device-model row when it moved. ``slot_free``: also give back one of the
-    device's slots (the ended attempt's) in the same write as the score. A
+    device's slots (the ended attempt's) in the same write as the score.
+    ``job_ref``: the job's id (text) the outcome was about; ``detail``: why, in
+    words (cut to 300 characters), kept on the row for staff. A
     failure is judged for quarantine at once (``device_quarantine_judge``). A
     renter's cancel is never passed here. Raises Device.DoesNotExist for an
     unknown device.
@@ -164,6 +168,8 @@ def device_outcome_record(
         reason=reason,
         model_id=model_id,
         ttft_ms=ttft_ms,
+        job_ref=str(job_ref or ""),
+        detail=detail[:300],
     )
     inputs = device_score_inputs(device_id=device_id, model_id=model_id, now=now)
     score = inputs.score

@@ -252,6 +252,7 @@ def attempt_end(
             ttft_ms=attempt.ttft_ms if outcome == Attempt.Outcome.SUCCEEDED else None,
             now=now,
             slot_free=not flagged,
+            job_ref=str(job.id),
         )
     if outcome == Attempt.Outcome.SUCCEEDED and not attempt.token_count_flagged:
         # the coordinator's own measure of the device (after its row above)
@@ -261,6 +262,7 @@ def attempt_end(
             tokens=attempt.tokens_billed,
             seconds=(now - attempt.offered_at).total_seconds(),
             now=now,
+            job_ref=str(job.id),
         )
     return attempt
 

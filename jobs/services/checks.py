@@ -14,14 +14,15 @@ log = logging.getLogger("ballast.jobs")
 
 
 def device_check_failed(
-    *, device_id: int, model_id: str, detail: str, now: datetime
+    *, device_id: int, model_id: str, detail: str, now: datetime, job_ref: str = ""
 ) -> int:
     """Record a failed check of the device: an outcome against its score (and
     quarantine judged; its machine's suspicion starts again from it,
     ``hosts.services.machine_suspected_since``), every earning still held of
     every device its machine has had reversed (a renamed device keeps
     nothing), a rental on it stopped. Returns how many held earnings were
-    reversed. In the caller's transaction."""
+    reversed. ``detail``: the finding in words and ``job_ref``: the checked
+    job's id, kept on the outcome for staff. In the caller's transaction."""
     from ..rentals import rentals_after_check  # (rentals imports the services)
 
     device_outcome_record(
@@ -31,6 +32,8 @@ def device_check_failed(
         reason="spot_check_failed",
         model_id=model_id,
         now=now,
+        job_ref=job_ref,
+        detail=detail,
     )
     reversed_count = earnings_reverse_held(
         machine_id=Device.objects.values_list("machine_id", flat=True).get(

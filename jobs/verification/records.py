@@ -209,6 +209,8 @@ def _verifier_failed(
         reason=f"verify_{status}",
         model_id=ver.canary.model_id if ver.canary_id else ver.job.model_id,
         now=now,
+        job_ref=str(ver.job_id or ""),
+        detail=f"verification {ver.id}: {detail}",
     )
     log.info(
         "verification %s: verifier %s %s (%s)", ver.id, ver.verifier_id, status, detail

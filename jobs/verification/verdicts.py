@@ -49,6 +49,7 @@ def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str 
             detail=f"verification of job {ver.job_id}: implausible twice"
             f" ({'; '.join(r.detail for r in said_no[:2])})",
             now=now,
+            job_ref=str(ver.job_id),
         )
         return None
     if len(said_yes) >= 2:

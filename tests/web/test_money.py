@@ -1,5 +1,5 @@
-"""Money as people read it: to the cent, sub-cent amounts at nine decimals and
-labelled, prices per million tokens, human dates, statement lines in words, payout
+"""Money as people read it: to the cent, sub-cent amounts to three significant
+digits without trailing zeros (the exact figure in the title), prices per million tokens, human dates, statement lines in words, payout
 errors in words."""
 
 from __future__ import annotations
@@ -23,19 +23,37 @@ from billing.templatetags.billing_money import per_million, usd, usd_text, when
         (usd_to_nano(1250), "$1,250.00"),
         (-usd_to_nano("1.5"), "-$1.50"),
         (10_000_000, "$0.01"),
-        (800, "$0.000000800 (under 1¢)"),
-        (-5_808_009, "-$0.005808009 (under 1¢)"),
+        (9_999_999, "$0.01"),
+        (800, "$0.0000008"),
+        (1, "$0.000000001"),
+        (3_400, "$0.0000034"),
+        (2_261_234, "$0.00226"),
+        (2_261_500, "$0.00226"),
+        (2_265_000, "$0.00227"),
+        (-5_808_009, "-$0.00581"),
+        (5_000_000, "$0.005"),
+        (120_000, "$0.00012"),
     ],
 )
-def test_amounts_read_to_the_cent_and_sub_cent_amounts_are_labelled(nano, text):
+def test_amounts_read_to_the_cent_and_sub_cent_amounts_to_three_digits(nano, text):
+    """From a cent up: two decimals, half up. Below: three significant digits,
+    half up, no trailing zero (issue 35: not "$0.000003400 <1¢")."""
     assert usd_text(nano) == text
 
 
-def test_the_html_form_labels_sub_cent_and_keeps_the_exact_figure():
-    assert "&lt;1¢" in usd(800) and "$0.000000800" in usd(800)
+def test_the_html_form_keeps_the_exact_figure_when_rounded():
+    assert usd(800) == '<span class="usd">$0.0000008</span>'
     rounded = usd(994_086_791)
     assert ">$0.99<" in rounded and 'title="$0.994086791 exactly"' in rounded
-    assert "title" not in usd(usd_to_nano(5))
+    sub_cent = usd(2_261_234)
+    assert ">$0.00226<" in sub_cent and 'title="$0.002261234 exactly"' in sub_cent
+    assert "title" not in usd(usd_to_nano(5)) and "title" not in usd(3_400)
+    assert usd(None) == "" and usd("") == ""
+
+
+def test_a_value_that_is_no_amount_is_refused():
+    with pytest.raises(ValueError):
+        usd_text("1.5")
 
 
 def test_prices_read_per_million_tokens():
@@ -93,7 +111,7 @@ def test_the_statement_says_what_each_line_was(owner_client, owner, machine):
     # no raw ISO time in the words (only in <time datetime="…">)
     assert "T09:30:00" not in body.replace('datetime="2026-03-01T09:30:00', "")
     assert "Credit added" in body
-    assert "-$0.30" in body and "-$0.000002400 <small>&lt;1¢</small>" in body
+    assert "-$0.30" in body and ">-$0.0000024<" in body
     assert "charged per token as well" in " ".join(body.split())
 
 

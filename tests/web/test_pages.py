@@ -91,9 +91,9 @@ def test_a_plain_request_after_the_session_ended_is_still_redirected(client, db)
     assert answer["Location"].startswith("/accounts/login/")
 
 
-def test_the_admin_login_asks_for_an_email(client, db):
+def test_the_admin_login_asks_for_an_email_or_a_username(client, db):
     body = client.get("/admin/login/").content.decode()
-    assert ">Email:</label>" in body and "Username" not in body
+    assert ">Email or username:</label>" in body
     from django.contrib.auth import get_user_model
 
     get_user_model().objects.create_user(

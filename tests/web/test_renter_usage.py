@@ -202,11 +202,11 @@ def test_the_overview_draws_spend_per_day(renter_client, renter, monkeypatch):
     tall = {title: float(h) for h, title in bars if float(h) > 0}
     day = (now - timedelta(days=2)).strftime("%d %b")
     assert tall[f"{day}: $0.04"] == 140 - 16  # the tallest bar fills the chart
-    today = tall[f"{now:%d %b}: $0.005000000 (under 1¢)"]
+    today = tall[f"{now:%d %b}: $0.005"]
     assert today == pytest.approx(124 / 8, abs=0.1)
     assert len(tall) == 2
     assert "id=\"spend-max\">$0.04</strong> a day" in html  # the top line
-    total = '<span class="usd" title="$0.045000000 exactly">$0.05</span>'
+    total = '<span class="usd" title="$0.045 exactly">$0.05</span>'
     assert f'id="spend-total">{total}' in html
 
 
