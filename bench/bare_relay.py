@@ -1,15 +1,18 @@
 """The relay baseline: host websocket in, server-sent events out; no Django, no database.
 
 ``uvicorn bench.bare_relay:app`` speaks just enough of ``ballast.host.v1`` for the
-benchmark's simulated hosts (hello → welcome, heartbeat → slots, offer → claim,
-token, done) and of ``POST /v1/chat/completions`` (stream) for its renters, with the
-same chunk shape as Ballast. A request goes to the next host with a free slot
-(round robin); its tokens go through an asyncio.Queue to the SSE response.
+benchmark's simulated hosts (challenge → hello → welcome, heartbeat → slots, offer →
+claim, token, done; the hello's proof is not checked) and of ``POST
+/v1/chat/completions`` for its renters: streamed, with the same chunk shape as
+Ballast, or not (one ``chat.completion`` object with the whole text). A request
+goes to the next host with a free slot (round robin); its tokens go through an
+asyncio.Queue to the response.
 """
 
 import asyncio
 import itertools
 import json
+import secrets
 import uuid
 
 hosts: dict[int, dict] = {}  # id -> {"send", "lock", "free"}
@@ -23,6 +26,8 @@ async def host_ws(scope, receive, send):
         event = await receive()
         if event["type"] == "websocket.connect":
             await send({"type": "websocket.accept", "subprotocol": "ballast.host.v1"})
+            challenge = {"type": "challenge", "nonce": secrets.token_urlsafe(24)}
+            await send({"type": "websocket.send", "text": json.dumps(challenge)})
         elif event["type"] == "websocket.disconnect":
             hosts.pop(id(me), None)
             return
@@ -62,9 +67,12 @@ async def chat(scope, receive, send):
              "messages": request["messages"], "params": {}, "continue_from": ""}
     async with host["lock"]:
         await host["send"]({"type": "websocket.send", "text": json.dumps(offer)})
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"text/event-stream"), (b"x-ballast-job-id", job.encode())]})
     try:
+        if not request.get("stream"):
+            await whole(send, job, request, queue)
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"x-ballast-job-id", job.encode())]})
         while (text := await queue.get()) is not None:
             chunk = {"id": job, "object": "chat.completion.chunk", "model": request["model"],
                      "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
@@ -74,6 +82,20 @@ async def chat(scope, receive, send):
     finally:
         jobs.pop(job, None)
         host["free"] += 1
+
+
+async def whole(send, job: str, request: dict, queue: asyncio.Queue) -> None:
+    """A non-streamed answer: every token, then one ``chat.completion`` object."""
+    pieces = []
+    while (text := await queue.get()) is not None:
+        pieces.append(text)
+    body = {"id": job, "object": "chat.completion", "model": request["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(pieces)},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": len(pieces), "total_tokens": len(pieces) + 1}}
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"x-ballast-job-id", job.encode())]})
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
 async def app(scope, receive, send):

@@ -44,6 +44,7 @@ class FastHost:
         self.sent: dict[str, list[int]] = {}
         self.claimed = asyncio.Event()
         self.ws = None
+        self.heartbeat_s = 10.0
         self.tasks: set[asyncio.Task] = set()
         self._lock = asyncio.Lock()
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -89,15 +90,17 @@ class FastHost:
                          "public_key": self.public_key, "accepts_serverless": True,
                          "proof": base64.b64encode(proof).decode(),
                          "devices": [{"index": 0, "name": "Bench GPU", "vram_total_mb": 24576}]})
-        while json.loads(await self.ws.recv())["type"] != "welcome":
+        while (welcome := json.loads(await self.ws.recv()))["type"] != "welcome":
             pass
+        # as the agent does: every ``heartbeat_interval_s`` the coordinator asks for
+        self.heartbeat_s = float(welcome.get("heartbeat_interval_s") or 10)
         await self.send(self.heartbeat_frame())
         self.tasks.add(asyncio.create_task(self._serve()))
         self.tasks.add(asyncio.create_task(self._heartbeats()))
 
     async def _heartbeats(self) -> None:
         while True:
-            await asyncio.sleep(5)
+            await asyncio.sleep(self.heartbeat_s)
             await self.send(self.heartbeat_frame())
 
     async def _serve(self) -> None:

@@ -95,7 +95,8 @@ async def host_sim(ws_url: str, tokens_file: str) -> None:
         if line == "quit":
             break
         if line == "go":
-            gate.set()
+            if gate is not None:
+                gate.set()
             continue
         if line == "report":
             sent: dict[str, list[int]] = {}
@@ -105,7 +106,8 @@ async def host_sim(ws_url: str, tokens_file: str) -> None:
             print(json.dumps(sent), flush=True)
             continue
         config = json.loads(line)
-        gate = asyncio.Event()
+        # ungated ("gated": false): every offer is served at once, nothing waits for ``go``
+        gate = asyncio.Event() if config.get("gated", True) else None
         before = sum(h.offers for h in hosts)
         for h in hosts:
             h.gate, h.tokens, h.per_frame, h.pace_s = gate, config["tokens"], config["per_frame"], config["pace_s"]
@@ -127,9 +129,11 @@ class HostSimProcess:
         )
         assert self.proc.stdout.readline().strip() == "connected"
 
-    def configure(self, streams: int, tokens: int, per_frame: int, pace_s: float) -> None:
+    def configure(self, streams: int, tokens: int, per_frame: int, pace_s: float, gated: bool = True) -> None:
+        """The next run: ``streams`` offers awaited (``wait_claimed``), each served ``tokens``
+        tokens in frames of ``per_frame``, ``pace_s`` apart, after ``go`` (``gated``) or at once."""
         self.proc.stdin.write(json.dumps({"streams": streams, "tokens": tokens, "per_frame": per_frame,
-                                          "pace_s": pace_s}) + "\n")
+                                          "pace_s": pace_s, "gated": gated}) + "\n")
         self.proc.stdin.flush()
 
     def wait_claimed(self) -> int:
