@@ -44,7 +44,8 @@ class VocabData:
       types by id (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
       6 byte); ``scores``: SentencePiece scores by id (empty if absent);
       ``merges``: BPE merges, "left right", best first (empty if absent).
-    - ``*_id``: special token ids; ``add_bos``, ``add_eos``,
+    - ``*_id``: special token ids; ``fim_ids``: the fill-in-the-middle tokens'
+      (prefix, suffix, middle, pad, repo, file separator); ``add_bos``, ``add_eos``,
       ``add_space_prefix``: the file's flags.
     - ``chat_template``: the Jinja source ("" if absent).
     """
@@ -63,6 +64,7 @@ class VocabData:
     unk_id: int | None
     sep_id: int | None
     pad_id: int | None
+    fim_ids: tuple[int | None, ...]
     add_bos: bool | None
     add_eos: bool | None
     add_space_prefix: bool | None
@@ -95,7 +97,7 @@ class VocabData:
             values = {f.name: data[f.name] for f in fields(cls)}
         except KeyError as exc:
             raise ModelFileError(f"vocabulary without {exc}") from exc
-        for key in ("tokens", "token_types", "scores", "merges"):
+        for key in ("tokens", "token_types", "scores", "merges", "fim_ids"):
             values[key] = tuple(values[key])
         return cls(**values)
 
@@ -224,11 +226,23 @@ def _vocab_data(metadata: dict[str, Any]) -> VocabData:
         unk_id=optional_int("unknown_token_id"),
         sep_id=optional_int("seperator_token_id"),
         pad_id=optional_int("padding_token_id"),
+        fim_ids=(
+            _first(optional_int("fim_pre_token_id"), optional_int("prefix_token_id")),
+            _first(optional_int("fim_suf_token_id"), optional_int("suffix_token_id")),
+            _first(optional_int("fim_mid_token_id"), optional_int("middle_token_id")),
+            optional_int("fim_pad_token_id"),
+            optional_int("fim_rep_token_id"),
+            optional_int("fim_sep_token_id"),
+        ),
         add_bos=optional_bool("add_bos_token"),
         add_eos=optional_bool("add_eos_token"),
         add_space_prefix=optional_bool("add_space_prefix"),
         chat_template=str(metadata.get("tokenizer.chat_template", "")),
     )
+
+
+def _first(*values: int | None) -> int | None:
+    return next((v for v in values if v is not None), None)
 
 
 def _quantization(reader: gguf.GGUFReader, file_type: Any) -> str:

@@ -79,9 +79,7 @@ class PreTokenizer:
     add_bos: bool = False
 
 
-DEFAULT = PreTokenizer(
-    (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]")
-)
+DEFAULT = PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))
 LLAMA3 = PreTokenizer((_LLAMA3,), ignore_merges=True, add_bos=True)
 GPT2 = PreTokenizer((_GPT2,))
 STARCODER = PreTokenizer((r"\p{N}", _GPT2))

@@ -22,4 +22,8 @@ def gguf_chat_template(path: str | Path) -> tuple[str, str, str]:
     not GGUF (or has no vocabulary), ``OSError`` when it cannot be read.
     """
     data = vocab_data_read(path)
-    return data.chat_template, data.token_text(data.bos_id), data.token_text(data.eos_id)
+    return (
+        data.chat_template,
+        data.token_text(data.bos_id),
+        data.token_text(data.eos_id),
+    )

@@ -23,7 +23,7 @@ def vectors() -> Path:
         pytest.skip(f"llama.cpp's tokenizer vectors cannot be downloaded: {exc}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def vocabulary(path: Path) -> Vocabulary:
     """The ``Vocabulary`` of a GGUF file, built once per session (a few
     seconds for the largest)."""

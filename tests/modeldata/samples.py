@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+# fmt: off
 PIECES = (
     "Hello", " world", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\t\t\n",
     "Äpfel", "naïve", "façade", "Straße", "ÆØÅ", "İstanbul", "ﬁ", "Ω", "K",
@@ -21,6 +22,7 @@ PIECES = (
     "<|assistant|>", "<|end|>", "<fim_prefix>", "<eos>", "<bos>", "<pad>",
     "▁", "▁▁", "<0x0A>", "Ġ", "ĊĊ",
 )
+# fmt: on
 
 
 def texts(count: int = 300, seed: int = 31) -> list[str]:

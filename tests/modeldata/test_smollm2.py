@@ -43,7 +43,15 @@ RENDERED = [
         "<|im_start|>user\nOù est la gare ? 🚉<|im_end|>\n<|im_start|>assistant\n",
     ),
     (
-        [{"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}],
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Hi "},
+                    {"type": "text", "text": "there"},
+                ],
+            }
+        ],
         None,
         "Sure",
         SYSTEM + "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\nSure",
@@ -59,7 +67,9 @@ def model(smollm2_path):
 
 @pytest.fixture(scope="module")
 def llama(smollm2_path):
-    llama = llama_cpp.Llama(model_path=str(smollm2_path), vocab_only=True, verbose=False)
+    llama = llama_cpp.Llama(
+        model_path=str(smollm2_path), vocab_only=True, verbose=False
+    )
     yield llama
     llama.close()
 
@@ -92,9 +102,9 @@ def test_its_vocabulary_survives_json(model, smollm2_path) -> None:
     again = VocabData.from_json(text)
     assert again == model.vocab
     sample = "Hello <|im_start|>wörld 🦙\n\n  x"
-    assert Vocabulary(again).tokenize(
-        sample, add_bos=True, special=True
-    ) == vocabulary(smollm2_path).tokenize(sample, add_bos=True, special=True)
+    assert Vocabulary(again).tokenize(sample, add_bos=True, special=True) == vocabulary(
+        smollm2_path
+    ).tokenize(sample, add_bos=True, special=True)
     with pytest.raises(ModelFileError):
         VocabData.from_json('{"format": 99}')
 
@@ -105,8 +115,12 @@ def test_it_tokenizes_as_llama_cpp_does(smollm2_path, llama) -> None:
     for special in (False, True):
         for add_bos in (False, True):
             for text in texts():
-                want = llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
-                assert tokens.tokenize(text, add_bos=add_bos, special=special) == want, text
+                want = llama.tokenize(
+                    text.encode("utf-8"), add_bos=add_bos, special=special
+                )
+                assert (
+                    tokens.tokenize(text, add_bos=add_bos, special=special) == want
+                ), text
 
 
 def test_special_tokens_become_their_ids_only_when_asked(smollm2_path) -> None:

@@ -99,12 +99,26 @@ def llama_pieces(llama: llama_cpp.Llama, *, special: bool) -> list[bytes]:
 
 def agreement(path: Path, samples: list[str]) -> list[tuple]:
     """Where this package and llama-cpp-python differ on ``path``'s vocabulary:
-    tokenizing each sample with and without BOS and special tokens, and the
-    bytes of every id with and without special tokens."""
+    its BOS, EOS and end-of-generation tokens, tokenizing each sample with and
+    without BOS and special tokens, and the bytes of every id with and without
+    special tokens."""
     tokens = vocabulary(path)
     llama = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     try:
-        differ = []
+        vocab = llama_cpp.llama_model_get_vocab(llama.model)
+        eog = {
+            t for t in range(llama.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)
+        }
+        differ = [
+            (what, ours, theirs)
+            for what, ours, theirs in (
+                ("bos", tokens.bos_id, llama.token_bos()),
+                ("eos", tokens.eos_id, llama.token_eos()),
+                ("eog", tokens.eog_ids, eog),
+                ("size", len(tokens), llama.n_vocab()),
+            )
+            if (ours if ours is not None else -1) != theirs
+        ]
         for special in (False, True):
             for add_bos in (False, True):
                 for text in samples:

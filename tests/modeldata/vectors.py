@@ -94,4 +94,6 @@ def vectors_read(gguf: Path) -> list[tuple[str, list[int]]]:
         texts.append(raw[position:found])
         position = found + len(SEPARATOR)
     expected = out.read_text().split("\n")
-    return [(text, [int(t) for t in expected[i].split()]) for i, text in enumerate(texts)]
+    return [
+        (text, [int(t) for t in expected[i].split()]) for i, text in enumerate(texts)
+    ]
