@@ -8,6 +8,7 @@ import time
 
 from .models import Job
 from .requests import CompletionRequest
+from .toolcalls.answers import ToolAnswer
 
 
 class ChunkWriter:
@@ -29,6 +30,9 @@ class ChunkWriter:
         self.id = f"{'chatcmpl' if self.chat else 'cmpl'}-{job.id}"
         self.first = True
         self.offset = len(request.prompt or "")  # the next token's text_offset
+        # a request with tools: its text is parsed into tool calls (jobs.toolcalls)
+        self.tool_format = request.params.get("tool_format") if self.chat else None
+        self.tools = ToolAnswer(self.tool_format) if self.tool_format else None
 
     def logprobs(self, entries: list[dict] | None) -> dict | None:
         """A choice's ``logprobs`` object for ``entries`` (None: not asked)."""
@@ -67,7 +71,11 @@ class ChunkWriter:
         logprobs: list[dict] | None = None,
     ) -> dict:
         """A streamed chunk carrying ``text`` and its tokens' ``logprobs`` (and
-        the finish reason, at the end)."""
+        the finish reason, at the end: ``tool_calls`` for a request with tools
+        whose answer called)."""
+        if self.tools is not None and finish_reason is not None:
+            finish_reason = self.tools.finish_reason(finish_reason)
+            return self._delta_chunk({}, finish_reason)
         if self.chat:
             delta: dict = {"content": text} if text or finish_reason is None else {}
             if self.first:
@@ -88,13 +96,31 @@ class ChunkWriter:
             }
         return self._base([choice])
 
-    def token_sse(self, text: str, logprobs: list[dict] | None = None) -> bytes:
-        """The server-sent event of a chunk carrying ``text``."""
-        return sse(self.chunk(text, logprobs=logprobs))
+    def _delta_chunk(self, delta: dict, finish_reason: str | None = None) -> dict:
+        if self.first:
+            delta = {"role": "assistant", **delta}
+            self.first = False
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "finish_reason": finish_reason,
+            "logprobs": None,
+        }
+        return self._base([choice])
 
-    def token_json(self, text: str, logprobs: list[dict] | None = None) -> str:
-        """The renter websocket's message of a chunk carrying ``text``."""
-        return json.dumps(self.chunk(text, logprobs=logprobs))
+    def token_chunks(self, text: str, logprobs: list[dict] | None = None) -> list[dict]:
+        """The streamed chunks of the next piece of the answer, ``text``: one,
+        or for a request with tools those of the content and tool-call deltas
+        it completes (``jobs.toolcalls.answers``; none while a call's name is
+        being written)."""
+        if self.tools is None:
+            return [self.chunk(text, logprobs=logprobs)]
+        return [self._delta_chunk(delta) for delta in self.tools.deltas(text)]
+
+    def token_sse(self, text: str, logprobs: list[dict] | None = None) -> bytes:
+        """The server-sent events of the chunks carrying ``text`` (may be
+        empty)."""
+        return b"".join(sse(chunk) for chunk in self.token_chunks(text, logprobs))
 
     def usage_chunk(self, usage: dict) -> dict:
         """The final usage chunk of ``stream_options.include_usage``."""
@@ -109,9 +135,15 @@ class ChunkWriter:
     ) -> dict:
         """A non-streamed response object (``logprobs``: every token's)."""
         if self.chat:
+            message = {"role": "assistant", "content": text, "refusal": None}
+            if self.tool_format:
+                tools = ToolAnswer(self.tool_format)
+                tools.deltas(text)
+                message = tools.message()
+                finish_reason = tools.finish_reason(finish_reason)
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": message,
                 "finish_reason": finish_reason,
                 "logprobs": self.logprobs(logprobs),
             }

@@ -11,6 +11,7 @@ from typing import Any
 
 from .errors import ApiError
 from .formats import logprobs_parse, response_format_parse, response_format_stored
+from .toolcalls.requests import message_tool_fields, messages_rendered, tools_parse
 
 # The bounds of a request (also the OpenAPI schema's: jobs.schema.completion_requests)
 DEFAULT_MAX_TOKENS = 256
@@ -101,6 +102,9 @@ def _messages(value: Any) -> list[dict]:
                 f"'messages[{i}].role' must be one of {sorted(ROLES)}",
             )
         content = message.get("content")
+        tool_fields = message_tool_fields(message, i)
+        if content is None and tool_fields.get("tool_calls"):
+            content = ""  # an assistant's calls alone (OpenAI: content null)
         if isinstance(content, list):  # content parts: keep the text ones
             texts = []
             for part in content:
@@ -121,7 +125,11 @@ def _messages(value: Any) -> list[dict]:
             )
         _text(content, f"messages[{i}].content")
         cleaned.append(
-            {"role": "system" if role == "developer" else role, "content": content}
+            {
+                "role": "system" if role == "developer" else role,
+                "content": content,
+                **tool_fields,
+            }
         )
     return cleaned
 
@@ -130,9 +138,7 @@ def _messages(value: Any) -> list[dict]:
 # nothing (what clients send by default): any other value is a 400, not a
 # plain-text answer that silently ignored what was asked
 UNSUPPORTED: dict[str, tuple] = {
-    "tools": (None, []),
     "functions": (None, []),
-    "tool_choice": (None, "none"),
     "function_call": (None, "none"),
     "echo": (None, False),
     "suffix": (None, ""),
@@ -157,6 +163,24 @@ def _same_value(value: Any, neutral: Any) -> bool:
     if isinstance(value, (int, float)) and isinstance(neutral, (int, float)):
         return value == neutral
     return type(value) is type(neutral) and value == neutral
+
+
+def _tools_constraint(tools, response_format: dict | None, endpoint: str):
+    """The response format a request with ``tools`` is generated under: the
+    tool-call format's constraint (none under ``tool_choice: "none"``: plain
+    text, or the request's own ``response_format``). Chat only; a
+    ``response_format`` beside a tool choice is a 400 (one constraint)."""
+    if endpoint != "chat":
+        raise _bad("tools", "'tools' is supported on /v1/chat/completions only")
+    if tools.choice is None:
+        return response_format
+    if response_format is not None:
+        raise _bad(
+            "response_format",
+            "'response_format' cannot be combined with 'tools' unless "
+            "'tool_choice' is 'none'",
+        )
+    return tools.response_format
 
 
 def _placement(value: Any) -> dict:
@@ -266,6 +290,9 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
                 "'stream_options.include_usage' must be true or false",
             )
     _unsupported_refused(body)
+    tools = tools_parse(body)  # jobs.toolcalls: function calling
+    if messages is not None:
+        messages = messages_rendered(messages, tools)
     params = {
         "max_tokens": max_tokens,
         "temperature": _number(body, "temperature", *TEMPERATURE_RANGE, 1.0),
@@ -278,10 +305,16 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
     response_format = response_format_parse(
         body.get("response_format"), endpoint=endpoint
     )
+    if tools is not None:
+        response_format = _tools_constraint(tools, response_format, endpoint)
+        if tools.choice is not None:  # the answer is parsed into tool calls
+            params["tool_format"] = tools.format
     if response_format is not None:
         params["response_format"] = response_format_stored(response_format)
     logprobs = logprobs_parse(body, endpoint=endpoint)
     if logprobs is not None:
+        if "tool_format" in params:
+            raise _bad("logprobs", "'logprobs' cannot be combined with 'tools'")
         params["logprobs"] = logprobs
     return CompletionRequest(
         model=model,

@@ -366,7 +366,7 @@ def _unplaced_why(
 # how a 503 names each feature: as the request's field asks for it
 FEATURE_FIELDS = {
     "json_object": "response_format json_object",
-    "json_schema": "response_format json_schema",
+    "json_schema": "response_format json_schema or tools (function calling)",
     "logprobs": "logprobs",
 }
 

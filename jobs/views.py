@@ -191,7 +191,9 @@ async def _stream(
         event = first
         while True:
             if isinstance(event, Token):
-                yield writer.token_sse(event.text, event.logprobs)
+                data = writer.token_sse(event.text, event.logprobs)
+                if data:  # a tool call's name still being written: nothing yet
+                    yield data
             else:
                 if isinstance(event, Finished):
                     yield sse(writer.chunk(finish_reason=event.finish_reason))

@@ -161,9 +161,8 @@ class RenterChatConsumer(DirectDispatchConsumer):
         async with aclosing(run.events()) as events:
             async for event in events:
                 if isinstance(event, Token):
-                    await self.send(
-                        text_data=writer.token_json(event.text, event.logprobs)
-                    )
+                    for chunk in writer.token_chunks(event.text, event.logprobs):
+                        await self._send(chunk)
                     continue
                 if isinstance(event, Failed) and not event.after_output:
                     await self._error(
@@ -172,8 +171,9 @@ class RenterChatConsumer(DirectDispatchConsumer):
                     )
                     return
                 if isinstance(event, Finished):
-                    await self._send(writer.chunk(finish_reason=event.finish_reason))
-                    finish = event.finish_reason
+                    chunk = writer.chunk(finish_reason=event.finish_reason)
+                    await self._send(chunk)
+                    finish = chunk["choices"][0]["finish_reason"]  # tool_calls
                 else:
                     chunk = writer.chunk(finish_reason="error")
                     chunk["error"] = error_body(

@@ -9,8 +9,9 @@ from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
 from . import ERROR_OBJECT
+from .tools import TOOL_CALL_DELTAS, TOOL_CALLS
 
-FINISH_REASONS = ("stop", "length", "error")
+FINISH_REASONS = ("stop", "length", "error", "tool_calls")
 # the ``object`` of each answer (``jobs.chunks.ChunkWriter``), named for
 # ENUM_NAME_OVERRIDES (settings): the enums of four components share a field name
 CHAT_OBJECT = ["chat.completion"]
@@ -75,7 +76,10 @@ CHAT_COMPLETION = _answer(
             "ChatCompletionMessage",
             {
                 "role": serializers.ChoiceField(choices=["assistant"]),
-                "content": serializers.CharField(),
+                "content": serializers.CharField(
+                    allow_null=True, help_text="null when the model only called"
+                ),
+                "tool_calls": TOOL_CALLS,
             },
         )
     },
@@ -93,6 +97,7 @@ CHAT_CHUNK = _answer(
             {
                 "role": serializers.ChoiceField(choices=["assistant"], required=False),
                 "content": serializers.CharField(required=False),
+                "tool_calls": TOOL_CALL_DELTAS,
             },
         )
     },

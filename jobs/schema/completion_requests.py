@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import formats
 from .. import requests as rules
+from . import tools
 
 # ``requests._text``: no NUL (valid UTF-8 is JSON's own rule)
 TEXT_PATTERN = "^[^\\x00]*$"
@@ -199,12 +200,16 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
             "required": ["role", "content"],
             "properties": {
                 "role": {"type": "string", "enum": sorted(rules.ROLES)},
-                "content": _content_schema(),
+                "content": {**_content_schema(), "nullable": True},
+                **tools.message_properties(),
             },
         }
+        properties.update(tools.request_properties())
         properties["messages"] = {"type": "array", "minItems": 1, "items": message}
         required = ["model", "messages"]
     else:
+        properties["tools"] = _neutral((None, []))  # chat only
+        properties["tool_choice"] = _neutral((None, "none"))
         properties["logprobs"] = {
             "anyOf": [
                 {**top, "nullable": True},
@@ -249,5 +254,6 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
                 if endpoint == "chat"
                 else []
             ),
+            *([tools.CHOICE_NEEDS_TOOLS] if endpoint == "chat" else []),
         ],
     }

@@ -53,7 +53,13 @@ class ToolAnswer:
                 }
                 out.append({"tool_calls": [piece]})
             else:
-                out.append({"tool_calls": [{"index": event[1], "function": {"arguments": event[2]}}]})
+                out.append(
+                    {
+                        "tool_calls": [
+                            {"index": event[1], "function": {"arguments": event[2]}}
+                        ]
+                    }
+                )
         return out
 
     @property

@@ -57,7 +57,10 @@ def constraint(functions: list[Function], choice: Choice) -> dict:
         members.append(
             {
                 "type": "object",
-                "properties": {"name": {"const": function.name}, "arguments": parameters},
+                "properties": {
+                    "name": {"const": function.name},
+                    "arguments": parameters,
+                },
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             }
@@ -95,13 +98,15 @@ def _defs_hoisted(schema: dict, prefix: str, defs: dict) -> dict:
     ``defs`` renamed with ``prefix``; every ``$ref`` to them rewritten."""
     local = {}
     for key in ("$defs", "definitions"):
-        for name, sub in (schema.get(key) or {}).items():
+        for name in schema.get(key) or {}:
             local[f"#/{key}/{name}"] = f"#/$defs/{prefix}{name}"
 
     def rewrite(node: Any) -> Any:
         if isinstance(node, dict):
             out = {
-                k: rewrite(v) for k, v in node.items() if k not in ("$defs", "definitions")
+                k: rewrite(v)
+                for k, v in node.items()
+                if k not in ("$defs", "definitions")
             }
             if isinstance(node.get("$ref"), str) and node["$ref"] in local:
                 out["$ref"] = local[node["$ref"]]
@@ -228,7 +233,12 @@ class CallParser:
     def _merged(self) -> list[tuple]:
         out: list[tuple] = []
         for event in self._events:
-            if out and out[-1][0] == event[0] and event[0] != "call" and out[-1][:-1] == event[:-1]:
+            if (
+                out
+                and out[-1][0] == event[0]
+                and event[0] != "call"
+                and out[-1][:-1] == event[:-1]
+            ):
                 out[-1] = (*event[:-1], out[-1][-1] + event[-1])
             else:
                 out.append(event)

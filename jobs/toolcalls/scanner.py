@@ -21,7 +21,16 @@ from collections.abc import Callable
 Path = tuple[str | int, ...]
 
 _WS = " \t\n\r"
-_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_ESCAPES = {
+    '"': '"',
+    "\\": "\\",
+    "/": "/",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+}
 _LITERAL = set("-+.0123456789eEtrufalsn")
 
 

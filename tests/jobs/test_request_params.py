@@ -73,22 +73,20 @@ def test_stream_options_belong_to_a_stream(fields):
 @pytest.mark.parametrize(
     "name, asking",
     [
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
         ("functions", [{"name": "f"}]),
-        ("tool_choice", "auto"),
         ("function_call", "auto"),
         ("echo", True),
         ("suffix", "tail"),
         ("best_of", 2),
         ("logit_bias", {"50256": -100}),
         ("echo", 1),
-        ("tools", "yes"),
     ],
 )
 def test_what_ballast_cannot_honour_is_a_400_naming_it(name, asking):
-    """A client asking for tools, echo, … gets a clear error, not a plain
-    answer that silently ignored the request (``response_format`` and
-    ``logprobs`` are served: tests/jobs/test_output_features_*.py)."""
+    """A client asking for legacy functions, echo, … gets a clear error, not a
+    plain answer that silently ignored the request (``response_format`` and
+    ``logprobs`` are served: tests/jobs/test_output_features_*.py; ``tools``
+    too: tests/jobs/test_toolcalls_requests.py)."""
     with pytest.raises(ApiError) as refused:
         _parse(**{name: asking})
     assert refused.value.status == 400 and refused.value.param == name

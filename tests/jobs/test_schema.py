@@ -59,7 +59,7 @@ def test_the_completions_are_described_with_their_bounds_and_errors(tmp_path, ca
         assert props["model"]["enum"] == [catalog.id]
         assert props["max_tokens"]["maximum"] == rules.MAX_MAX_TOKENS
         assert props["temperature"]["maximum"] == rules.TEMPERATURE_RANGE[1]
-        assert props["tools"]["enum"] == list(rules.UNSUPPORTED["tools"])
+        assert props["functions"]["enum"] == list(rules.UNSUPPORTED["functions"])
         assert props["placement"]["additionalProperties"] is False
         answers = post["responses"]
         assert set(answers["200"]["content"]) == {

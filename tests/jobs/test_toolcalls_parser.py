@@ -90,7 +90,10 @@ def test_nothing_is_sent_while_a_name_is_being_written():
     answer = ToolAnswer("generic_json")
     assert answer.deltas('{"tool_calls": [{"name": "get_wea') == []
     first, begun = answer.deltas('ther", "arguments": {"ci')
-    assert first["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": ""}
+    assert first["tool_calls"][0]["function"] == {
+        "name": "get_weather",
+        "arguments": "",
+    }
     # the arguments begun in the same piece come after the call's first piece
     assert begun == {"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}
     assert answer.deltas('ty": 1}}]}') == [

@@ -1,0 +1,150 @@
+"""The OpenAPI pieces of function calling (``jobs.toolcalls``): the request's
+``tools``, ``tool_choice``, ``parallel_tool_calls`` and messages' tool fields,
+and the answers' ``tool_calls`` (whole and streamed), with the bounds of
+``jobs.toolcalls.requests``."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import inline_serializer
+from rest_framework import serializers
+
+from ..toolcalls import requests as rules
+
+_NAME = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
+
+
+def request_properties() -> dict:
+    """The request body's function-calling fields (chat only)."""
+    function = {
+        "type": "object",
+        "required": ["name"],
+        "additionalProperties": False,
+        "properties": {
+            "name": _NAME,
+            "description": {
+                "type": "string",
+                "maxLength": rules.DESCRIPTION_MAX_CHARS,
+                "nullable": True,
+            },
+            "parameters": {
+                "type": "object",
+                "required": ["type"],
+                "additionalProperties": False,
+                "properties": {"type": {"type": "string", "enum": ["object"]}},
+                "description": "JSON Schema of the arguments, of type object. This "
+                "schema shows the simplest; the subset enforced is response_format "
+                'json_schema\'s (docs/protocol-notes.md "Output features"; any other '
+                "keyword is a 400 naming its path)",
+            },
+            "strict": {"type": "boolean", "nullable": True},
+        },
+    }
+    tool = {
+        "type": "object",
+        "required": ["type", "function"],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"type": "string", "enum": ["function"]},
+            "function": function,
+        },
+    }
+    named = {
+        "type": "object",
+        "required": ["type", "function"],
+        "properties": {
+            "type": {"type": "string", "enum": ["function"]},
+            "function": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": _NAME},
+            },
+        },
+    }
+    return {
+        "tools": {
+            "type": "array",
+            "maxItems": rules.MAX_TOOLS,
+            "items": tool,
+            "nullable": True,
+            "description": "functions the model may call (docs/tools.md); answers "
+            "are generated under a constraint, so only devices that declare "
+            "json_schema serve them",
+        },
+        "tool_choice": {
+            "nullable": True,
+            "description": "default auto; required or a named function needs "
+            "tools (a name among them)",
+            "anyOf": [{"type": "string", "enum": list(rules.CHOICES)}, named],
+        },
+        "parallel_tool_calls": {
+            "type": "boolean",
+            "nullable": True,
+            "description": "false: at most one call per answer",
+        },
+    }
+
+
+def message_properties() -> dict:
+    """A chat message's tool fields: an assistant's ``tool_calls``, a tool
+    message's ``tool_call_id``."""
+    call = {
+        "type": "object",
+        "required": ["function"],
+        "properties": {
+            "id": {"type": "string"},
+            "type": {"type": "string", "enum": ["function"]},
+            "function": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "arguments": {"type": "string", "description": "JSON text"},
+                },
+            },
+        },
+    }
+    return {
+        "tool_calls": {"type": "array", "items": call, "nullable": True},
+        "tool_call_id": {"type": "string", "nullable": True},
+    }
+
+
+def _call(name: str, *, streamed: bool) -> serializers.Serializer:
+    optional = {"required": False} if streamed else {}
+    return inline_serializer(
+        name,
+        {
+            **({"index": serializers.IntegerField()} if streamed else {}),
+            "id": serializers.CharField(**optional, help_text="call_…"),
+            # a CharField: a ChoiceField's enum would clash with other "type" enums
+            "type": serializers.CharField(**optional, help_text="function"),
+            "function": inline_serializer(
+                f"{name}Function",
+                {
+                    "name": serializers.CharField(**optional),
+                    "arguments": serializers.CharField(
+                        help_text="JSON text; streamed in pieces, in order"
+                    ),
+                },
+            ),
+        },
+        many=True,
+        required=False,
+        help_text="a call's first streamed piece has id, type and name"
+        if streamed
+        else "when the model called (finish_reason tool_calls)",
+    )
+
+
+TOOL_CALLS = _call("ChatCompletionToolCall", streamed=False)
+TOOL_CALL_DELTAS = _call("ChatCompletionToolCallDelta", streamed=True)
+
+
+# the request's rule the schema can state: required or a named function only
+# with tools (an allOf member of the request body)
+CHOICE_NEEDS_TOOLS = {
+    "anyOf": [
+        {"required": ["tools"], "properties": {"tools": {"minItems": 1}}},
+        {"properties": {"tool_choice": {"enum": [None, "none", "auto"]}}},
+    ]
+}
