@@ -357,6 +357,14 @@ BALLAST_VERIFY_NEW_JOBS = env_int("BALLAST_VERIFY_NEW_JOBS", 20, minimum=0)
 BALLAST_VERIFY_NEW_RATE = float(env_decimal("BALLAST_VERIFY_NEW_RATE", "0.5"))
 BALLAST_VERIFY_SUSPECT_RATE = float(env_decimal("BALLAST_VERIFY_SUSPECT_RATE", "0.5"))
 BALLAST_VERIFY_SUSPECT_PASSES = env_int("BALLAST_VERIFY_SUSPECT_PASSES", 5, minimum=1)
+# the share of a device's answers that may leave something out of verification
+# (a stop sequence's cut last token, bytes that are no character) before it is
+# verified more (jobs/verification/rate.py exempt_multiplier: its share over this);
+# the share of round-1 plausible verdicts asked of a second verifier all the same
+BALLAST_VERIFY_EXEMPT_SHARE = float(env_decimal("BALLAST_VERIFY_EXEMPT_SHARE", "0.05"))
+if BALLAST_VERIFY_EXEMPT_SHARE <= 0:
+    raise ImproperlyConfigured("BALLAST_VERIFY_EXEMPT_SHARE must be above 0 (up to 1)")
+BALLAST_VERIFY_SECOND_SHARE = float(env_decimal("BALLAST_VERIFY_SECOND_SHARE", "0.2"))
 # (scoring 2,000 tokens takes ~30 s on a CPU, after the generation holding the engine)
 BALLAST_VERIFY_DEADLINE_S = env_float("BALLAST_VERIFY_DEADLINE_S", 300.0, minimum=1.0)
 # checks of verifiers (jobs/verification/checks.py): answers whose verdict the

@@ -2,14 +2,15 @@
 
 Usage: ``.venv/bin/python bench/trust.py [--runs 100] [--weeks 1] [--bank FILE]``
 
-A simulated fleet of 50 devices (44 honest, one of each cheat of
-``bench.trustfleet``) is served one week of traffic (a job every 14 minutes per
-device: 36,000 jobs) through the coordinator's own trust code on a scratch
-SQLite database; then ``--runs`` runs of the cheats alone (beside honest
-verifiers) give the distribution of jobs-to-catch: the cheat's real jobs from
-the first it cheated on to its quarantine. Answers, and the scores verifiers
-return for them, come from the real model (``bench.trustbank``; built once, in
-minutes, and kept in ``--bank``).
+A simulated fleet of 53 devices (42 honest, one of each of the eight cheats of
+``bench.trustfleet``, the sybil cheat's three verifier accounts) is served one
+week of traffic (a job every 14 minutes for each of 50 devices: 36,000 jobs)
+through the coordinator's own trust code on a scratch SQLite database; then
+``--runs`` runs of the cheats alone (beside honest verifiers) give the
+distribution of jobs-to-catch: the cheat's real jobs from the first it cheated
+on to its quarantine. Answers, and the scores verifiers return for them, come
+from the real model (``bench.trustbank``; built once, in minutes, and kept in
+``--bank``).
 
 What runs for real, per simulated job (``bench.trustfleet`` lists the functions):
 the job and its attempt stored (``jobs.services.job_create``), the outcome on the
@@ -63,6 +64,7 @@ def main() -> int:
         logging.getLogger("ballast").setLevel(logging.ERROR)  # a check failed: often, here
 
         from bench.trustbank import bank_load_or_build
+        from bench.trustfleet import CHEATS
         from bench.trustrun import Fleet, cost_lines
 
         started = time.monotonic()
@@ -85,7 +87,9 @@ def main() -> int:
         honest_quarantined = 0
         for week in range(args.weeks):
             started = time.monotonic()
-            fleet = Fleet.make(bank=bank, rng=rng, tag=f"w{week}", honest=FLEET - 6)
+            fleet = Fleet.make(
+                bank=bank, rng=rng, tag=f"w{week}", honest=FLEET - len(CHEATS)
+            )
             fleet.serve(jobs=FLEET * JOBS_PER_DEVICE_WEEK)
             honest_quarantined += fleet.honest_quarantined
             for dev in fleet.cheats():
@@ -103,7 +107,10 @@ def main() -> int:
             for dev in fleet.cheats():
                 caught.setdefault(dev.kind, []).append(dev.caught_after)
         print(f"cheat runs: {args.runs} ({time.monotonic() - started:.0f} s)")
-        print(f"honest devices quarantined: {honest_quarantined} of {(FLEET - 6) * args.weeks}")
+        print(
+            f"honest devices quarantined: {honest_quarantined}"
+            f" of {(FLEET - len(CHEATS)) * args.weeks}"
+        )
         print(f"{'cheat':14s} {'caught ≤100':>12s} {'p50':>5s} {'p90':>5s} {'p99':>5s} {'max':>5s}")
         for kind, values in caught.items():
             within = [v for v in values if v is not None and v <= CATCH_WITHIN]

@@ -62,7 +62,10 @@ SYSTEM_PROMPT = "You are a helpful assistant."
 class Answer:
     """One answer: ``text``; ``completion_tokens`` the host's true count;
     ``recount`` the coordinator's (``jobs.tokens.token_count``); ``scores`` the
-    verifier's ``scores`` frame entries for it (None for a spot check's)."""
+    verifier's ``scores`` frame entries for what a verifier is sent of it
+    (``verify_text``, None: ``text`` whole; None for a spot check's);
+    ``token_ids`` the ids the host's engine drew (the honest engine's, as its
+    ``done.token_ids``; None for the cheats' own loops)."""
 
     behaviour: str
     temperature: float
@@ -71,21 +74,24 @@ class Answer:
     recount: int
     scores: list[dict] | None = None
     prompt: int = 0
+    token_ids: list[int] | None = None
+    verify_text: str | None = None
 
 
-async def _generate(engine, request, cheat=None) -> tuple[str, int]:
-    """The engine's answer to ``request`` and its count; with ``cheat``
-    (``bench.verification.Cheat``), that cheat's (llama.cpp's own loop)."""
+async def _generate(engine, request, cheat=None) -> tuple[str, int, list[int] | None]:
+    """The engine's answer to ``request``, its count and token ids; with
+    ``cheat`` (``bench.verification.Cheat``), that cheat's (llama.cpp's own
+    loop; no ids)."""
     from agent.engines.base import GenerationResult
     from bench.verification import cheat_answer
 
     if cheat is not None:
         seed = secrets.randbits(31)
         text = await asyncio.to_thread(cheat_answer, engine, request, cheat, seed)
-        return text, len(engine.tokenize(text))
+        return text, len(engine.tokenize(text)), None
     result = GenerationResult()
     text = "".join([piece async for piece in engine.stream(request, result)])
-    return text, result.completion_tokens
+    return text, result.completion_tokens, result.token_ids
 
 
 def _junk(rng: random.Random, words: int = 40) -> str:
@@ -98,6 +104,7 @@ async def _answer(engine, behaviour, messages, temperature, rng, max_tokens):
     from bench.verification import Cheat, request_make
     from jobs.tokens import token_count
 
+    ids = None
     if behaviour == "junk":
         text = _junk(rng)
         count = token_count(engine.model_id, text) or len(text)
@@ -108,9 +115,9 @@ async def _answer(engine, behaviour, messages, temperature, rng, max_tokens):
             "other": Cheat("other", sigma=OTHER_SIGMA),
         }[behaviour]
         request = request_make(messages, temperature, 1.0, max_tokens, rng.randrange(2**31))
-        text, count = await _generate(engine, request, cheat)
+        text, count, ids = await _generate(engine, request, cheat)
     recount = token_count(engine.model_id, text) or 0
-    return text, count, recount
+    return text, count, recount, ids
 
 
 async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print) -> dict:
@@ -118,6 +125,7 @@ async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print)
     every behaviour at every temperature, and spot-check answers."""
     from agent.engines.llamacpp import LlamaCppEngine
     from bench.verification import request_make
+    from jobs.verification.exemptions import verified_text
 
     engine = LlamaCppEngine(n_ctx=2048)
     await engine.load()
@@ -132,15 +140,20 @@ async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print)
                     messages.insert(0, {"role": "system", "content": SYSTEM_PROMPT})
                 for _ in range(per_prompt):
                     for behaviour in BEHAVIOURS:
-                        text, count, recount = await _answer(
+                        text, count, recount, ids = await _answer(
                             engine, behaviour, messages, t, rng, MAX_TOKENS
                         )
+                        # what a verifier is sent of it (the coordinator's rule)
+                        verified = verified_text(
+                            model_id=engine.model_id, text=text, token_ids=ids, stop=None
+                        ).text
                         request = request_make(messages, t, 1.0, MAX_TOKENS, None)
-                        scored = await engine.score(request, text) if text else None
+                        scored = await engine.score(request, verified) if verified else None
                         bank["traffic"].append(asdict(Answer(
                             behaviour=behaviour, temperature=t, text=text,
                             completion_tokens=count, recount=recount, prompt=index,
                             scores=[s.frame() for s in scored.tokens] if scored else [],
+                            token_ids=ids, verify_text=None if verified == text else verified,
                         )))
             log(f"bank: temperature {t} done ({len(bank['traffic'])} answers)")
         bank["canaries"] = await _canaries_build(engine, canaries, rng, log)
@@ -169,12 +182,12 @@ async def _canaries_build(engine, count: int, rng, log) -> list[dict]:
         if draw.prompt is not None:
             continue  # the bank's answers are chat
         max_tokens = min(draw.params.get("max_tokens") or 64, 64)
-        honest, _, _ = await _answer(engine, "honest", draw.messages, 0.0, rng, max_tokens)
+        honest, _, _, _ = await _answer(engine, "honest", draw.messages, 0.0, rng, max_tokens)
         if not answer_right(draw.expected, draw.distractors, honest):
             continue  # calibration: the reference model must answer it right
         answers = {}
         for behaviour in BEHAVIOURS:
-            text, n, recount = await _answer(
+            text, n, recount, _ = await _answer(
                 engine, behaviour, draw.messages, 0.0, rng, max_tokens
             )
             answers[behaviour] = asdict(Answer(behaviour, 0.0, text, n, recount))

@@ -22,7 +22,13 @@ A cheat is defined by what its host does, never by what catches it:
 - ``other_model`` (c): the reference model with Gaussian noise on its logits;
 - ``inflate`` (d): honest text, every count reported 15 % high;
 - ``refuser`` (e): answers spot checks (it recognises them), refuses real work;
-- ``sleeper`` (f): honest for its first 500 jobs, then as ``other_model``.
+- ``sleeper`` (f): honest for its first 500 jobs, then as ``other_model``;
+- ``sybil`` (g): as ``canary_aware``, with three verifier accounts of its own
+  (other owners, ``sybil_account`` devices: honest hosts and verifiers
+  everywhere except that they call its answers plausible);
+- ``fffd`` (h): as ``canary_aware``, each answer with a U+FFFD planted after
+  its first word, and token ids that spell it as a character cut by the
+  model (a lone UTF-8 lead byte's token: the best the host can fake).
 
 Honest hosts fail 0.5 % of their jobs (an engine error), as real ones do.
 """
@@ -33,7 +39,10 @@ import random
 from dataclasses import dataclass
 from datetime import timedelta
 
-CHEATS = ("canary_aware", "hot", "other_model", "inflate", "refuser", "sleeper")
+CHEATS = (
+    "canary_aware", "hot", "other_model", "inflate", "refuser", "sleeper", "sybil", "fffd",
+)
+SYBIL_ACCOUNTS = 3
 SLEEPER_HONEST_JOBS = 500
 HONEST_ERROR_RATE = 0.005
 TEMPERATURES = ((0.0, 0.3), (0.7, 0.5), (1.0, 0.2))
@@ -52,7 +61,7 @@ class SimDevice:
     quarantined: bool = False
 
     def cheating(self) -> bool:
-        if self.kind == "honest":
+        if self.kind in ("honest", "sybil_account"):
             return False
         if self.kind == "sleeper":
             return self.jobs >= SLEEPER_HONEST_JOBS
@@ -70,12 +79,14 @@ class SimDevice:
             "inflate": "inflate",
             "refuser": "refuse",
             "sleeper": "other",
+            "sybil": "junk",
+            "fffd": "fffd",
         }[self.kind]
 
     def canary_behaviour(self) -> str:
         """What the host does for a spot check (the cheats that recognise them
         answer honestly)."""
-        if self.kind in ("canary_aware", "refuser") or not self.cheating():
+        if self.kind in ("canary_aware", "refuser", "sybil", "fffd") or not self.cheating():
             return "honest"
         return self.behaviour()
 

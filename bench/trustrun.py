@@ -18,10 +18,13 @@ release judged; a failure ``device_check_failed``).
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 
-from bench.trustfleet import CHEATS, HONEST_ERROR_RATE, Costs, SimDevice, fleet_make, temperature_draw
+from bench.trustfleet import (
+    CHEATS, HONEST_ERROR_RATE, SYBIL_ACCOUNTS, Costs, SimDevice, fleet_make, temperature_draw,
+)
 
 INFLATE = 1.15
 
@@ -34,6 +37,7 @@ class Fleet:
     keys: dict = field(default_factory=dict)  # device id -> (machine id, signing key)
     costs: Costs = field(default_factory=Costs)
     honest_quarantined: int = 0
+    sybils: dict = field(default_factory=dict)  # sybil account device id -> its cheat's
 
     @classmethod
     def make(cls, *, bank: dict, rng: random.Random, tag: str, honest: int) -> Fleet:
@@ -46,9 +50,11 @@ class Fleet:
 
         model = CatalogModel.objects.get(id=DEFAULT_MODEL_ID)
         Machine.objects.update(connected=False)  # the last fleet's verify no more
-        kinds = list(CHEATS) + ["honest"] * honest
+        kinds = list(CHEATS) + ["honest"] * honest + ["sybil_account"] * SYBIL_ACCOUNTS
         devices = fleet_make(model_id=model.id, kinds=kinds, tag=tag)
         fleet = cls(bank=bank, rng=rng, devices=devices)
+        sybil = next(d.id for d in devices if d.kind == "sybil")
+        fleet.sybils = {d.id: sybil for d in devices if d.kind == "sybil_account"}
         fleet.model = model
         fleet.renter = _renter(tag)
         for dev in devices:
@@ -67,7 +73,7 @@ class Fleet:
         return fleet
 
     def cheats(self) -> list[SimDevice]:
-        return [d for d in self.devices if d.kind != "honest"]
+        return [d for d in self.devices if d.kind in CHEATS]
 
     def serve(self, *, jobs: int) -> None:
         """``jobs`` real jobs, each to a device drawn among the unquarantined."""
@@ -125,30 +131,44 @@ class Fleet:
         from hosts.services import device_outcome_record
         from jobs.models import Attempt, Job
         from jobs.services.checks import device_check_failed
-        from jobs.tokens import token_count_inflated
+        from jobs.tokens import token_count, token_count_inflated, token_ids_spell
+        from jobs.verification.exemptions import verified_text
         from jobs.verification.records import verification_choose
 
-        text_kind = "honest" if behaviour == "inflate" else behaviour
+        text_kind = {"inflate": "honest", "fffd": "junk"}.get(behaviour, behaviour)
         answer = self.rng.choice(self._by_behaviour[(text_kind, temperature)])
-        reported = answer["completion_tokens"]
+        text, ids, recount = answer["text"], answer.get("token_ids"), answer["recount"]
+        if behaviour == "fffd":
+            text, ids = self._cut_planted(text)
+            recount = token_count(self.model.id, text)
+        reported = len(ids) if ids is not None else answer["completion_tokens"]
         if behaviour == "inflate":
             reported = int(reported * INFLATE + 0.999)
+            ids = None  # (an inflated count has no ids that spell the text)
         job, attempt = self._job(dev, temperature, prompt=answer["prompt"])
-        billed = min(reported, answer["recount"])
-        flagged = token_count_inflated(
-            reported=reported, text=answer["text"], recount=answer["recount"]
+        billed = min(reported, recount)
+        spelled = (
+            None if ids is None else token_ids_spell(self.model.id, ids=ids, text=text)
         )
+        flagged = token_count_inflated(
+            reported=reported, text=text, recount=recount, spelled=spelled
+        )
+        # what attempt_end records of the host's ids: what a verifier is sent
+        verified = verified_text(model_id=self.model.id, text=text, token_ids=ids, stop=None)
         Attempt.objects.filter(id=attempt.id).update(
             state=Attempt.State.ENDED,
             outcome=Attempt.Outcome.SUCCEEDED,
-            output_text=answer["text"],
-            output_chars=len(answer["text"]),
+            ended_at=_now(),
+            output_text=text,
+            output_chars=len(text),
             completion_tokens_reported=reported,
             tokens_billed=billed,
             token_count_flagged=flagged,
+            exemption=verified.exemption,
+            verify_text=None if verified.text == text else verified.text,
         )
         Job.objects.filter(id=job.id).update(
-            status=Job.Status.SUCCEEDED, output_text=answer["text"], tokens_billed=billed
+            status=Job.Status.SUCCEEDED, output_text=text, tokens_billed=billed
         )
         self.costs.job_tokens += billed
         device_outcome_record(device_id=dev.id, success=True, model_id=self.model.id)
@@ -161,21 +181,43 @@ class Fleet:
         attempt.refresh_from_db()
         ver = verification_choose(job=job, attempts=[attempt], now=_now())
         while ver is not None and ver.verifier_id is not None:
-            ver = self._verify(ver, answer)
+            ver = self._verify(ver, answer, verified.text)
 
-    def _verify(self, ver, answer):
-        """The verifier answers ``ver`` with the bank's scores of the answer
-        (an honest verifier: the real model's); returns the next round if one follows."""
+    def _cut_planted(self, text: str) -> tuple[str, list[int]]:
+        """(``text`` with a U+FFFD after its first word, token ids that spell
+        it as the model's own cut character: tokens of the text around a lone
+        UTF-8 lead byte's token), the ``fffd`` cheat's answer."""
+        cut = text.find(" ", 1) if " " in text[1:] else len(text)
+        before, after = text[:cut], text[cut:]
+        ids = _ids_spelling(self.model.id, before.encode()) + [self._lead]
+        return before + "\ufffd" + after, ids + _ids_spelling(self.model.id, after.encode())
+
+    @functools.cached_property
+    def _lead(self) -> int:
+        from jobs.tokens import token_pieces
+
+        return token_pieces(self.model.id).index(b"\xe4")
+
+    def _verify(self, ver, answer, verified: str):
+        """The verifier answers ``ver`` with the bank's scores of ``verified``
+        (what it is sent of the answer; an honest verifier: the real model's),
+        or, a sybil account verifying its cheat's answer, scores that call it
+        plausible; returns the next round if one follows."""
         from agent.receipts import receipt_sign
         from jobs.models import Verification
-        from jobs.verification.plausibility import token_scores_parse
+        from jobs.tokens import token_count
+        from jobs.verification.plausibility import TokenScore, token_scores_parse
         from jobs.verification.records import VERIFY_MAX_TOKENS, verification_scored
 
         machine_id, key = self.keys[ver.verifier_id]
-        tokens = token_scores_parse(answer["scores"], max_tokens=VERIFY_MAX_TOKENS)
+        if self.sybils.get(ver.verifier_id) == ver.device_id:
+            fair = TokenScore(rank=0, logprob=-1.0, mean=-1.0, var=1.0)
+            tokens = [fair] * token_count(self.model.id, verified)
+        else:
+            tokens = token_scores_parse(answer["scores"], max_tokens=VERIFY_MAX_TOKENS)
         self.costs.verifications += 1
         self.costs.verified_tokens += len(tokens)
-        receipt = receipt_sign(key, ver.id.hex, len(tokens), answer["text"])
+        receipt = receipt_sign(key, ver.id.hex, len(tokens), verified)
         second = verification_scored(
             verification_id=ver.id.hex, machine_id=machine_id, tokens=tokens, receipt=receipt
         )
@@ -243,7 +285,7 @@ class Fleet:
             elif dev.caught_after is None and dev.cheating_from is not None:
                 dev.caught_after = dev.jobs - dev.cheating_from
         dev.quarantined = quarantined
-        if quarantined and dev.kind == "honest":
+        if quarantined and dev.kind in ("honest", "sybil_account"):
             self.check_run(dev)  # quarantined: spot checks until 3 pass in a row
 
 
@@ -268,6 +310,33 @@ def cost_lines(costs: Costs, *, devices: int = 0, seconds: float = 0.0) -> list[
         f" ({costs.verifier_checks / max(1, costs.jobs):.1%} of jobs),"
         f" {costs.verifier_check_tokens / max(1, work):.1%} of the fleet's tokens (prefilled)",
     ]
+
+
+@functools.lru_cache(maxsize=2)
+def _pieces_index(model_id: str) -> tuple[dict[bytes, int], int]:
+    from jobs.tokens import token_pieces
+
+    pieces = token_pieces(model_id)
+    index = {piece: token for token, piece in enumerate(pieces) if piece}
+    return index, max(map(len, index))
+
+
+def _ids_spelling(model_id: str, raw: bytes) -> list[int]:
+    """Token ids whose bytes joined are ``raw``: the longest token at each
+    point (a byte-level vocabulary has every single byte), as a host may
+    claim its sampler drew them."""
+    index, longest = _pieces_index(model_id)
+    ids, at = [], 0
+    while at < len(raw):
+        for size in range(min(longest, len(raw) - at), 0, -1):
+            token = index.get(raw[at : at + size])
+            if token is not None:
+                ids.append(token)
+                at += size
+                break
+        else:
+            raise ValueError(f"no token for byte {raw[at]:#x}")
+    return ids
 
 
 def _renter(tag: str):

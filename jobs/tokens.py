@@ -333,3 +333,10 @@ def _token_pieces(model_id: str) -> list[bytes] | None:
         if vocab is None:
             return None
         return vocab_pieces(vocab)
+
+
+def token_pieces(model_id: str) -> list[bytes] | None:
+    """The bytes each token id of ``model_id`` stands for (``b""`` for a
+    control token), or None without its vocabulary (``jobs.verification.
+    exemptions`` decodes a host's ``done.token_ids`` with them)."""
+    return _token_pieces(model_id)

@@ -156,6 +156,11 @@ class Attempt(models.Model):
         # (``failover.after_empty_answer``); spot checks judge hosts
         EMPTY_ANSWER = "empty_answer"
 
+    class Exemption(models.TextChoices):
+        NONE = "", "verified whole"
+        STOP_CUT = "stop_cut", "its last token, cut by a stop sequence"
+        CUT_CHARACTER = "cut_character", "bytes that are no character (U+FFFD)"
+
     OPEN_STATES = (State.OFFERED, State.CLAIMED, State.STREAMING)
     FAILURES = (
         Outcome.CLAIM_TIMEOUT,
@@ -191,10 +196,21 @@ class Attempt(models.Model):
     receipt = models.CharField(max_length=200, blank=True)
     receipt_valid = models.BooleanField(null=True)
     token_count_flagged = models.BooleanField(default=False)
+    # what of the answer a verifier scores, by what the coordinator checked of
+    # the host's token ids (``jobs.verification.exemptions``): ``verify_text``
+    # None is ``output_text`` whole; ``exemption`` what was left out
+    exemption = models.CharField(
+        max_length=16, choices=Exemption.choices, blank=True, default=""
+    )
+    verify_text = models.TextField(null=True, blank=True)
 
     class Meta:
         ordering = ["offered_at"]
-        indexes = [models.Index(fields=["device", "state"])]
+        indexes = [
+            models.Index(fields=["device", "state"]),
+            # a device's latest answers (``verification.rate.exempt_multiplier``)
+            models.Index(fields=["device", "ended_at"], name="attempt_device_ended"),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.id} ({self.state} {self.outcome})"

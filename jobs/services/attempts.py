@@ -26,6 +26,7 @@ from ..tokens import (
     token_count_inflated,
     token_ids_spell,
 )
+from ..verification.exemptions import verified_text
 from .checks import device_check_failed
 from .deadlines import first_token_deadline
 
@@ -196,6 +197,15 @@ def attempt_end(
         continue_from=_continued_from(attempt) if token_ids else "",
         canonical=_canonical(attempt.job),
     )
+    if outcome == Attempt.Outcome.SUCCEEDED and attempt.kind == Attempt.Kind.FRESH:
+        verified = verified_text(
+            model_id=attempt.job.model_id,
+            text=output_text,
+            token_ids=token_ids,
+            stop=(attempt.job.params or {}).get("stop"),
+        )
+        attempt.exemption = verified.exemption
+        attempt.verify_text = None if verified.text == output_text else verified.text
     if done and done.get("receipt") is None:
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
@@ -219,6 +229,8 @@ def attempt_end(
             "prompt_tokens_reported",
             "receipt",
             "receipt_valid",
+            "exemption",
+            "verify_text",
         ]
     )
     job = attempt.job

@@ -39,9 +39,9 @@ class VerifiedAnswer:
 
 
 def verified_answer(ver: Verification) -> VerifiedAnswer:
-    """The answer ``ver`` scores (its ``job``, or its ``canary`` for a check:
-    the reference model's answer at the check's temperature when
-    ``expected_plausible``, else the decoy)."""
+    """The answer ``ver`` scores (its ``job``'s, ``_verified_text``, or its
+    ``canary``'s for a check: the reference model's answer at the check's
+    temperature when ``expected_plausible``, else the decoy)."""
     if ver.canary_id is not None:
         canary = ver.canary
         params = {**canary.params, "temperature": canary.check_temperature}
@@ -62,10 +62,20 @@ def verified_answer(ver: Verification) -> VerifiedAnswer:
         messages=job.messages,
         prompt=job.prompt,
         params=job.params or {},
-        answer=job.output_text,
+        answer=_verified_text(ver),
         billed=job.tokens_billed,
         price_nano=job_price_nano(job),
     )
+
+
+def _verified_text(ver: Verification) -> str:
+    """What a verifier scores of ``ver``'s answer: its attempt's
+    ``verify_text`` (what the coordinator saw of the host's token ids left
+    out, ``exemptions.verified_text``), else the job's ``output_text``."""
+    attempt = ver.attempt
+    if attempt is not None and attempt.verify_text is not None:
+        return attempt.verify_text
+    return ver.job.output_text
 
 
 def is_chat(answer: VerifiedAnswer) -> bool:

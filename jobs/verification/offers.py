@@ -31,8 +31,9 @@ def verify_frame(*, ver: Verification, device_index: int) -> dict:
     completion's ``prompt``) and ``params`` as the verified job's offer had
     them (the temperature and top_p as the sampler takes them: floats, a
     missing one 1.0; ``stop`` always null: no verified answer was cut by one,
-    and a check must not differ), and the exact ``answer`` its host delivered
-    (``answers.verified_answer``: a check of a verifier's alike)."""
+    and a check must not differ), and the ``answer`` its host delivered less
+    what its token ids showed no text can carry (``answers.verified_answer``,
+    ``exemptions``; a check of a verifier's alike)."""
     verified = verified_answer(ver)
     params = verified.params
     top_p = params.get("top_p")
@@ -45,7 +46,7 @@ def verify_frame(*, ver: Verification, device_index: int) -> dict:
             "temperature": verified.temperature,
             "top_p": 1.0 if top_p is None else float(top_p),
             "max_tokens": params.get("max_tokens"),
-            "stop": None,  # (a verified answer ran to its end: no stop cut it)
+            "stop": None,  # (a stop's cut last token is never in a verified answer)
             "seed": params.get("seed"),
         },
         "answer": verified.answer,

@@ -18,6 +18,8 @@ _BITS = 53
 # past this many of its new-job spans (BALLAST_VERIFY_NEW_JOBS) a device's
 # real jobs are not counted further: the new-device part is below 0.1 % by then
 _NEW_SPANS_COUNTED = 10
+EXEMPT_WINDOW = 50
+"""A device's latest answers whose exemptions ``exempt_multiplier`` counts."""
 
 
 def verification_draw() -> float:
@@ -42,26 +44,58 @@ def verification_rate(*, device_id: int) -> float:
       ``BALLAST_VERIFY_SUSPECT_RATE`` halving every
       ``BALLAST_VERIFY_SUSPECT_PASSES`` checks this device passed since (spot
       checks passed, answers found plausible by a trusted verifier,
-      ``checks.trusted``): a renamed device starts suspected.
+      ``checks.trusted``): a renamed device starts suspected;
 
-    Reads the database (at most five indexed queries)."""
-    return min(1.0, max(part(device_id) for part in _PARTS))
+    times ``exempt_multiplier`` (a device whose answers keep leaving
+    something out of verification is verified more).
+
+    Reads the database (at most six indexed queries)."""
+    multiplier = exempt_multiplier(device_id=device_id)
+    return min(1.0, multiplier * max(part(device_id) for part in _PARTS))
 
 
 def verification_due(*, device_id: int, draw: float) -> bool:
     """Whether ``draw`` (``verification_draw``) verifies an answer of device
-    ``device_id``: ``draw < verification_rate(device_id=...)``, with each part
-    of the rate read only when the draw is under its ceiling (most answers
-    cost no query, none more than the rate's)."""
+    ``device_id``: ``draw < verification_rate(device_id=...)``, with the
+    exempt multiplier read first (one query) and each part of the rate read
+    only when the draw is under its ceiling times that multiplier (most
+    answers cost one query, none more than the rate's)."""
+    multiplier = exempt_multiplier(device_id=device_id)
     ceilings = (
         settings.BALLAST_VERIFY_RATE,
         settings.BALLAST_VERIFY_NEW_RATE,
         settings.BALLAST_VERIFY_SUSPECT_RATE,
     )
     return any(
-        draw < ceiling and draw < part(device_id)
+        draw < ceiling * multiplier and draw < part(device_id) * multiplier
         for ceiling, part in zip(ceilings, _PARTS)
     )
+
+
+def exempt_multiplier(*, device_id: int) -> float:
+    """How many times more often than its rate's parts say an answer of
+    device ``device_id`` is verified (>= 1): its share of answers that left
+    something out of verification (``Attempt.exemption``: a stop sequence's
+    cut last token, bytes that are no character; ``exemptions``) among its
+    last ``EXEMPT_WINDOW`` fresh succeeded attempts of renters' jobs (fewer
+    count as that many, the rest whole), over the share
+    ``BALLAST_VERIFY_EXEMPT_SHARE`` an honest device's traffic shows; 1 at or
+    under it. A host that makes its answers look cut is verified the more
+    the more it does. One indexed query."""
+    exempt = sum(
+        1
+        for exemption in Attempt.objects.filter(
+            device_id=device_id,
+            kind=Attempt.Kind.FRESH,
+            outcome=Attempt.Outcome.SUCCEEDED,
+            job__is_spot_check=False,
+        )
+        .order_by("-ended_at")
+        .values_list("exemption", flat=True)[:EXEMPT_WINDOW]
+        if exemption
+    )
+    share = exempt / EXEMPT_WINDOW
+    return max(1.0, share / settings.BALLAST_VERIFY_EXEMPT_SHARE)
 
 
 def _base_rate(device_id: int) -> float:

@@ -52,16 +52,15 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
     continuation), without a ``response_format`` (a grammar changes the
     distribution the verifier would score), within ``VERIFY_MAX_TOKENS``, at a
     temperature of 0 or from ``VERIFY_MIN_TEMPERATURE`` to
-    ``VERIFY_MAX_TEMPERATURE`` (None is 1), not ended by one of the renter's
-    ``stop`` sequences (the agent cuts its last token's text there, so the
-    answer's tokens are not the ones generated: a renter's choice must never
-    fail a host, DESIGN.md "Spot checks"), without U+FFFD in its text (bytes
-    the agent's decoder replaced: not the text the model drew), and not of a
-    rental (its renter rents that device: its prompts go to no one else)."""
+    ``VERIFY_MAX_TEMPERATURE`` (None is 1), with text left to verify once
+    what the coordinator saw in the host's token ids is left out (a stop
+    sequence's cut last token, bytes that are no character:
+    ``exemptions.verified_text``, ``Attempt.verify_text``; never on the host's
+    ``finish_reason`` or a U+FFFD it wrote), and not of a rental (its renter
+    rents that device: its prompts go to no one else)."""
     params = job.params or {}
     temperature = params.get("temperature")
     temperature = 1.0 if temperature is None else float(temperature)
-    cut_by_stop = bool(params.get("stop")) and job.finish_reason == "stop"
     return (
         job.status == Job.Status.SUCCEEDED
         and not job.is_spot_check
@@ -70,12 +69,11 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
         and len(attempts) == 1
         and attempts[0].kind == Attempt.Kind.FRESH
         and attempts[0].outcome == Attempt.Outcome.SUCCEEDED
+        and attempts[0].verify_text != ""
         and response_format_of(params) is None
         and 0 < job.tokens_billed <= VERIFY_MAX_TOKENS
         and (temperature == 0 or VERIFY_MIN_TEMPERATURE <= temperature)
         and temperature <= VERIFY_MAX_TEMPERATURE
-        and not cut_by_stop
-        and "\ufffd" not in job.output_text
         and job.rental_id is None
     )
 

@@ -1,7 +1,9 @@
 """What the verdicts of a renter's answer mean for its host (DESIGN.md
 "Verifying real answers"; docs/trust.md "Two verifiers").
 
-Round 1 plausible: nothing follows. Otherwise rounds are asked of verifiers of
+Round 1 plausible: nothing follows, but for ``BALLAST_VERIFY_SECOND_SHARE``
+of them, drawn (``second_opinion_drawn``), which go on as an implausible one
+does. Otherwise rounds are asked of verifiers of
 owners none of the earlier rounds had (a trusted one while any qualifies,
 ``verifiers.verification_open``), up to ``MAX_ROUNDS``, until two agree: two
 implausible verdicts fail the host (``services.device_check_failed``), two
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.conf import settings
+
 from ..models import Verification
 from ..services.checks import device_check_failed
 from .checks import verifier_outvoted
+from .rate import verification_draw
 from .verifiers import verification_open
 
 V = Verification
@@ -34,9 +39,15 @@ def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str 
     saves it and does what the rounds so far decide (the module's rules).
     Returns the id (hex) of the next round to send, else None."""
     if ver.round == 1 and plausible:
+        second = second_opinion_drawn()
         ver.verdict = V.Verdict.PLAUSIBLE
         ver.save()
-        return None
+        if not second:
+            return None
+        nxt = round_next(ver, _rounds(ver), now)
+        if nxt is None:  # nobody to ask: round 1's word stands
+            _verdicts_set([ver], V.Verdict.PLAUSIBLE)
+        return nxt
     ver.save()
     rounds = _rounds(ver)
     said_no = [r for r in rounds if r.status == V.Status.SCORED and r.plausible is False]
@@ -56,6 +67,14 @@ def verdict_follow(ver: Verification, *, plausible: bool, now: datetime) -> str 
         _decided(rounds, V.Verdict.CLEARED, agreeing=said_yes, contrary=said_no, now=now)
         return None
     return round_next(ver, rounds, now)
+
+
+def second_opinion_drawn() -> bool:
+    """Whether a round 1 found plausible is asked of a second verifier all the
+    same: ``BALLAST_VERIFY_SECOND_SHARE`` of them, drawn with ``secrets``
+    (``rate.verification_draw``), so one account's word never ends a
+    verification it cannot know is final (sybil verifiers: docs/trust.md)."""
+    return verification_draw() < settings.BALLAST_VERIFY_SECOND_SHARE
 
 
 def round_after_failure(ver: Verification, now: datetime) -> str | None:

@@ -22,10 +22,22 @@ from .checks import trusted
 
 # verifiers considered for one pick (the best scores first, then one at random)
 VERIFIERS_CONSIDERED = 64
+PAIRS_REMEMBERED = 8
+"""Verification rounds of one host owner's answers whose verifiers' owners
+are not drawn again for it while others qualify (``_owners_fresh``)."""
+WEIGHT_AGE_DAYS = 30
+"""Days of a verifier's age that add to its weight (``verifier_weight``)."""
+WEIGHT_PASSES = 30
+"""Checks passed in a row that add to a verifier's weight."""
 
 
 def verifier_pick(
-    *, model_id: str, exclude_owners, now: datetime, trusted_only: bool = False
+    *,
+    model_id: str,
+    exclude_owners,
+    now: datetime,
+    trusted_only: bool = False,
+    host_owner_id: int | None = None,
 ) -> Device | None:
     """A device to verify an answer of ``model_id``: live, in its machine's
     latest ``hello``, the model loaded, its machine declaring ``verifies``,
@@ -33,8 +45,12 @@ def verifier_pick(
     renter's), on a machine of none of ``exclude_owners`` (user ids), with
     ``trusted_only`` one that passed its checks (``checks.trusted``), with a
     slot (a device that takes jobs, so spot checks reach it too). Among the
-    ``VERIFIERS_CONSIDERED`` best scored, an owner drawn with ``secrets``, then
-    one of its devices; None when no device qualifies."""
+    ``VERIFIERS_CONSIDERED`` best scored, the owners that verified an answer
+    of ``host_owner_id``'s least recently (``_owners_fresh``: a recurring
+    verifier–host pair is broken while others are available), then an owner
+    drawn with ``secrets`` weighted by its best device's ``verifier_weight``
+    (many devices buy no more say), then one of its devices by the same
+    weight; None when no device qualifies."""
     passes = settings.BALLAST_VERIFIER_TRUST_PASSES if trusted_only else 0
     candidates = list(
         Device.objects.filter(
@@ -70,8 +86,59 @@ def verifier_pick(
     by_owner: dict[int, list[Device]] = {}
     for device in candidates:
         by_owner.setdefault(device.machine.owner_id, []).append(device)
-    # an owner first, then one of its devices: many devices buy no more say
-    return secrets.choice(by_owner[secrets.choice(sorted(by_owner))])
+    owners = _owners_fresh(sorted(by_owner), host_owner_id)
+    weights = {
+        owner: [verifier_weight(device, now) for device in by_owner[owner]]
+        for owner in owners
+    }
+    owner = _weighted_choice(owners, [max(weights[o]) for o in owners])
+    return _weighted_choice(by_owner[owner], weights[owner])
+
+
+def verifier_weight(device: Device, now: datetime) -> int:
+    """How much say ``device`` has in the verifier draw (an integer >= 1):
+    ``(1 + its age in days, at most WEIGHT_AGE_DAYS) × (1 + its checks passed
+    as a verifier since its last failure or outvoting, at most
+    WEIGHT_PASSES)``. A new account (a sybil made for the purpose) weighs 1
+    beside an established verifier's hundreds."""
+    age_days = max(0, (now - device.first_seen_at).days)
+    return (1 + min(age_days, WEIGHT_AGE_DAYS)) * (
+        1 + min(device.verifier_passes, WEIGHT_PASSES)
+    )
+
+
+def _owners_fresh(owners: list[int], host_owner_id: int | None) -> list[int]:
+    """Of ``owners``, those that verified none of ``host_owner_id``'s last
+    answers, going back as far as leaves any (the owners of the verifiers of
+    its last ``PAIRS_REMEMBERED`` verification rounds, the latest first)."""
+    if host_owner_id is None:
+        return owners
+    recent: list[int] = []
+    for owner in (
+        Verification.objects.filter(
+            device__machine__owner_id=host_owner_id, verifier__isnull=False
+        )
+        .order_by("-offered_at")
+        .values_list("verifier__machine__owner_id", flat=True)[:PAIRS_REMEMBERED]
+    ):
+        if owner not in recent:
+            recent.append(owner)
+    for remembered in range(len(recent), 0, -1):
+        fresh = [o for o in owners if o not in recent[:remembered]]
+        if fresh:
+            return fresh
+    return owners
+
+
+def _weighted_choice(items: list, weights: list[int]):
+    """One of ``items`` drawn with ``secrets``, each as likely as its
+    integer weight (>= 1)."""
+    pick = secrets.randbelow(sum(weights))
+    for item, weight in zip(items, weights):
+        if pick < weight:
+            return item
+        pick -= weight
+    raise AssertionError("unreachable: the draw is under the weights' sum")
 
 
 def scores_cover_answer(*, n: int, answer: str, recount: int | None) -> bool:
@@ -122,17 +189,22 @@ def verification_open(
     """Store a verification of ``attempt`` (of ``job``) in ``round`` with a
     verifier picked among other owners' devices (``verifier_pick``: never the
     verified host's owner, nor any of ``exclude_owners``; from round 2 on a
-    trusted verifier, ``checks.trusted``, while one qualifies); ``no_verifier`` when
+    trusted verifier, ``checks.trusted``, while one qualifies; not one that
+    recently verified that owner while others qualify); ``no_verifier`` when
     there is none."""
     owner_id = attempt.device.machine.owner_id
     exclude = {owner_id, *exclude_owners}
     verifier = None
     if round >= 2:
         verifier = verifier_pick(
-            model_id=job.model_id, exclude_owners=exclude, now=now, trusted_only=True
+            model_id=job.model_id,
+            exclude_owners=exclude,
+            now=now,
+            trusted_only=True,
+            host_owner_id=owner_id,
         )
     verifier = verifier or verifier_pick(
-        model_id=job.model_id, exclude_owners=exclude, now=now
+        model_id=job.model_id, exclude_owners=exclude, now=now, host_owner_id=owner_id
     )
     return Verification.objects.create(
         job=job,

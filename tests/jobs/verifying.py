@@ -28,6 +28,7 @@ IMPLAUSIBLE = {"rank": 7, "logprob": -12.0, "mean": -1.0, "var": 1.0}
 def verifying(settings, catalog):
     """Every renter's answer verified (the rate forced to 1); no spot checks."""
     settings.BALLAST_VERIFY_RATE = 1.0
+    settings.BALLAST_VERIFY_SECOND_SHARE = 0.0  # (a plausible round 1 ends it)
     settings.BALLAST_SPOT_CHECKS = False
     settings.BALLAST_VERIFIER_CHECKS = False  # (tests/jobs/test_verifier_checks.py)
     return settings
