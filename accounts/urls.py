@@ -15,10 +15,13 @@ urlpatterns = [
     path(
         "login/",
         post_limited("BALLAST_LOGIN_RATE", "login", field="username")(
-            auth_views.LoginView.as_view(authentication_form=EmailAuthenticationForm)
+            auth_views.LoginView.as_view(
+                authentication_form=EmailAuthenticationForm, next_page="landing"
+            )
         ),
         name="login",
     ),
+    path("landing/", views.landing, name="landing"),
     path(
         "password_reset/",
         post_limited("BALLAST_PASSWORD_RESET_RATE", "password_reset", field="email")(

@@ -1,5 +1,5 @@
-"""Sign-up and the renter's pages: balance, spend, credit codes, keys and their
-caps, the job log.
+"""Sign-up, where a log-in lands, the public models page and the renter's
+pages: balance, spend, credit codes, keys and their caps, the job log.
 
 Log in/out and password reset are django.contrib.auth's views (``accounts/urls.py``).
 """
@@ -31,6 +31,8 @@ from billing.services import (
 from billing.templatetags.billing_money import usd_text
 from catalog.models import CatalogModel
 from hosts.charts import bar_chart
+from hosts.models import Machine
+from jobs.modelfacts import WINDOW, models_facts
 from jobs.rentals import rental_price_per_hour_nano
 from jobs.services import api_key_cap_set, api_key_create
 
@@ -54,17 +56,43 @@ def signup(request: HttpRequest) -> HttpResponse:
     """Create an account (email + password) and log in (rate limited per
     address and email: ``BALLAST_SIGNUP_RATE``)."""
     if request.user.is_authenticated:
-        return redirect("hosts:dashboard")
+        return redirect("landing")
     form = SignUpForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         user = form.save()
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(
             request,
-            "Welcome to Ballast. Register a machine to host, or create an API key to rent.",
+            "Welcome to Ballast. Create an API key to rent, or register a machine"
+            " to host.",
         )
-        return redirect("hosts:dashboard")
+        return redirect("renter:overview")
     return render(request, "registration/signup.html", {"form": form})
+
+
+@login_required
+@require_GET
+def landing(request: HttpRequest) -> HttpResponse:
+    """Where a log-in without ``next`` lands: a host (a machine not retired) on
+    their machines, anyone else on their renter's pages."""
+    hosts = Machine.objects.filter(owner_id=request.user.pk, retired_at__isnull=True)
+    return redirect("hosts:dashboard" if hosts.exists() else "renter:overview")
+
+
+@require_GET
+def models_page(request: HttpRequest) -> HttpResponse:
+    """The public models page: each model's price per million tokens in and
+    out, context length, devices online and the fleet's measured speed
+    (``jobs.modelfacts``, the facts ``GET /v1/models`` gives)."""
+    return render(
+        request,
+        "accounts/models.html",
+        {
+            "facts": models_facts(now=timezone.now()),
+            "window_h": int(WINDOW.total_seconds() // 3600),
+            "api_base": request.build_absolute_uri("/v1/"),
+        },
+    )
 
 
 @login_required

@@ -8,6 +8,7 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
+from accounts.views import models_page
 from ballast.metrics_view import metrics
 from ballast.ratelimits import post_limited
 from jobs.views import not_found
@@ -36,6 +37,7 @@ urlpatterns = [
     ),
     path("admin/", admin.site.urls),
     path("staff/", include("staff.urls")),
+    path("models/", models_page, name="models_page"),
     path("v1/", include("jobs.urls")),
     # a client's base URL ending in a slash asks for //v1/…: the API's JSON 404,
     # not an HTML page

@@ -22,7 +22,7 @@ from . import schema
 from .errors import ApiError
 from .models import Attempt, Job
 from .rentals import MAX_HOURS
-from .selectors import model_capacity
+from .modelfacts import WINDOW, model_facts
 
 _NOT_OWN = "no such id (not a UUID, unknown, or another renter's)"
 
@@ -98,8 +98,10 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 def _model_object(model: CatalogModel, now) -> dict:
-    """A catalog model as ``/v1/models`` shows it, with live capacity
-    (``selectors.model_capacity``)."""
+    """A catalog model as ``/v1/models`` shows it, with live capacity, prices
+    per million tokens and the fleet's measured speed (``modelfacts``, the
+    models page's facts; docs/protocol-notes.md 2026-12-07)."""
+    facts = model_facts(model=model, now=now)
     return {
         "id": model.id,
         "object": "model",
@@ -111,7 +113,21 @@ def _model_object(model: CatalogModel, now) -> dict:
             "prompt": nano_to_usd_str(model.price_prompt_nano),
             "completion": nano_to_usd_str(model.price_completion_nano),
         },
-        "capacity": model_capacity(model_id=model.id, now=now),
+        "capacity": {
+            "devices_online": facts.devices_online,
+            "slots_free": facts.slots_free,
+        },
+        "pricing_per_million": {
+            "prompt": nano_to_usd_str(facts.prompt_per_million_nano),
+            "completion": nano_to_usd_str(facts.completion_per_million_nano),
+        },
+        "performance": {
+            "ttft_ms": facts.ttft_ms,
+            "tokens_per_s": (
+                float(facts.tokens_per_s) if facts.tokens_per_s is not None else None
+            ),
+            "window_s": int(WINDOW.total_seconds()),
+        },
     }
 
 

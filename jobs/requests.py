@@ -83,7 +83,11 @@ def _max_tokens(body: dict) -> int:
             or not isinstance(value, int)
             or not 1 <= value <= MAX_MAX_TOKENS
         ):
-            raise _bad(name, f"'{name}' must be an integer from 1 to {MAX_MAX_TOKENS}")
+            raise _bad(
+                name,
+                f"'{name}' must be an integer from 1 to {MAX_MAX_TOKENS}, and"
+                " below the model's context_length (GET /v1/models)",
+            )
         budget = value
     return budget
 

@@ -53,3 +53,11 @@ def duration(seconds) -> str:
     if minutes:
         return f"{minutes} min"
     return f"{secs} s"
+
+
+@register.filter
+def thousands(value) -> str:
+    """A whole number with thousands separators: ``2,048``; empty for None."""
+    if value is None or value == "":
+        return ""
+    return f"{int(value):,}"

@@ -49,6 +49,30 @@ MODEL = inline_serializer(
                 "slots_free": serializers.IntegerField(),
             },
         ),
+        "pricing_per_million": inline_serializer(
+            "ModelPricingPerMillion",
+            {"prompt": _usd, "completion": _usd},
+            help_text="USD per million tokens (pricing × 1,000,000)",
+        ),
+        "performance": inline_serializer(
+            "ModelPerformance",
+            {
+                "ttft_ms": serializers.IntegerField(
+                    allow_null=True,
+                    help_text="median time to first token of the fleet's"
+                    " succeeded attempts (offer to first token), ms; null when"
+                    " none in the window",
+                ),
+                "tokens_per_s": serializers.FloatField(
+                    allow_null=True,
+                    help_text="median output tokens per second, offer to"
+                    " answer, measured by Ballast; null when none in the window",
+                ),
+                "window_s": serializers.IntegerField(
+                    help_text="the medians' window, s"
+                ),
+            },
+        ),
     },
 )
 MODEL_LIST = inline_serializer(

@@ -299,8 +299,18 @@ def request_fits(model: CatalogModel, request: CompletionRequest) -> None:
     A prompt whose bytes alone bound it within the context
     (``tokens.prompt_tokens_most``) is not tokenized; one whose lower bound is
     already past it (``tokens.prompt_tokens_least``: megabytes of prompt) is
-    refused without tokenizing.
+    refused without tokenizing. A ``max_tokens`` that leaves no room for any
+    prompt is refused first, quoting the bound of this model's context.
     """
+    if request.params["max_tokens"] >= model.context_length:
+        raise ApiError(
+            400,
+            f"'max_tokens' must be an integer from 1 to {model.context_length - 1}"
+            f" for {model.id}: its context is {model.context_length} tokens,"
+            " the prompt included",
+            "context_length_exceeded",
+            "max_tokens",
+        )
     room = model.context_length - request.params["max_tokens"]
     most = prompt_tokens_most(model.id, request.messages, request.prompt)
     if most is not None and most <= room:

@@ -16,7 +16,8 @@ def test_it_signs_up_with_an_email_and_logs_in(client, db):
         reverse("signup"),
         {"email": "New@Example.com", "password1": PASSWORD, "password2": PASSWORD},
     )
-    assert response.status_code == 302
+    # a new account lands on the renter's pages, not "Your machines"
+    assert response.status_code == 302 and response["Location"] == "/renter/"
     user = get_user_model().objects.get(email="new@example.com")
     assert user.username == "new@example.com"
     assert client.get(reverse("hosts:dashboard")).status_code == 200
@@ -35,9 +36,20 @@ def test_it_logs_in_with_the_email_and_out_by_post(client, owner):
     response = client.post(
         reverse("login"), {"username": "Owner@example.com", "password": PASSWORD}
     )
-    assert response.status_code == 302 and response["Location"] == "/machines/"
+    assert response.status_code == 302 and response["Location"] == "/accounts/landing/"
+    # without a machine: the renter's pages
+    assert client.get(response["Location"])["Location"] == "/renter/"
     assert client.post(reverse("logout")).status_code == 302
     assert client.get(reverse("hosts:dashboard")).status_code == 302
+
+
+def test_a_host_lands_on_their_machines_and_a_next_page_wins(client, machine):
+    login = {"username": machine.owner.email, "password": PASSWORD}
+    landing = client.post(reverse("login"), login)["Location"]
+    assert client.get(landing)["Location"] == "/machines/"
+    client.post(reverse("logout"))
+    answer = client.post(reverse("login") + "?next=/renter/jobs/", login)
+    assert answer["Location"] == "/renter/jobs/"
 
 
 def test_it_resets_a_password_by_email(client, owner):
