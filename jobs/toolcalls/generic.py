@@ -124,7 +124,11 @@ def _defs_hoisted(schema: dict, prefix: str, defs: dict) -> dict:
 def preamble(functions: list[Function], choice: Choice) -> str:
     """The system text telling the model its functions and the format."""
     listed = [
-        {"name": f.name, "description": f.description, "parameters": f.shown_parameters}
+        {
+            "name": f.name,
+            "description": f.description,
+            "parameters": _untitled(f.shown_parameters, f.description),
+        }
         for f in functions
     ]
     call = '{"tool_calls": [{"name": <function name>, "arguments": <JSON object>}]}'
@@ -149,6 +153,28 @@ def preamble(functions: list[Function], choice: Choice) -> str:
         + how
         + ' A function\'s result comes back as a message {"tool_result": ...}.'
     )
+
+
+def _untitled(schema: Any, description: str) -> Any:
+    """``schema`` as the preamble shows it: without ``title`` (pydantic's
+    names of each property, which the model does not need) and without a
+    top-level ``description`` repeating the function's: a shorter prompt."""
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: strip(v)
+                for k, v in node.items()
+                if not (k == "title" and isinstance(v, str))
+            }
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    shown = strip(schema)
+    if isinstance(shown, dict) and shown.get("description") == description:
+        del shown["description"]
+    return shown
 
 
 def calls_text(calls: list[dict], content: str | None) -> str:
