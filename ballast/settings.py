@@ -9,6 +9,7 @@ readers of ``ballast.envvars``, which refuse a bad value naming the variable.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -100,6 +101,9 @@ INSTALLED_APPS = [
     "billing",
     "support",
     "accounts",
+    # the reference engine (SmolLM2 run by the agent's llama.cpp engine) that
+    # calibrates the spot-check pool: only where llama-cpp-python is installed
+    *(["refengine"] if importlib.util.find_spec("llama_cpp") else []),
 ]
 
 MIDDLEWARE = [

@@ -31,3 +31,30 @@ class CatalogModel(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class ModelData(models.Model):
+    """What the coordinator keeps of a catalog model's GGUF file to tokenize and
+    render prompts as hosts do, never the weights (issue 31 item 3).
+
+    ``vocab_json`` is ``modeldata.VocabData.to_json()`` of the file: its
+    tokenizer (tokens, types, scores, merges), special tokens and chat template
+    (about 1.3 MB for SmolLM2, up to a few MB for a 256k-token vocabulary).
+    Written by ``catalog.modeldata.model_data_save``; read once per process by
+    ``catalog.modeldata.model_tokenizer``. A model without a row has no
+    tokenizer on the coordinator (counts fall back to the host's word capped by
+    characters, DESIGN.md "Money").
+    """
+
+    model = models.OneToOneField(
+        CatalogModel, primary_key=True, on_delete=models.CASCADE, related_name="data"
+    )
+    vocab_json = models.TextField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "model data"
+        verbose_name_plural = "model data"
+
+    def __str__(self) -> str:
+        return f"data of {self.model_id}"

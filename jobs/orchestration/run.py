@@ -23,6 +23,7 @@ from django.db import DatabaseError
 
 from ballast import local
 from ballast.db import db_call, db_call_durable, db_call_retried
+from catalog.modeldata import model_tokenizer_load
 from catalog.models import CatalogModel
 
 from .. import services
@@ -104,6 +105,9 @@ class JobRun:
             self.channel = await self.layer.new_channel("job.")
         if self.model is None:
             self.model = await db_call(CatalogModel.objects.get)(id=self.job.model_id)
+        # the model's tokenizer, read and built off the event loop before the
+        # budget counts with it (``catalog.modeldata.model_tokenizer``)
+        await db_call(model_tokenizer_load)(self.job.model_id)
         self.inbox = JobInbox(self.channel)
         reader = asyncio.create_task(self._read_channel())
         lease = asyncio.create_task(

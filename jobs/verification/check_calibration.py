@@ -1,13 +1,13 @@
 """Making checks of verifiers (``jobs.verification.checks``) out of the
 spot-check pool, on the reference model (the beat's pool top-up,
-``jobs.canarypool.canary_pool_top_up``, and ``canary_calibrate``): each row's
+``jobs.canarypool.canary_pool_top_up``, and ``canary_calibrate``, with the judge
+and sampler of ``refengine.engines.engine_checks``): each row's
 own answer must be ``clearly`` plausible and a decoy ``clearly`` implausible,
 at the temperature of a recent real job (docs/trust.md "Who checks the
 verifiers")."""
 
 from __future__ import annotations
 
-import copy
 import random
 import secrets
 from collections.abc import Callable
@@ -193,48 +193,3 @@ def checks_calibrate(
         rng.shuffle(others)
         made += check_calibrate(row=row, judge=judge, sample=sample, others=others)
     return made
-
-
-def engine_judge(engine) -> Judge:
-    """A ``Judge`` scoring with ``engine`` (the agent's llama.cpp engine,
-    loaded) by prefill, judged by ``plausibility.answer_plausible`` (its own
-    event loop: call it from synchronous code)."""
-    import asyncio
-
-    from agent.engines.base import GenerationRequest
-
-    from .plausibility import answer_plausible, token_scores_parse
-
-    def judge(row: CanaryPrompt, answer: str, temperature: float) -> Plausibility:
-        params = {**row.params, "temperature": temperature}
-        request = GenerationRequest(
-            model=row.model_id, messages=row.messages, prompt=row.prompt, params=params
-        )
-        scores = asyncio.run(engine.score(request, answer))
-        entries = [token.frame() for token in scores.tokens]
-        tokens = token_scores_parse(entries, max_tokens=len(entries))
-        return answer_plausible(temperature=temperature, tokens=tokens)
-
-    return judge
-
-
-def engine_sampler(engine) -> Sampler:
-    """A ``Sampler`` generating with ``engine`` (loaded)."""
-    from ..canarypool import engine_answerer
-
-    answer = engine_answerer(engine)
-
-    def sample(row: CanaryPrompt, temperature: float) -> str:
-        hot = copy.copy(row)
-        hot.params = {**row.params, "temperature": temperature, "seed": None}
-        return answer(hot)[0]
-
-    return sample
-
-
-def engine_checks(engine) -> tuple[Judge, Sampler] | None:
-    """The judge and sampler of checks of verifiers on ``engine`` (loaded);
-    None for an engine that cannot score by prefill (``verifies`` false)."""
-    if not getattr(engine, "verifies", False):
-        return None
-    return engine_judge(engine), engine_sampler(engine)

@@ -24,11 +24,10 @@ from jobs.canarypool import (
     canary_pool_fill,
     canary_pool_need,
     canary_pool_top_up,
-    engine_answerer,
-    reference_engine,
 )
 from jobs.models import CanaryPrompt, Job, SpotCheck
 from jobs.services import job_create
+from refengine.engines import engine_answerer, reference_engine
 from tests.conftest import oracle_answer
 from tests.devices import device_online
 

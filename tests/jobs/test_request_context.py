@@ -109,13 +109,21 @@ def test_no_token_stands_for_more_bytes_than_the_bound():
     token's text (special tokens included), repeated, counts at least its
     bytes over the bound in tokens; and special tokens' text in a prompt is
     counted as the engine counts it."""
+    from llama_cpp import Llama
+
+    from agent.engines.smollm2 import smollm2_gguf_path
     from agent.engines.vocab import vocab_pieces
-    from jobs.tokens import _token_bytes_most, _vocab, prompt_tokens_least
+    from catalog.modeldata import model_tokenizer
+    from jobs.tokens import _token_bytes_most, prompt_tokens_least
     from tests.conftest import REFERENCE_MODEL
 
     model = REFERENCE_MODEL["id"]
-    most = _token_bytes_most(model)
-    pieces = vocab_pieces(_vocab(model), special=True)
+    most = _token_bytes_most(model_tokenizer(model))
+    llama = Llama(model_path=str(smollm2_gguf_path()), vocab_only=True, verbose=False)
+    try:  # llama.cpp's own pieces, not the coordinator's
+        pieces = vocab_pieces(llama, special=True)
+    finally:
+        llama.close()
     longest = max(pieces, key=len).decode("utf-8", "replace")
     assert len(longest.encode("utf-8")) == most > 32  # 64 dashes
     for text in (

@@ -22,23 +22,18 @@ from agent.receipts import public_key_b64, receipt_sign
 from billing.models import Earning
 from hosts.models import Device, DeviceOutcome
 from hosts.services import machine_create
-from jobs.canarypool import (
-    canary_pick,
-    canary_pool_fill,
-    engine_answerer,
-    reference_engine,
-)
+from jobs.canarypool import canary_pick, canary_pool_fill
 from jobs.models import CanaryPrompt, Verification
 from jobs.tokens import token_count
 from jobs.verification.check_calibration import (
     CHECK_TEMPERATURES,
     checks_calibrate,
     clearly,
-    engine_checks,
 )
 from jobs.verification.checks import verifier_checks_plan, verifier_checks_take_due
 from jobs.verification.plausibility import token_scores_parse
 from jobs.verification.records import VERIFY_MAX_TOKENS, verification_scored
+from refengine.engines import engine_answerer, engine_checks, reference_engine
 from tests.devices import device_online
 from tests.hostsim import MODEL
 

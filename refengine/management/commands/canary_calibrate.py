@@ -1,7 +1,8 @@
 """``python manage.py canary_calibrate MODEL --count N`` (DESIGN.md "Spot checks").
 
 Draws new spot-check prompts of the model (``jobs.canarypool``) and calibrates
-them on the reference model now, the agent's own llama.cpp engine rendering the
+them on the reference model now (``refengine.engines``), the agent's own llama.cpp
+engine rendering the
 model's chat template exactly as a host does, until N have joined the pool
 (at most ``--tries``, 20 × N by default); a prompt joins only if the model
 gives its right answer; then N of the calibrated prompts not tried yet are
@@ -17,8 +18,9 @@ import asyncio
 from django.core.management.base import BaseCommand, CommandError
 
 from catalog.models import CatalogModel
-from jobs.canarypool import canary_pool_fill, engine_answerer, reference_engine
-from jobs.verification.check_calibration import checks_calibrate, engine_checks
+from jobs.canarypool import canary_pool_fill
+from jobs.verification.check_calibration import checks_calibrate
+from refengine.engines import engine_answerer, engine_checks, reference_engine
 
 
 class Command(BaseCommand):
