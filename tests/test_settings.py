@@ -229,6 +229,9 @@ def test_verification_settings_that_are_not_rates_are_refused_at_start(tmp_path)
         ("BALLAST_VERIFY_NEW_RATE", "-0.1", False),
         ("BALLAST_VERIFY_SUSPECT_RATE", "2", False),
         ("BALLAST_VERIFY_DEADLINE_S", "0.5", False),
+        ("BALLAST_VERIFY_EXEMPT_SHARE", "0", False),  # (a share over it: above 0)
+        ("BALLAST_VERIFY_EXEMPT_SHARE", "0.1", True),
+        ("BALLAST_VERIFY_SECOND_SHARE", "1.5", False),
         ("BALLAST_VERIFY_NEW_JOBS", "x", False),
         ("BALLAST_VERIFIER_CHECK_EVERY_S", "often", False),
         ("BALLAST_VERIFIER_TRUST_PASSES", "0", False),
