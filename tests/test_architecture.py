@@ -1,9 +1,12 @@
 """The import contracts of ``pyproject.toml`` ([tool.importlinter]) hold.
 
 They keep the parts of DESIGN.md apart: the agent imports nothing from the
-coordinator (nor Django); ``jobs`` sits over ``hosts``, over ``billing``, over
-``catalog``, and a part imports only the parts below it (so ``hosts`` and
-``billing`` never import ``jobs``, and ``catalog`` imports none of them).
+coordinator (nor Django); the coordinator imports nothing of the agent nor
+``llama_cpp`` (it tokenizes and renders from the catalog's data with
+``modeldata``; ``refengine`` alone runs a model); ``jobs`` sits over ``hosts``,
+over ``billing``, over ``catalog``, and a part imports only the parts below it
+(so ``hosts`` and ``billing`` never import ``jobs``, and ``catalog`` imports
+none of them).
 """
 
 from __future__ import annotations
