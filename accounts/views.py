@@ -112,6 +112,7 @@ def _overview_page(request: HttpRequest, status: int = 200, **forms) -> HttpResp
         [(day.strftime("%d %b"), total, usd_text(total)) for day, total in daily],
         width=600,
         height=140,
+        fmt=lambda nano: usd_text(int(nano)),
     )
     account = Account.objects.filter(
         kind=Account.Kind.RENTER_CREDIT, user_id=user.pk

@@ -128,7 +128,8 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
         for label, samples in history.items()
     ]
     earnings_chart = bar_chart(
-        [(day.strftime("%d %b"), total, usd_text(total)) for day, total in daily]
+        [(day.strftime("%d %b"), total, usd_text(total)) for day, total in daily],
+        fmt=lambda nano: usd_text(int(nano)),
     )
     days = timeline.machine_timeline(machine=machine, now=now)
     context = {

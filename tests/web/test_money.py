@@ -125,3 +125,21 @@ def test_a_payout_refusal_reads_in_words(owner_client, owner):
     body = " ".join(answer.content.decode().split())
     assert "1E-9" not in body and "greater than or equal" not in body
     assert "Enter an amount greater than $0.00." in body
+
+
+def test_a_chart_s_top_line_is_a_round_figure_over_its_tallest_bar():
+    from hosts.charts import bar_chart, nice_top
+
+    assert [nice_top(v) for v in (1, 3, 41, 2_500, 3_400, 9_999_999)] == [
+        1,
+        5,
+        50,
+        2_500,
+        5_000,
+        10_000_000,
+    ]
+    chart = bar_chart([("01 Dec", 3_400, "$0.0000034")], fmt=lambda v: usd_text(int(v)))
+    # one tiny day: the axis says how tiny, the bar is not a full-height block
+    (bar,) = chart.bars
+    assert chart.ymax == 5_000 and bar[3] < 100 - 30
+    assert [text for _, text in chart.axis.ticks] == ["$0.00", "", "$0.000005"]

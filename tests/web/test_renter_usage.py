@@ -192,7 +192,7 @@ def test_the_overview_draws_spend_per_day(renter_client, renter, monkeypatch):
     _charge(renter, 5_000_000, now, monkeypatch)  # today: $0.005
     _charge(renter, 9_000_000, now - timedelta(days=40), monkeypatch)  # too old
     html = renter_client.get(reverse("renter:overview")).content.decode()
-    svg = re.search(r'<svg class="chart" id="spend-chart".*?</svg>', html, re.S)
+    svg = re.search(r'<svg class="chart bars" id="spend-chart".*?</svg>', html, re.S)
     bars = re.findall(
         r'<rect class="bar" x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)">'
         r"<title>([^<]+)</title>",
@@ -201,11 +201,17 @@ def test_the_overview_draws_spend_per_day(renter_client, renter, monkeypatch):
     assert len(bars) == 30
     tall = {title: float(h) for h, title in bars if float(h) > 0}
     day = (now - timedelta(days=2)).strftime("%d %b")
-    assert tall[f"{day}: $0.04"] == 140 - 16  # the tallest bar fills the chart
+    # the top line is the next round figure over the tallest day ($0.05), on
+    # an axis labelled in dollars: the tallest bar is 4/5 of the plot's 120 px
+    assert tall[f"{day}: $0.04"] == 96
     today = tall[f"{now:%d %b}: $0.005"]
-    assert today == pytest.approx(124 / 8, abs=0.1)
+    assert today == pytest.approx(12, abs=0.1)
     assert len(tall) == 2
-    assert "id=\"spend-max\">$0.04</strong> a day" in html  # the top line
+    assert 'the top line <strong id="spend-max">$0.05</strong>' in html
+    ticks = re.findall(r'<text class="tick"[^>]*>([^<]*)</text>', svg.group(0))
+    assert ticks == ["$0.00", "", "$0.05"]
+    days = re.findall(r'<text class="day" [^>]*text-anchor="(\w+)">', svg.group(0))
+    assert days[0] == "start" and days[-1] == "end" and len(days) >= 4
     total = '<span class="usd" title="$0.045 exactly">$0.05</span>'
     assert f'id="spend-total">{total}' in html
 

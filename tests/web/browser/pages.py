@@ -1,6 +1,7 @@
 """What the browser tests share: Chromium found (or the tests skipped), the
 waiting, logging in, screenshots, and the check every page must pass (styled, no
-console error, no failed request, fits 390 px)."""
+console error, no failed request, and at 1280 px and at 390 px: no sideways
+scroll of the page, no box scrolling sideways, no text cut)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,28 @@ return [...document.querySelectorAll('body *')]
   .slice(0, 8);
 """
 
+# boxes that scroll sideways (a strip of table whose columns are off-screen)
+# and text cut by its box (overflow hidden or an ellipsis): a command or a
+# token in a <pre>/<code> may scroll inside its own box, nothing else
+SIDEWAYS = """
+const cut = [];
+for (const e of document.querySelectorAll('main *, header *')) {
+  if (e.closest('pre, code, textarea, input, select, svg')) continue;
+  const s = getComputedStyle(e);
+  if (s.display === 'none' || s.visibility === 'hidden') continue;
+  // a box of a pixel or two is one for screen readers only (visually hidden)
+  if (e.scrollWidth <= e.clientWidth + 1 || e.clientWidth <= 2) continue;
+  const scrolls = s.overflowX === 'auto' || s.overflowX === 'scroll';
+  const clips = s.overflowX === 'hidden' || s.overflowX === 'clip' ||
+                s.textOverflow === 'ellipsis';
+  if (scrolls || clips) {
+    cut.push((scrolls ? 'scrolls: ' : 'cut: ') + e.tagName.toLowerCase() +
+             (e.id ? '#' + e.id : '') + ' ' + e.textContent.trim().slice(0, 40));
+  }
+}
+return cut.slice(0, 8);
+"""
+
 FAILED_REQUESTS = """
 return performance.getEntriesByType('navigation').concat(
          performance.getEntriesByType('resource'))
@@ -119,7 +142,12 @@ def page_check(
             e for e in errors if "the server responded with a status of 404" not in e
         ]
     assert errors == [], f"{name}: console errors"
-    shots = [screenshot(driver, name, 1280), screenshot(driver, name, 390)]
-    assert driver.execute_script(OVERFLOWING) == [], f"{name}: wider than 390 px"
+    shots = []
+    for width in (1280, 390):
+        shots.append(screenshot(driver, name, width))
+        wide = driver.execute_script(OVERFLOWING)
+        assert wide == [], f"{name}: wider than {width} px: {wide}"
+        cut = driver.execute_script(SIDEWAYS)
+        assert cut == [], f"{name} at {width} px: {cut}"
     driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     return shots
