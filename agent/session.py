@@ -364,10 +364,16 @@ class Session:
 
     def heartbeat_frame(self) -> dict[str, Any]:
         """The ``heartbeat`` frame now: each device's telemetry, this engine's
-        device with its loaded models and slots; ``paused`` while the agent
-        drains before stopping (``HostAgent.drain``)."""
+        device with its loaded models, their weights (``Engine.weights_loaded``)
+        and slots; ``paused`` while the agent drains before stopping
+        (``HostAgent.drain``)."""
         agent = self.agent
         loaded = agent.engine.loaded_models()
+        weights = {
+            model: {"sha256": w.sha256, "quantization": w.quantization}
+            for model, w in agent.engine.weights_loaded.items()
+            if model in loaded
+        }
         devices = []
         for status in agent.telemetry.statuses():
             mine = status.index == agent.config.device
@@ -377,6 +383,7 @@ class Session:
                     "temp_c": status.temp_c,
                     "vram_free_mb": status.vram_free_mb,
                     "loaded_models": list(loaded) if mine else [],
+                    "weights": weights if mine else {},
                     "slots": agent.config.slots if mine else 0,
                 }
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +21,7 @@ MAX_TEXT_CHARS = 65536
 # to devices whose machine declared it
 FEATURES = ("json_object", "json_schema", "logprobs")
 MAX_FEATURES = 32  # entries of ``hello.features``, known or not
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a file's digest as a heartbeat declares it
 # what a hello may declare a device is (``devices[].kind``; docs/protocol-notes.md
 # 2026-12-07): its word only, placement goes by what was measured
 DEVICE_KINDS = ("gpu", "cpu")
@@ -196,7 +198,8 @@ def parse_heartbeat(frame: dict[str, Any], *, known: frozenset[int]) -> dict[str
     ``known``: the device indexes of the connection's ``hello``; a report of
     another device, a repeated one, or more than ``max_slots()`` slots is
     refused (FrameError). Returns ``{"paused", "devices": [{"index", "temp_c"
-    (°C or None), "vram_free_mb", "loaded_models": [id], "slots"}]}``.
+    (°C or None), "vram_free_mb", "loaded_models": [id], "slots", "weights":
+    {id: {"sha256", "quantization"}}}]}`` (``_weights``).
     """
     devices = _require(frame, "devices", list)
     if len(devices) > max_devices():
@@ -250,9 +253,43 @@ def parse_heartbeat(frame: dict[str, Any], *, known: frozenset[int]) -> dict[str
                 "vram_free_mb": vram_free,
                 "slots": slots,
                 "loaded_models": sorted(set(models_)),
+                "weights": _weights(dev.get("weights", {}), set(models_), i),
             }
         )
     return {"paused": paused, "devices": cleaned}
+
+
+def _weights(value: Any, loaded: set[str], i: int) -> dict[str, dict[str, str]]:
+    """A heartbeat device's ``weights`` (docs/protocol-notes.md 2026-12-07):
+    ``{model id: {"sha256": 64 lowercase hex digits, "quantization": text}}``
+    for models of its ``loaded_models``, the digest of the file its engine
+    loaded; ``quantization`` optional (""). Absent: ``{}`` (an agent of before
+    that date). FrameError naming the entry otherwise."""
+    where = f"heartbeat: devices[{i}].weights"
+    if not isinstance(value, dict):
+        raise FrameError(f"{where} must be an object (model id: weights)")
+    cleaned = {}
+    for model, weights in value.items():
+        if model not in loaded:
+            raise FrameError(f"{where} names {model[:100]!r}, not in its loaded_models")
+        if not isinstance(weights, dict):
+            raise FrameError(f"{where}[{model!r}] must be an object")
+        digest = weights.get("sha256")
+        if not isinstance(digest, str) or not SHA256_HEX.fullmatch(digest):
+            raise FrameError(
+                f"{where}[{model!r}].sha256 must be 64 lowercase hex digits"
+            )
+        quantization = weights.get("quantization", "")
+        if (
+            not isinstance(quantization, str)
+            or len(quantization) > 32
+            or not quantization.isprintable()
+        ):
+            raise FrameError(
+                f"{where}[{model!r}].quantization must be at most 32 characters"
+            )
+        cleaned[model] = {"sha256": digest, "quantization": quantization}
+    return cleaned
 
 
 def parse_job_frame(frame: dict[str, Any]) -> str:

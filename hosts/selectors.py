@@ -226,6 +226,13 @@ class DeviceView:
     parts: ScoreParts | None = None
     failed_checks: list[DeviceOutcome] = field(default_factory=list)
     passes_in_a_row: int = 0
+    weights_why: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def loaded_with_why(self) -> list[tuple[str, str]]:
+        """Its loaded models, each with why it gets no work of it ('' when it
+        runs the catalog's weights: ``CatalogModel.weights_refusal``)."""
+        return [(m, self.weights_why.get(m, "")) for m in self.loaded_models]
 
     @property
     def vram_used_pct(self) -> int | None:
@@ -278,6 +285,7 @@ def device_views(
     ``parts``, score parts and failed spot checks (the live fragment needs
     neither)."""
     views = []
+    catalog = {model.id: model for model in CatalogModel.objects.all()}
     devices = machine.devices.prefetch_related("models").order_by(
         F("retired_at").asc(nulls_first=True), "index"
     )
@@ -289,6 +297,13 @@ def device_views(
                 loaded_models=sorted(
                     dm.model_id for dm in device.models.all() if dm.loaded
                 ),
+                weights_why={
+                    dm.model_id: catalog[dm.model_id].weights_refusal(
+                        dm.weights_sha256, dm.weights_quantization
+                    )
+                    for dm in device.models.all()
+                    if dm.loaded and dm.model_id in catalog
+                },
                 parts=device_score_parts(device=device, now=now) if parts else None,
                 failed_checks=list(
                     DeviceOutcome.objects.filter(

@@ -31,12 +31,15 @@ def devices_live(*, now: datetime) -> QuerySet[Device]:
     )
 
 
-def _loaded(model_id: str) -> Exists:
-    return Exists(
-        DeviceModel.objects.filter(
-            device=OuterRef("pk"), model_id=model_id, loaded=True
-        )
+def model_loaded(model: CatalogModel) -> Exists:
+    """Exists() of the device's row of ``model``, loaded (rule 3) with the
+    catalog's weights (rule 6, ``CatalogModel.weights_match``)."""
+    rows = DeviceModel.objects.filter(
+        device=OuterRef("pk"), model_id=model.id, loaded=True
     )
+    if model.weights_sha256:
+        rows = rows.filter(weights_sha256=model.weights_sha256)
+    return Exists(rows)
 
 
 def placement_filter(placement: dict, *, model_id: str) -> Q:
@@ -151,6 +154,9 @@ def _eligible_where(
         model.vram_per_request_mb,
         job_pk,
     ]
+    if model.weights_sha256:  # rule 6: the catalog's weights (weights_match)
+        where.append("dm.weights_sha256 = %s")
+        params.append(model.weights_sha256)
     if job.target_device_id:  # a spot check or a rental: its one device
         where.append("d.id = %s")
         params.append(job.target_device_id)
@@ -260,7 +266,7 @@ def devices_untried_exist(*, job: Job, model: CatalogModel, now: datetime) -> bo
     had an attempt of ``job`` (busy, hot, paused or quarantined ones count: they
     may free up, or leave quarantine after three passed spot checks; DESIGN.md
     "No eligible device": 503 only when no live device could ever serve it)."""
-    devices = devices_live(now=now).filter(_loaded(model.id))
+    devices = devices_live(now=now).filter(model_loaded(model))
     if job.target_device_id:
         devices = devices.filter(id=job.target_device_id)
     return (
@@ -287,7 +293,7 @@ def requirement_unmet(
     checked in that order (the feature named as the request's field asks it:
     ``FEATURE_FIELDS``).
     """
-    live = devices_live(now=now).filter(_loaded(model.id))
+    live = devices_live(now=now).filter(model_loaded(model))
     if target_device_id is not None:
         live = live.filter(id=target_device_id)
         if not live.exists():
@@ -295,6 +301,15 @@ def requirement_unmet(
                 f"the device this job must run on is not live with model '{model.id}'"
             )
     elif not live.exists():
+        if (
+            devices_live(now=now)
+            .filter(models__model_id=model.id, models__loaded=True)
+            .exists()
+        ):
+            return (
+                f"no live device runs the catalog's weights of model '{model.id}'"
+                f" ({model.quantization or 'sha256'} {model.weights_sha256[:12]}…)"
+            )
         return f"model '{model.id}' is not loaded on any live device"
     for field in ("gpu", "min_vram_gb", "region"):
         if target_device_id is not None or placement.get(field) in (None, ""):

@@ -40,19 +40,22 @@ log = logging.getLogger("ballast.spotchecks")
 @transaction.atomic
 def spot_check_create(*, device: Device, reason: str) -> Job | None:
     """Create the spot-check job for a device; None when no loaded model of it
-    has a prompt left for it in the pool (``jobs.canarypool.canary_pick``).
+    (run from the weights its catalog entry pins) has a prompt left for it in
+    the pool (``jobs.canarypool.canary_pick``).
 
     The job is the canary's, as a renter's job in the shape the canary was
     drawn in (endpoint, messages or prompt, params, stream).
     """
     loaded = list(
         DeviceModel.objects.filter(device=device, loaded=True).values_list(
-            "model_id", flat=True
+            "model_id", "weights_sha256"
         )
     )
-    for model_id in loaded:
+    for model_id, weights in loaded:
         model = CatalogModel.objects.filter(id=model_id).first()
-        canary = model and canary_pick(device=device, model_id=model_id)
+        if model is None or not model.weights_match(weights):
+            continue  # no work of a model it runs other weights of (rule 6)
+        canary = canary_pick(device=device, model_id=model_id)
         if not canary:
             continue
         job = job_create(

@@ -23,6 +23,9 @@ REFERENCE_MODEL = {
     "vram_per_request_mb": 256,
     "price_prompt_nano": 0,
     "price_completion_nano": 200,
+    # pins no weights: scripted hosts declare none (tests of pinned weights
+    # set the migration's digest: tests/jobs/test_eligibility_weights.py)
+    "weights_sha256": "",
 }
 
 

@@ -8,12 +8,14 @@ iterator, whatever blocking work happens behind them (threads, HTTP).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agent.engines.sampling import AnswerScores
+    from modeldata.entry import Weights
 
 DEFAULT_MAX_TOKENS = 256
 """Completion budget (tokens) when an offer's params carry no ``max_tokens``."""
@@ -147,6 +149,11 @@ class Engine(ABC):
     features: frozenset[str] = frozenset()
     #: True when ``score`` works (announced in ``hello`` as ``verifies``).
     verifies: bool = False
+    #: The weights of each loaded model, by model id (``modeldata.entry.Weights``:
+    #: sha256 and quantization of the file the engine runs), set by ``load``
+    #: where the engine can tell (``agent.weights``); declared in heartbeats.
+    #: A model without an entry is declared without weights.
+    weights_loaded: Mapping[str, Weights] = MappingProxyType({})
 
     #: Test doubles only: False makes the client ignore offers (never claim).
     claims_offers: bool = True

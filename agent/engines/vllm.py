@@ -55,6 +55,7 @@ class VLLMEngine(ServerEngine):
         self.server_model = self._server_model_pick(served)
         version = await self._get_json("/version")
         self.version = f"vllm {(version or {}).get('version') or 'unknown'}"
+        await self._weights_declare()  # vLLM tells no file: ``model_path``'s
         self._serving()
 
     def body(self, request: GenerationRequest, prefix: str) -> tuple[str, dict[str, Any]]:

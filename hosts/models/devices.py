@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 
 from catalog.gpus import Verdict, measured_like, placement_verdict
+from catalog.models import CatalogModel
 
 from ..scoring import RELEASE_PASSES_IN_A_ROW, RELEASE_PASSES_NEW_DEVICE
 from .machines import Machine
@@ -137,6 +138,8 @@ class Device(models.Model):
         rented: bool,
         tried: bool,
         placed: tuple[str, int] = ("", 0),
+        pinned: CatalogModel | None = None,
+        weights: str = "",
     ) -> bool:
         """Whether this device may take ``job`` now: DESIGN.md "Picking a device",
         rules 1–6, for one row (``jobs.selectors.devices_eligible`` is the same
@@ -153,7 +156,9 @@ class Device(models.Model):
         model (what its measurements allow ``placement.gpu`` and
         ``min_vram_gb``: ``placement_meets``). Reads ``self.machine`` and its
         lease. A spot check reaches a quarantined or rented device; a rental's
-        job only its rented device.
+        job only its rented device. ``pinned``: the job's catalog entry, whose
+        weights the device must run (``CatalogModel.weights_match``) by
+        ``weights``, the digest its device-model row declares.
         """
         machine = self.machine
         placement = job.placement or {}
@@ -164,6 +169,7 @@ class Device(models.Model):
             and not (self.paused or machine.paused or machine.host_paused)  # rule 2
             and (job.is_spot_check or not self.quarantined)
             and loaded  # rule 3
+            and (pinned is None or pinned.weights_match(weights))  # the catalog's
             and self.slots_used < self.slots_total
             and (self.temp_c is None or self.temp_c < settings.BALLAST_MAX_GPU_TEMP_C)
             and self.vram_free_mb is not None  # rule 4
@@ -282,6 +288,21 @@ class DeviceModel(models.Model):
     )
     tiebreak = models.FloatField(
         default=0.0, db_default=0.0, help_text="random tie-break key (see above)"
+    )
+    weights_sha256 = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="sha256 of the file its engine loaded, as its agent declared"
+        " it ('' when it did not say: CatalogModel.weights_match)",
+    )
+    weights_quantization = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="that file's quantization, as its agent declared it",
     )
 
     class Meta:

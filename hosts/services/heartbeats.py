@@ -98,7 +98,7 @@ def heartbeat_changes(
             report["temp_c"],
             report["vram_free_mb"],
             report["slots"],
-            tuple(report["loaded_models"]),
+            _models_key(report),
         )
         if (
             last is None
@@ -116,6 +116,17 @@ def heartbeat_changes(
         ):
             changed.append(report)
     return liveness, changed
+
+
+def _models_key(report: dict) -> tuple:
+    """A device report's loaded models with the weights declared for each
+    (``((model id, sha256, quantization), …)``): a change of either is written."""
+    weights = report.get("weights", {})
+    return tuple(
+        (model, w.get("sha256", ""), w.get("quantization", ""))
+        for model in report["loaded_models"]
+        for w in [weights.get(model, {})]
+    )
 
 
 def heartbeat_memo_update(
@@ -136,7 +147,7 @@ def heartbeat_memo_update(
             report["temp_c"],
             report["vram_free_mb"],
             report["slots"],
-            tuple(report["loaded_models"]),
+            _models_key(report),
         )
         memo.written_at[report["index"]] = now
 
@@ -163,7 +174,9 @@ def machine_heartbeat(
     that is still the machine's connection. ``heartbeat["devices"]`` holds the
     reports to write (all of them, or those ``heartbeat_changes`` picked); a
     loaded model that is not in the catalog is ignored (no row: a host cannot
-    grow the table with made-up ids). Returns the models that gained capacity
+    grow the table with made-up ids); a loaded model's row keeps the weights
+    its report declares (``weights``: digest and quantization, '' when it
+    says none), a change of digest counting as capacity gained. Returns the models that gained capacity
     (newly loaded or more slots), so the caller can wake requests waiting for
     them.
     """
@@ -207,13 +220,25 @@ def machine_heartbeat(
         )
         for model_id in loaded_now:
             dm = existing.get(model_id)
+            declared = report.get("weights", {}).get(model_id, {})
+            weights = {
+                "weights_sha256": declared.get("sha256", ""),
+                "weights_quantization": declared.get("quantization", ""),
+            }
             if dm is None:
                 DeviceModel.objects.create(
-                    device=device, model_id=model_id, loaded=True, first_loaded_at=now
+                    device=device,
+                    model_id=model_id,
+                    loaded=True,
+                    first_loaded_at=now,
+                    **weights,
                 )
                 spot_check_mark_due(device_id=device.id, reason="first_load", now=now)
-            elif not dm.loaded:
-                DeviceModel.objects.filter(id=dm.id).update(loaded=True)
+            elif not dm.loaded or weights["weights_sha256"] != dm.weights_sha256:
+                DeviceModel.objects.filter(id=dm.id).update(loaded=True, **weights)
+            elif weights["weights_quantization"] != dm.weights_quantization:
+                DeviceModel.objects.filter(id=dm.id).update(**weights)
+                continue
             else:
                 continue
             gained.add(model_id)

@@ -12,10 +12,12 @@ from django.db.models import Exists, OuterRef
 
 from billing.models import ReceiptCheck
 from billing.services import Segment, charge_plan, charge_post
+from catalog.models import CatalogModel
 from hosts.liveness import live_q
-from hosts.models import Device, DeviceModel
+from hosts.models import Device
 
 from ..models import Attempt, Job, Rental, Verification
+from ..selectors import model_loaded
 from ..tokens import token_count_inflated
 from .answers import VerifiedAnswer
 from .checks import trusted
@@ -40,7 +42,8 @@ def verifier_pick(
     host_owner_id: int | None = None,
 ) -> Device | None:
     """A device to verify an answer of ``model_id``: live, in its machine's
-    latest ``hello``, the model loaded, its machine declaring ``verifies``,
+    latest ``hello``, the model loaded from the weights its catalog entry
+    pins (``jobs.selectors.model_loaded``), its machine declaring ``verifies``,
     not paused, quarantined or retired, not rented (a rental's device is its
     renter's), on a machine of none of ``exclude_owners`` (user ids), with
     ``trusted_only`` one that passed its checks (``checks.trusted``), with a
@@ -52,14 +55,13 @@ def verifier_pick(
     (many devices buy no more say), then one of its devices by the same
     weight; None when no device qualifies."""
     passes = settings.BALLAST_VERIFIER_TRUST_PASSES if trusted_only else 0
+    model = CatalogModel.objects.filter(id=model_id).first()
+    if model is None:
+        return None
     candidates = list(
         Device.objects.filter(
             live_q(now, prefix="machine__"),
-            Exists(
-                DeviceModel.objects.filter(
-                    device=OuterRef("pk"), model_id=model_id, loaded=True
-                )
-            ),
+            model_loaded(model),  # with the catalog's weights (rule 6)
             verifier_passes__gte=passes,
             slots_total__gt=0,  # a device that takes jobs (and spot checks)
             retired_at__isnull=True,
