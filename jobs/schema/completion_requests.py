@@ -195,15 +195,7 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
                 },
             ],
         }
-        message = {
-            "type": "object",
-            "required": ["role", "content"],
-            "properties": {
-                "role": {"type": "string", "enum": sorted(rules.ROLES)},
-                "content": {**_content_schema(), "nullable": True},
-                **tools.message_properties(),
-            },
-        }
+        message = tools.message_schema(_content_schema(), sorted(rules.ROLES))
         properties.update(tools.request_properties())
         properties["messages"] = {"type": "array", "minItems": 1, "items": message}
         required = ["model", "messages"]

@@ -84,9 +84,39 @@ def request_properties() -> dict:
     }
 
 
-def message_properties() -> dict:
-    """A chat message's tool fields: an assistant's ``tool_calls``, a tool
-    message's ``tool_call_id``."""
+def message_schema(content: dict, roles: list[str]) -> dict:
+    """A chat message (``content``: the schema of its content): any role
+    with its content, a tool message's ``tool_call_id`` beside; or an
+    assistant's ``tool_calls``, its content then null or absent too."""
+    said = {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "role": {"type": "string", "enum": roles},
+            "content": content,
+            "tool_call_id": {"type": "string", "nullable": True},
+            "tool_calls": {
+                "type": "array",
+                "maxItems": 0,
+                "nullable": True,
+                "description": "an assistant's only",
+            },
+        },
+    }
+    called = {
+        "type": "object",
+        "required": ["role", "tool_calls"],
+        "properties": {
+            "role": {"type": "string", "enum": ["assistant"]},
+            "content": {**content, "nullable": True},
+            "tool_calls": {**_calls(), "minItems": 1},
+        },
+    }
+    return {"anyOf": [said, called]}
+
+
+def _calls() -> dict:
+    """An assistant's earlier ``tool_calls``."""
     call = {
         "type": "object",
         "required": ["function"],
@@ -103,10 +133,7 @@ def message_properties() -> dict:
             },
         },
     }
-    return {
-        "tool_calls": {"type": "array", "items": call, "nullable": True},
-        "tool_call_id": {"type": "string", "nullable": True},
-    }
+    return {"type": "array", "items": call}
 
 
 def _call(name: str, *, streamed: bool) -> serializers.Serializer:

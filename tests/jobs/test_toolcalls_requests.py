@@ -197,6 +197,17 @@ def test_the_constraint_has_a_grammar():
             "response_format",
         ),
         ({"tools": [_tool()], "logprobs": True}, "logprobs"),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "description": "a\x00"},
+                    }
+                ]
+            },
+            "tools",
+        ),
     ],
 )
 def test_what_is_wrong_is_a_400_naming_it(fields, param):
@@ -235,6 +246,18 @@ def test_tools_are_chat_only():
             "messages[0].tool_call_id",
         ),
         ({"role": "assistant", "content": None}, "messages[0].content"),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"function": {"name": "f", "arguments": "\ud800"}}],
+            },
+            "messages[0].tool_calls",
+        ),
+        (
+            {"role": "tool", "content": "x", "tool_call_id": "\ud800"},
+            "messages[0].tool_call_id",
+        ),
     ],
 )
 def test_a_bad_call_or_result_in_the_conversation_is_a_400(message, param):
