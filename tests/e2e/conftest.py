@@ -52,3 +52,14 @@ def machine(stack):
         )
 
     return make
+
+
+@pytest.fixture
+def machine_of(stack):
+    """Register a machine of a given owner; returns a function (owner email,
+    name) -> token."""
+
+    def make(owner: str, name: str) -> str:
+        return last_line(manage("machine_create", owner, name, env=stack.env))
+
+    return make
