@@ -67,8 +67,11 @@ class ToolAnswer:
         return bool(self.ids)
 
     def finish_reason(self, reason: str) -> str:
-        """``tool_calls`` for an answer that called and ended by itself."""
-        return "tool_calls" if reason == "stop" and self.called else reason
+        """``tool_calls`` for an answer that called and ended by itself, its
+        document whole (a ``stop`` sequence that cut it keeps ``stop``)."""
+        if reason == "stop" and self.called and self.parser.complete:
+            return "tool_calls"
+        return reason
 
     def message(self) -> dict:
         """The whole answer's ``message`` (after every piece was fed)."""

@@ -241,6 +241,11 @@ class CallParser:
             on_value_end=self._value_end,
         )
 
+    @property
+    def complete(self) -> bool:
+        """The answer is one whole document of the format (not cut short)."""
+        return not self.verbatim and self._scanner.done  # type: ignore[union-attr]
+
     def feed(self, text: str) -> list[tuple]:
         """The events ``text`` (the next piece of the answer) completes."""
         self._events = []

@@ -118,6 +118,13 @@ def test_text_that_leaves_the_format_is_delivered_as_content():
     assert parser.feed('"}') == [("content", '"}')]
 
 
+def test_a_call_cut_by_a_stop_sequence_does_not_finish_as_tool_calls():
+    answer, _ = _streamed('{"tool_calls": [{"name": "f", "arguments": {"a": 1}}', 4)
+    assert answer.called and answer.finish_reason("stop") == "stop"
+    answer.deltas("]}")
+    assert answer.finish_reason("stop") == "tool_calls"
+
+
 def test_an_answer_cut_mid_arguments_keeps_what_came():
     answer, _ = _streamed('{"tool_calls": [{"name": "f", "arguments": {"city": "Ly', 3)
     message = answer.message()
