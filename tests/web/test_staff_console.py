@@ -172,3 +172,31 @@ def test_the_machine_picture_reads_live_now_and_its_uptime(staff_client, busy_ma
     assert 'id="machine-seen">live now<' in html
     assert 'id="host-page"' in html
     assert "failure" in html[html.index('id="machine-outcomes"') :]
+
+
+def test_the_machine_page_says_a_device_is_rented_now_and_until_when(
+    owner_client, machine, renter
+):
+    from datetime import timedelta
+
+    from jobs.models import Rental
+
+    device = machine.devices.get()
+    now = timezone.now()
+    Rental.objects.create(
+        renter=renter,
+        device=device,
+        hours=2,
+        price_per_hour_nano=200_000_000,
+        status=Rental.Status.LIVE,
+        starts_at=now,
+        ends_at=now + timedelta(hours=2),
+    )
+    html = owner_client.get(reverse("hosts:machine", args=[machine.id])).content.decode()
+    notice = html[html.index('id="rented-0"') :]
+    notice = notice[: notice.index("</div>")]
+    assert "gpu0 is rented now" in notice and "until" in notice
+    assert f"{(now + timedelta(hours=2)):%H:%M} UTC" in notice
+    # and what happens after a failed load, said honestly (a fixed build loads it)
+    assert "does not offer them to this build again" not in html
+    assert "the model gets jobs as soon as it loads" in html

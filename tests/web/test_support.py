@@ -33,10 +33,11 @@ def test_it_opens_a_ticket_and_emails_staff(
 
 
 def test_it_emails_the_author_when_staff_answer_in_admin(
-    client, owner, staff, django_capture_on_commit_callbacks
+    client, owner, staff, django_capture_on_commit_callbacks, settings
 ):
     from support.services import ticket_open
 
+    settings.BALLAST_PUBLIC_URL = "https://ballast.example.com"
     ticket = ticket_open(author=owner, subject="GPU <b>hot</b>", body="it is hot")
     client.force_login(staff)
     url = reverse("admin:support_ticket_change", args=[ticket.id])
@@ -62,6 +63,9 @@ def test_it_emails_the_author_when_staff_answer_in_admin(
     assert mail.outbox[-1].to == [owner.email]
     assert "Lower the power limit." in mail.outbox[-1].body
     assert "GPU <b>hot</b>" in mail.outbox[-1].subject  # plain text: not HTML-escaped
+    # the link works from a mail client: absolute, under the site's address
+    assert f"https://ballast.example.com/support/{ticket.id}/" in mail.outbox[-1].body
+    assert " (/support/" not in mail.outbox[-1].body
 
 
 def test_it_lets_the_author_reply_and_reopens(

@@ -86,8 +86,10 @@ return [...document.querySelectorAll('body *')]
 # token in a <pre>/<code> may scroll inside its own box, nothing else
 SIDEWAYS = """
 const cut = [];
-for (const e of document.querySelectorAll('main *, header *')) {
+for (const e of document.querySelectorAll('main *, header *, #content *')) {
   if (e.closest('pre, code, textarea, input, select, svg')) continue;
+  // Django admin's own lists scroll inside their box on a phone (its CSS)
+  if (e.closest('#changelist .results')) continue;
   const s = getComputedStyle(e);
   if (s.display === 'none' || s.visibility === 'hidden') continue;
   // a box of a pixel or two is one for screen readers only (visually hidden)

@@ -10,7 +10,8 @@ Phases:
   renter (``renter@example.com``, 5 USD, an API key), a support ticket with staff's
   answer, staff (``staff@example.com``, a superuser) and a credit code worth
   2 USD. Passwords: ``tests.web.conftest.PASSWORD``.
-  → ``{"token", "rig_id", "long_id", "long_token", "api_key", "ticket_id", "code"}``
+  → ``{"token", "rig_id", "long_id", "long_token", "api_key", "ticket_id", "code",
+  "renter_id"}``
 - ``history MACHINE_ID``: once rig-1's agent has said hello: a week of scores,
   earnings on several days, a failed-over job, a failed model load, a benchmark,
   nine days of online history with outages (registered nine days ago), the
@@ -75,6 +76,7 @@ def people() -> dict:
         "api_key": api_key,
         "ticket_id": ticket.id,
         "code": "welcome-2026",
+        "renter_id": renter.id,
     }
 
 
