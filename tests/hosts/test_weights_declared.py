@@ -20,6 +20,7 @@ from hosts.services import (
     machine_heartbeat,
 )
 from tests.hostsim import MODEL, HostSim
+from tests.jobs.helpers import heartbeat_applied
 
 PINNED = "0123456789abcdef" * 4
 OTHER = "fedcba9876543210" * 4
@@ -130,6 +131,7 @@ async def test_the_host_socket_keeps_what_its_heartbeats_declare(
     host = HostSim(token)
     await host.connect()
     await host.send(report({MODEL: {"sha256": PINNED, "quantization": "Q4_1"}}))
+    await heartbeat_applied(machine)
     await host.send(report({MODEL: {"sha256": "x"}}))
     error = await host.recv()
     assert error == {
