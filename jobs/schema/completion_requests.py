@@ -195,8 +195,8 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
                 },
             ],
         }
-        message = tools.message_schema(_content_schema(), sorted(rules.ROLES))
-        properties.update(tools.request_properties())
+        message = tools.message_schema(_content_schema(), sorted(rules.ROLES), _text())
+        properties.update(tools.request_properties(_text()))
         properties["messages"] = {"type": "array", "minItems": 1, "items": message}
         required = ["model", "messages"]
     else:

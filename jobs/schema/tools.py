@@ -13,8 +13,9 @@ from ..toolcalls import requests as rules
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
 
 
-def request_properties() -> dict:
-    """The request body's function-calling fields (chat only)."""
+def request_properties(text: dict) -> dict:
+    """The request body's function-calling fields (chat only); ``text``: the
+    schema of a storable string (``completion_requests._text``)."""
     function = {
         "type": "object",
         "required": ["name"],
@@ -22,7 +23,7 @@ def request_properties() -> dict:
         "properties": {
             "name": _NAME,
             "description": {
-                "type": "string",
+                **text,
                 "maxLength": rules.DESCRIPTION_MAX_CHARS,
                 "nullable": True,
             },
@@ -84,17 +85,18 @@ def request_properties() -> dict:
     }
 
 
-def message_schema(content: dict, roles: list[str]) -> dict:
-    """A chat message (``content``: the schema of its content): any role
-    with its content, a tool message's ``tool_call_id`` beside; or an
-    assistant's ``tool_calls``, its content then null or absent too."""
+def message_schema(content: dict, roles: list[str], text: dict) -> dict:
+    """A chat message (``content``: the schema of its content; ``text``: of a
+    storable string): any role with its content, a tool message's
+    ``tool_call_id`` beside; or an assistant's ``tool_calls``, its content
+    then null or absent too."""
     said = {
         "type": "object",
         "required": ["role", "content"],
         "properties": {
             "role": {"type": "string", "enum": roles},
             "content": content,
-            "tool_call_id": {"type": "string", "nullable": True},
+            "tool_call_id": {**text, "nullable": True},
             "tool_calls": {
                 "type": "array",
                 "maxItems": 0,
@@ -109,26 +111,26 @@ def message_schema(content: dict, roles: list[str]) -> dict:
         "properties": {
             "role": {"type": "string", "enum": ["assistant"]},
             "content": {**content, "nullable": True},
-            "tool_calls": {**_calls(), "minItems": 1},
+            "tool_calls": {**_calls(text), "minItems": 1},
         },
     }
     return {"anyOf": [said, called]}
 
 
-def _calls() -> dict:
+def _calls(text: dict) -> dict:
     """An assistant's earlier ``tool_calls``."""
     call = {
         "type": "object",
         "required": ["function"],
         "properties": {
-            "id": {"type": "string"},
+            "id": text,
             "type": {"type": "string", "enum": ["function"]},
             "function": {
                 "type": "object",
                 "required": ["name"],
                 "properties": {
-                    "name": {"type": "string", "minLength": 1},
-                    "arguments": {"type": "string", "description": "JSON text"},
+                    "name": {**text, "minLength": 1},
+                    "arguments": {**text, "description": "JSON text"},
                 },
             },
         },

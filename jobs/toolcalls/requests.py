@@ -190,7 +190,7 @@ def message_tool_fields(message: dict, i: int) -> dict:
     calls = message.get("tool_calls")
     if calls is None or calls == []:
         return {}
-    _storable(calls, f"{param}.tool_calls")
+
     if role != "assistant":
         raise _bad(f"{param}.tool_calls", "only an assistant message has 'tool_calls'")
     if not isinstance(calls, list):
@@ -214,6 +214,7 @@ def message_tool_fields(message: dict, i: int) -> dict:
         call_id = call.get("id")
         if call_id is not None and not isinstance(call_id, str):
             raise _bad(f"{where}.id", f"'{where}.id' must be a string")
+        _storable([call_id, name, arguments], where)
         out.append({"id": call_id, "name": name, "arguments": arguments})
     return {"tool_calls": out}
 

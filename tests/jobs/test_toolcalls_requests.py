@@ -252,7 +252,7 @@ def test_tools_are_chat_only():
                 "content": None,
                 "tool_calls": [{"function": {"name": "f", "arguments": "\ud800"}}],
             },
-            "messages[0].tool_calls",
+            "messages[0].tool_calls[0]",
         ),
         (
             {"role": "tool", "content": "x", "tool_call_id": "\ud800"},
