@@ -39,6 +39,7 @@ from bench.common import (  # noqa: E402
     scratch_postgres,
     summary_ms,
 )
+from bench.compat import pinned_weights_declare  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 
@@ -89,6 +90,7 @@ def fleet_fill(url: str, devices: int) -> None:
             """,
             (MODEL,),
         )
+        pinned_weights_declare()
         conn.execute("ANALYZE")
 
 

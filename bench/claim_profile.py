@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.claim import MODEL, jobs_make  # noqa: E402
 from bench.common import machine_line, scratch_postgres  # noqa: E402
+from bench.compat import pinned_weights_declare  # noqa: E402
 
 
 def fleet_fill_orm(devices: int) -> None:
@@ -77,6 +78,7 @@ def fleet_fill_orm(devices: int) -> None:
         )
         for d in rows
     )
+    pinned_weights_declare()
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
 

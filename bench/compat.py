@@ -79,3 +79,23 @@ def request_admit(*, plain: str, request, waiting_channel: str):
         api_key=key, request=request, waiting_channel=waiting_channel, model=model
     )
     return job, dispatched
+
+
+def pinned_weights_declare() -> None:
+    """Make every device-model row declare the weights its catalog entry pins
+    (``DeviceModel.weights_sha256``, since 2026-12-07: a device declaring none
+    gets no work of a model whose entry pins a file); nothing on a side
+    without that field."""
+    from django.db.models import OuterRef, Subquery, Value
+    from django.db.models.functions import Coalesce
+
+    from hosts.models import DeviceModel
+
+    if "weights_sha256" not in {field.name for field in DeviceModel._meta.fields}:
+        return
+    pinned = catalog_model().objects.filter(id=OuterRef("model_id"))
+    DeviceModel.objects.update(
+        weights_sha256=Coalesce(
+            Subquery(pinned.values("weights_sha256")[:1]), Value("")
+        )
+    )

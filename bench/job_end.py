@@ -44,6 +44,7 @@ from bench.common import (  # noqa: E402
     percentile,
     scratch_postgres,
 )
+from bench.harness import model_weights  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 TEXT = "The answer is four, and here are a few more words to stream."
@@ -87,6 +88,7 @@ def fleet_make(devices: int, slots: int):
                         "temp_c": 50.0,
                         "vram_free_mb": 20000,
                         "loaded_models": [MODEL],
+                        "weights": {MODEL: model_weights()},
                         "slots": slots,
                     }
                 ],

@@ -39,6 +39,8 @@ import random
 from dataclasses import dataclass
 from datetime import timedelta
 
+from bench.compat import pinned_weights_declare
+
 CHEATS = (
     "canary_aware", "hot", "other_model", "inflate", "refuser", "sleeper", "sybil", "fffd",
 )
@@ -138,6 +140,7 @@ def fleet_make(*, model_id: str, kinds: list[str], tag: str) -> list[SimDevice]:
         Device.objects.filter(id=device.id).update(first_seen_at=now - timedelta(days=1))
         DeviceModel.objects.create(device=device, model_id=model_id, loaded=True)
         devices.append(SimDevice(id=device.id, kind=kind))
+    pinned_weights_declare()  # the file its catalog entry pins
     return devices
 
 
