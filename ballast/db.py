@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -23,9 +24,24 @@ from django.db import DatabaseError, connection, transaction
 log = logging.getLogger("ballast.db")
 
 
-def db_call(func: Callable) -> Callable:
-    """``func`` as a coroutine function running in a worker thread (see module doc)."""
+_own_thread: ThreadPoolExecutor | None = None
+
+
+def db_call(func: Callable, *, own_thread: bool = False) -> Callable:
+    """``func`` as a coroutine function running in a worker thread (see module doc).
+
+    ``own_thread``: on PostgreSQL, a thread kept for such calls, never queued
+    behind the shared pool's work (the liveness lease's renewal, which must land
+    within ``BALLAST_LEASE_S`` however many requests the process is serving:
+    ``hosts.liveness``); on SQLite the one thread, as every call."""
+    global _own_thread
     sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+    if own_thread and not sqlite:
+        if _own_thread is None:
+            _own_thread = ThreadPoolExecutor(1, thread_name_prefix="ballast-own")
+        return database_sync_to_async(
+            func, thread_sensitive=False, executor=_own_thread
+        )
     return database_sync_to_async(func, thread_sensitive=sqlite)
 
 

@@ -178,13 +178,18 @@ class ProcessLease:
                         )
                         marked.append(memo)
                 if marks:
-                    await db_call(services.machines_stale_mark)(marks=marks)
+                    await db_call(services.machines_stale_mark, own_thread=True)(
+                        marks=marks
+                    )
                     for memo in marked:  # only once written: a failed write retries
                         memo.stale = True
             finally:
                 for consumer in held:
                     consumer.liveness_lock.release()
-            await db_call(services.lease_renew)(
+            # on a thread of its own: a renewal queued behind a burst of
+            # requests' database work would let the lease lapse (every machine
+            # of the process ineligible) while they are all connected
+            await db_call(services.lease_renew, own_thread=True)(
                 lease_id=self.id,
                 name=self.name,
                 until=t + timedelta(seconds=settings.BALLAST_LEASE_S),
