@@ -212,15 +212,21 @@ def insert_once(obj) -> bool:
     return True
 
 
-def commit_unflushed() -> None:
-    """Let the current transaction commit without waiting for its WAL to reach
-    the disk (PostgreSQL: ``SET LOCAL synchronous_commit TO OFF``; SQLite: its
-    own ``synchronous=NORMAL`` already). For a transaction that stores no money:
-    a crash may lose it whole, never half; the end of the job, which stores the
-    money, commits synchronously and so makes it durable too."""
+def commit_unflushed_sql() -> str:
+    """A FROM item that lets the current transaction commit without waiting for
+    its WAL to reach the disk, riding in a statement the caller sends anyway
+    (no round trip of its own): PostgreSQL ``CROSS JOIN (SELECT set_config(
+    'synchronous_commit', 'off', true))``, as ``SET LOCAL synchronous_commit TO
+    OFF`` would; SQLite: nothing (its own ``synchronous=NORMAL`` already). For a
+    transaction that stores no money: a crash may lose it whole, never half;
+    the end of the job, which stores the money, commits synchronously and so
+    makes it durable too."""
     if _postgresql():
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        return (
+            " CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true))"
+            " AS unflushed"
+        )
+    return ""
 
 
 def lock_conflict(exc: BaseException) -> bool:

@@ -27,7 +27,7 @@ from catalog.gpus import (
 from ..models import Device, DeviceModel, Measurement
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # inside a job's end: no savepoint of its own
 def device_speed_record(
     *, device_id: int, model_id: str, tokens: int, seconds: float, now: datetime
 ) -> float | None:

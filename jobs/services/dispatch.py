@@ -248,16 +248,23 @@ def jobs_ahead_count(*, job: Job, now: datetime) -> int:
 def jobs_waiting_channels(*, model_id: str, limit: int) -> list[str]:
     """The channels of the oldest jobs queued for ``model_id`` with a live lease
     (first come, first served), at most ``limit``: the ones a freed slot wakes."""
-    return list(
-        Job.objects.filter(
-            model_id=model_id,
-            status=Job.Status.QUEUED,
-            lease_until__gt=timezone.now(),
+    with connection.cursor() as cursor:  # a fixed statement: every job's end runs it
+        cursor.execute(
+            _WAITING_CHANNELS_SQL,
+            [
+                model_id,
+                Job.Status.QUEUED,
+                connection.ops.adapt_datetimefield_value(timezone.now()),
+                limit,
+            ],
         )
-        .exclude(waiting_channel="")
-        .order_by("created_at")
-        .values_list("waiting_channel", flat=True)[:limit]
-    )
+        return [channel for (channel,) in cursor.fetchall()]
+
+
+_WAITING_CHANNELS_SQL = (
+    "SELECT waiting_channel FROM jobs_job WHERE model_id = %s AND status = %s"
+    " AND lease_until > %s AND waiting_channel <> '' ORDER BY created_at LIMIT %s"
+)
 
 
 def _dispatch_unclaimed(

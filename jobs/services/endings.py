@@ -132,7 +132,7 @@ def job_finish(
     job.error_message = error_message[:2000]
     job.finished_at = now
     job_charge(job=job, attempts=attempts, now=now)
-    job.save()
+    job.save(update_fields=_JOB_END_FIELDS)
     # (the verification module reads these services: imported when first used)
     from ..verification.records import verification_choose
 
@@ -150,6 +150,20 @@ def job_finish(
             ),
         )
     return job
+
+
+# what a job's end writes on its row (``job_finish``, ``job_charge``)
+_JOB_END_FIELDS = [
+    "prompt_tokens",
+    "status",
+    "output_text",
+    "finish_reason",
+    "error_code",
+    "error_message",
+    "finished_at",
+    "tokens_billed",
+    "cost_nano",
+]
 
 
 def _attempts_of(job: Job) -> list[Attempt]:

@@ -17,7 +17,6 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from ballast.db import commit_unflushed
 from ballast.ratelimits import limit_full, limit_hit
 from billing.money import nano_to_usd_str
 from catalog.models import CatalogModel
@@ -59,8 +58,8 @@ def job_open(
     ``queue_share_check``: DESIGN.md "Limits and abuse"); then nothing is stored
     and no slot is held.
     """
-    commit_unflushed()  # it stores no money (ballast.db.commit_unflushed)
-    key = api_key_authenticate(plain=api_key)
+    # it stores no money: it commits unflushed (``ballast.db.commit_unflushed_sql``)
+    key = api_key_authenticate(plain=api_key, unflushed=True)
     if key is None:
         raise unauthorized()
     key_rate_check(key=key)
