@@ -113,6 +113,8 @@ def ballast_side(stack: str, tmp: str, *, database_url: str, redis_url: str) -> 
     """Ballast's coordinator on ``stack``, migrated, machines registered, a renter's key."""
     env = stack_env(stack, tmp, database_url=database_url, redis_url=redis_url)
     with Stack(env=env, log_dir=Path(tmp) / f"logs-{stack}-{time.monotonic_ns()}") as running:
+        # DEBUG off serves the collected files only: a page naming one not collected fails
+        manage("collectstatic", "--noinput", "-v0", env=env)
         running.migrate()
         key = renter_key(env)
         tokens = machines_make(env, MACHINES)

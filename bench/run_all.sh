@@ -15,6 +15,7 @@ run() {  # name, timeout s, command...
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
 }
 if [ "${QUICK:-0}" = 1 ]; then  # ~8–30 min (machine-dependent): the headline figures
+  run ratios 2400 $PY bench/ratios.py --rounds 2
   run ttft 900 $PY bench/ttft.py --sequential 200 --rounds 2 --plain
   run ttft-counted 900 $PY bench/ttft.py --sequential 100 --rounds 1
   run ttft-renters 900 $PY bench/ttft.py --sequential 50 --rounds 2 --renters 50 --plain
@@ -26,6 +27,7 @@ if [ "${QUICK:-0}" = 1 ]; then  # ~8–30 min (machine-dependent): the headline 
   run request_step 600 $PY bench/request_step.py --requests 400
   PROFILE=0
 else
+  run ratios 2400 $PY bench/ratios.py --rounds 2 --profile "$OUT/profiles"
   run ttft 900 $PY bench/ttft.py --plain
   run ttft-counted 900 $PY bench/ttft.py --sequential 100 --rounds 1
   run ttft-renters 900 $PY bench/ttft.py --sequential 50 --rounds 4 --renters 50 --plain
