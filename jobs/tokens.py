@@ -226,21 +226,26 @@ def token_count_inflated(
 
     ``spelled``: whether the host's own token ids (``done.token_ids``) spell
     ``text`` (``token_ids_spell``); None when it sent none or the coordinator
-    has no vocabulary for the model. Ids that spell the text are the count
-    (``reported`` is their number, ``hosts.protocol.parse_done``): believable,
-    whatever split the sampler drew; ids that do not are a false count.
+    has no vocabulary for the model. Ids that do not spell the text are a
+    false count. Ids that do are the count (``reported`` is their number,
+    ``hosts.protocol.parse_done``), and may hold more tokens than characters
+    (a character the sampler drew byte by byte).
 
-    Without ids: more tokens than characters, always; with the model's
+    Without ids, more tokens than characters are flagged. With the model's
     tokenizer's ``recount`` and a ``canonical`` split expected
-    (``canonical_split_expected``), more than ``recount`` by over ``max(2,
-    5 %)``: a continuation cut mid-word can tokenize one or two tokens
-    differently, and a sampled answer may hold a token split the tokenizer
-    would not make. A 15 % inflation of an answer of 14 tokens or more is
-    flagged. A count under the recount is the host's loss, not a cheat.
+    (``canonical_split_expected``), with ids or without, more than ``recount``
+    by over ``max(2, 5 %)`` is flagged: a continuation cut mid-word can
+    tokenize one or two tokens differently, and a sampled answer may hold a
+    token split the tokenizer would not make, but an honest sampler does not
+    draw plain text in pieces finer than that (a host claiming finer splits to
+    inflate its count is caught). Where the split is not expected canonical
+    (a grammar's, a hot sampler's), ids that spell the text are believed. A
+    15 % inflation of an answer of 14 tokens or more is flagged. A count under
+    the recount is the host's loss, not a cheat.
     """
-    if spelled is not None:
-        return not spelled
-    if reported > len(text):
+    if spelled is False:
+        return True
+    if spelled is None and reported > len(text):
         return True
     if recount is None or not canonical:
         return False

@@ -85,3 +85,27 @@ def test_the_tolerance_at_its_edges():
     # never more tokens than characters, even without a tokenizer
     assert token_count_inflated(reported=5, text="abcd", recount=None)
     assert not token_count_inflated(reported=4, text="abcd", recount=None)
+
+
+def test_token_ids_that_spell_the_text_are_held_to_the_recount_where_a_split_is_canonical():
+    # a host claiming finer splits than its sampler draws (ids that do spell the
+    # text: "a", "b", … one by one) on plain text is flagged as it is without ids
+    assert token_count_inflated(
+        reported=30, text="x" * 100, recount=20, spelled=True, canonical=True
+    )
+    assert not token_count_inflated(
+        reported=22, text="x" * 100, recount=20, spelled=True, canonical=True
+    )
+    # a grammar's or a hot sampler's split is the model's: believed when spelled
+    assert not token_count_inflated(
+        reported=30, text="x" * 100, recount=20, spelled=True, canonical=False
+    )
+    # a character drawn byte by byte: more tokens than characters, spelled
+    assert not token_count_inflated(
+        reported=4, text="😀", recount=4, spelled=True, canonical=True
+    )
+    assert token_count_inflated(reported=4, text="😀", recount=4)
+    # ids that do not spell the text are a false count, whatever else
+    assert token_count_inflated(
+        reported=20, text="x" * 100, recount=20, spelled=False, canonical=False
+    )
