@@ -274,7 +274,6 @@ def attempt_end(
             tokens=attempt.tokens_billed,
             seconds=(now - attempt.offered_at).total_seconds(),
             now=now,
-            job_ref=str(job.id),
         )
     return attempt
 
