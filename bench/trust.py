@@ -1,6 +1,7 @@
 """Trust under attack: how soon each cheat is quarantined, and what the checks cost.
 
-Usage: ``.venv/bin/python bench/trust.py [--runs 100] [--weeks 1] [--bank FILE]``
+Usage: ``.venv/bin/python bench/trust.py [--runs 100] [--weeks 1] [--days 7]
+[--cheats a,b] [--bank FILE]``
 
 A simulated fleet of 53 devices (42 honest, one of each of the eight cheats of
 ``bench.trustfleet``, the sybil cheat's three verifier accounts) is served one
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import django_on, machine_line, percentile  # noqa: E402
+from bench.trustfleet import CHEATS  # noqa: E402
 
 CATCH_WITHIN = 100
 FLEET = 50
@@ -48,7 +50,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, help="cheat-only runs")
     parser.add_argument("--weeks", type=int, default=1, help="whole-fleet weeks")
+    parser.add_argument(
+        "--days", type=float, default=7.0, help="days of traffic in each whole-fleet 'week'"
+    )
     parser.add_argument("--bank", type=Path, default=ROOT / "var" / "trust-bank.json")
+    parser.add_argument(
+        "--cheats", default=",".join(CHEATS), help="the cheats of the cheat-only runs"
+    )
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--per-prompt", type=int, default=1)
     parser.add_argument("--canaries", type=int, default=24)
@@ -64,7 +72,6 @@ def main() -> int:
         logging.getLogger("ballast").setLevel(logging.ERROR)  # a check failed: often, here
 
         from bench.trustbank import bank_load_or_build
-        from bench.trustfleet import CHEATS
         from bench.trustrun import Fleet, cost_lines
 
         started = time.monotonic()
@@ -90,19 +97,24 @@ def main() -> int:
             fleet = Fleet.make(
                 bank=bank, rng=rng, tag=f"w{week}", honest=FLEET - len(CHEATS)
             )
-            fleet.serve(jobs=FLEET * JOBS_PER_DEVICE_WEEK)
+            fleet.serve(jobs=round(FLEET * JOBS_PER_DEVICE_WEEK * args.days / 7))
             honest_quarantined += fleet.honest_quarantined
-            for dev in fleet.cheats():
-                caught.setdefault(dev.kind, []).append(dev.caught_after)
+            for dev in fleet.cheats():  # (those the run decided: caught, or 100 jobs past)
+                if dev.cheating_from is not None and (
+                    dev.caught_after is not None or dev.jobs - dev.cheating_from >= CATCH_WITHIN
+                ):
+                    caught.setdefault(dev.kind, []).append(dev.caught_after)
             print(
                 f"week {week + 1}: {fleet.costs.jobs:,} jobs, honest quarantined"
                 f" {fleet.honest_quarantined} ({time.monotonic() - started:.0f} s)"
             )
-            for line in cost_lines(fleet.costs, devices=FLEET, seconds=7 * 24 * 3600):
+            for line in cost_lines(fleet.costs, devices=FLEET, seconds=args.days * 86400):
                 print("  " + line)
         started = time.monotonic()
         for run in range(args.runs):
-            fleet = Fleet.make(bank=bank, rng=rng, tag=f"r{run}", honest=6)
+            fleet = Fleet.make(
+                bank=bank, rng=rng, tag=f"r{run}", honest=6, cheats=args.cheats.split(",")
+            )
             fleet.serve_cheats(horizon=CATCH_WITHIN)
             for dev in fleet.cheats():
                 caught.setdefault(dev.kind, []).append(dev.caught_after)

@@ -201,6 +201,12 @@ async def _canaries_build(engine, count: int, rng, log) -> list[dict]:
 def bank_load_or_build(path: Path | None, **build) -> dict:
     if path and path.is_file():
         return json.loads(path.read_text())
+    from agent.engines.smollm2 import DEFAULT_MODEL_ID
+    from jobs.tokens import token_count
+
+    # the coordinator's tokenizer built here, outside the event loop (in it,
+    # a tokenizer not yet built is None: catalog.modeldata.model_tokenizer)
+    token_count(DEFAULT_MODEL_ID, "warm")
     bank = asyncio.run(bank_build(**build))
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)

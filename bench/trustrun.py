@@ -40,7 +40,9 @@ class Fleet:
     sybils: dict = field(default_factory=dict)  # sybil account device id -> its cheat's
 
     @classmethod
-    def make(cls, *, bank: dict, rng: random.Random, tag: str, honest: int) -> Fleet:
+    def make(
+        cls, *, bank: dict, rng: random.Random, tag: str, honest: int, cheats=CHEATS
+    ) -> Fleet:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         from agent.receipts import public_key_b64
@@ -50,10 +52,11 @@ class Fleet:
 
         model = CatalogModel.objects.get(id=DEFAULT_MODEL_ID)
         Machine.objects.update(connected=False)  # the last fleet's verify no more
-        kinds = list(CHEATS) + ["honest"] * honest + ["sybil_account"] * SYBIL_ACCOUNTS
+        sybils = SYBIL_ACCOUNTS if "sybil" in cheats else 0
+        kinds = list(cheats) + ["honest"] * honest + ["sybil_account"] * sybils
         devices = fleet_make(model_id=model.id, kinds=kinds, tag=tag)
         fleet = cls(bank=bank, rng=rng, devices=devices)
-        sybil = next(d.id for d in devices if d.kind == "sybil")
+        sybil = next((d.id for d in devices if d.kind == "sybil"), None)
         fleet.sybils = {d.id: sybil for d in devices if d.kind == "sybil_account"}
         fleet.model = model
         fleet.renter = _renter(tag)
