@@ -246,6 +246,6 @@ def request_schema(endpoint: str, model_ids: list[str]) -> dict:
                 if endpoint == "chat"
                 else []
             ),
-            *([tools.CHOICE_NEEDS_TOOLS] if endpoint == "chat" else []),
+            *([tools.CHOICE_NEEDS_TOOLS, *tools.TOOLS_EXCLUDE] if endpoint == "chat" else []),
         ],
     }

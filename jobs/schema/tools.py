@@ -173,7 +173,51 @@ TOOL_CALL_DELTAS = _call("ChatCompletionToolCallDelta", streamed=True)
 # with tools (an allOf member of the request body)
 CHOICE_NEEDS_TOOLS = {
     "anyOf": [
-        {"required": ["tools"], "properties": {"tools": {"minItems": 1}}},
+        {
+            "required": ["tools"],
+            "properties": {"tools": {"type": "array", "minItems": 1}},
+        },
         {"properties": {"tool_choice": {"enum": [None, "none", "auto"]}}},
     ]
 }
+
+
+def _without_tools_or_a_choice() -> list[dict]:
+    """The ways a request asks no tool call: no tools, or tool_choice none."""
+    return [
+        {"properties": {"tools": {"enum": [None, []]}}},
+        {
+            "required": ["tool_choice"],
+            "properties": {"tool_choice": {"enum": ["none"]}},
+        },
+    ]
+
+
+# what cannot go with a tool call (jobs.requests: one constraint per answer;
+# no logprobs): allOf members of the request body
+TOOLS_EXCLUDE = [
+    {
+        "anyOf": [
+            *_without_tools_or_a_choice(),
+            {"properties": {"logprobs": {"enum": [None, False]}}},
+        ]
+    },
+    {
+        "anyOf": [
+            *_without_tools_or_a_choice(),
+            {
+                "properties": {
+                    "response_format": {
+                        "anyOf": [
+                            {"enum": [None]},
+                            {
+                                "type": "object",
+                                "properties": {"type": {"enum": ["text"]}},
+                            },
+                        ]
+                    }
+                }
+            },
+        ]
+    },
+]
