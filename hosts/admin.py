@@ -142,6 +142,7 @@ class DeviceAdmin(admin.ModelAdmin):
     list_display = [
         "label",
         "name",
+        "kind",
         "score",
         "quarantined",
         "paused",
@@ -151,6 +152,7 @@ class DeviceAdmin(admin.ModelAdmin):
         "vram_free_mb",
     ]
     list_filter = [
+        "kind",
         "quarantined",
         "quarantine_reason",
         "paused",
@@ -162,6 +164,7 @@ class DeviceAdmin(admin.ModelAdmin):
         "machine",
         "index",
         "name",
+        "kind",
         "vram_total_mb",
         "vram_free_mb",
         "temp_c",
@@ -214,7 +217,16 @@ class ReadOnlyMixin:
 
 @admin.register(DeviceModel)
 class DeviceModelAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["device", "model_id", "loaded", "ttft_ms_recent", "first_loaded_at"]
+    list_display = [
+        "device",
+        "model_id",
+        "loaded",
+        "ttft_ms_recent",
+        "first_loaded_at",
+        "measured_tokens_per_s",
+        "measured_jobs",
+        "placed_name",
+    ]
     list_filter = ["loaded", "model_id"]
     search_fields = ["model_id", "device__name", "device__machine__name"]
 

@@ -287,17 +287,39 @@ class DevicesApi(APIView):
                         "id": d.id,
                         "label": d.label,
                         "name": d.name,
+                        "kind": d.kind,
                         "vram_total_mb": d.vram_total_mb,
                         "region": d.machine.region,
                         "score": d.score,
                         "models": sorted(
                             m.model_id for m in d.models.all() if m.loaded
                         ),
+                        "measured": _measured(d),
                     }
                     for d in devices
                 ]
             }
         )
+
+
+def _measured(device) -> dict:
+    """What Ballast measured of ``device`` per model (its ``models``
+    prefetched): ``{model id: {"tokens_per_s" (null while fewer than 3 jobs),
+    "jobs", "like" (``catalog.gpus.measured_like``), "placed_as" (the GPU class
+    ``placement.gpu``/``min_vram_gb`` may place it as, or null)}}``; docs/
+    design-notes.md "Placement by what was measured"."""
+    measured = {}
+    for row in device.models.all():
+        if not row.measured_jobs:
+            continue
+        verdict = row.placement_verdict()
+        measured[row.model_id] = {
+            "tokens_per_s": row.measured_tokens_per_s,
+            "jobs": row.measured_jobs,
+            "like": row.measured_like,
+            "placed_as": verdict.gpu_class.name if verdict.placed else None,
+        }
+    return measured
 
 
 class RentalsApi(APIView):

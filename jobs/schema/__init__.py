@@ -109,11 +109,38 @@ DEVICE_LIST = inline_serializer(
             {
                 "id": serializers.IntegerField(),
                 "label": serializers.CharField(),
-                "name": serializers.CharField(),
-                "vram_total_mb": serializers.IntegerField(help_text="MiB"),
+                "name": serializers.CharField(help_text="as its host declared it"),
+                "kind": serializers.ChoiceField(
+                    choices=["gpu", "cpu"], help_text="as its host declared it"
+                ),
+                "vram_total_mb": serializers.IntegerField(
+                    help_text="MiB, as its host declared it (a CPU's: its memory)"
+                ),
                 "region": serializers.CharField(),
                 "score": serializers.IntegerField(help_text="0-100"),
                 "models": serializers.ListField(child=serializers.CharField()),
+                "measured": serializers.DictField(
+                    child=inline_serializer(
+                        "DeviceMeasured",
+                        {
+                            "tokens_per_s": serializers.FloatField(
+                                allow_null=True,
+                                help_text="median of its latest measured jobs"
+                                " (offer to answer), null until 3",
+                            ),
+                            "jobs": serializers.IntegerField(),
+                            "like": serializers.CharField(
+                                help_text="the GPU class that speed is like"
+                            ),
+                            "placed_as": serializers.CharField(
+                                allow_null=True,
+                                help_text="the GPU class placement.gpu and"
+                                " min_vram_gb may place it as (null: none)",
+                            ),
+                        },
+                    ),
+                    help_text="what Ballast measured of it, per model id",
+                ),
             },
             many=True,
         )

@@ -140,6 +140,8 @@ async def test_benchmark_prints_and_reports_the_figures(
             tmp_path,
             "--name",
             "RTX 4090",
+            "--kind",
+            "gpu",
         )
         stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
         assert process.returncode == 0, stderr.decode()
@@ -149,6 +151,7 @@ async def test_benchmark_prints_and_reports_the_figures(
         assert frame["model"] == "smollm2-135m-instruct" and frame["device"] == 0
         assert frame["tokens_per_s"] > 0 and frame["ttft_ms"] >= 0
         assert fake.hellos[0]["devices"][0]["name"] == "RTX 4090"
+        assert fake.hellos[0]["devices"][0]["kind"] == "gpu"  # as --kind says
         assert b"connected to ws://127.0.0.1:" in stderr
 
 

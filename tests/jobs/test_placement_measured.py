@@ -1,16 +1,19 @@
 """``placement.gpu`` and ``min_vram_gb`` go by what Ballast measured of a device,
 never by what its host declared alone (docs/design-notes.md "Placement by what
-was measured"; issue 32 item 4): the dispatch's query, the one-row rule and the
-503's reasons."""
+was measured"; issue 32 item 4): the dispatch's query, the one-row rule, the
+503's reasons and what renters see of rentable devices."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from hosts.models import Device, DeviceModel
 from jobs.selectors import devices_eligible, requirement_unmet
-from tests.devices import device_measured
+from tests.devices import MODEL, device_measured
 from tests.jobs.helpers import job_queued
 
 pytestmark = pytest.mark.django_db
@@ -118,3 +121,33 @@ def test_a_placed_device_is_chosen_over_an_unplaced_better_scored_one(
     Device.objects.filter(id=slow.id).update(score=95)
     assert eligible(renter, catalog, GPU) == [fast]
     assert [d.id for d in eligible(renter, catalog)] == [slow.id, fast.id]
+
+
+def test_a_renter_sees_each_rentable_device_as_what_it_measured(
+    api_key, live_device
+):
+    """``/v1/devices`` lists the host's declaration beside Ballast's
+    measurement: a declared RTX 4090 measured like a CPU is placed as
+    nothing; a CPU says it is one."""
+    cheat = live_device("cheat")
+    honest = live_device("box", gpu="AMD EPYC 7763", kind="cpu")
+    fast = live_device("fast")
+    device_measured(cheat, tokens_per_s=60)
+    device_measured(fast, tokens_per_s=400, jobs=4)
+    client = Client(headers={"authorization": f"Bearer {api_key}"})
+    listed = {
+        d["id"]: d for d in json.loads(client.get("/v1/devices").content)["data"]
+    }
+    assert listed[cheat.id]["name"] == "NVIDIA GeForce RTX 4090"
+    assert listed[cheat.id]["kind"] == "gpu"
+    assert listed[cheat.id]["measured"] == {
+        MODEL: {
+            "tokens_per_s": pytest.approx(60),
+            "jobs": 3,
+            "like": "slower than every GPU class (a CPU's speed)",
+            "placed_as": None,
+        }
+    }
+    assert listed[honest.id]["kind"] == "cpu" and listed[honest.id]["measured"] == {}
+    assert listed[fast.id]["measured"][MODEL]["placed_as"] == "RTX 4090"
+    assert listed[fast.id]["measured"][MODEL]["jobs"] == 4
