@@ -75,6 +75,9 @@ if isinstance(admin.site._registry.get(get_user_model()), UserAdmin):
     admin.site.unregister(get_user_model())
     admin.site.register(get_user_model(), UserWithPictureAdmin)
 dollars_everywhere(admin.site)
+# the lists get the page's width (the sidebar pushed their last columns, the
+# cost among them, into a strip scrolling sideways at 1280 px)
+admin.site.enable_nav_sidebar = False
 
 
 # the username createsuperuser asked for, or a site account's email (its

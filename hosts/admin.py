@@ -59,18 +59,13 @@ class DeviceInline(admin.TabularInline):
 
 @admin.register(Machine)
 class MachineAdmin(admin.ModelAdmin):
-    list_display = [
+    list_display = [  # the rest are filters: every column fits 1280 px
         "name",
         "owner",
         "region",
         "last_seen",
         "paused",
-        "host_paused",
-        "accepts_serverless",
         "agent_version",
-        "engine_name",
-        "offline_alert_sent_at",
-        "retired_at",
     ]
     list_filter = [
         ("retired_at", admin.EmptyFieldListFilter),

@@ -73,16 +73,15 @@ class AttemptInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = [
+    list_display = [  # (is_spot_check: a filter; every column fits 1280 px)
+        "created_at",
         "id",
         "renter",
         "model_id",
         "status",
         "failed_over",
-        "is_spot_check",
         "tokens_billed",
         "cost_nano",
-        "created_at",
     ]
     list_filter = [
         "status",

@@ -78,7 +78,7 @@ def test_the_job_log_shows_the_key_first_token_and_rate(renter_client, renter, m
     html = renter_client.get(reverse("renter:jobs")).content.decode()
     row = re.search(r"<tr><td><time.*?</tr>", html, re.S).group(0)
     assert "nightly-batch" in row and key.prefix in row
-    assert "250 ms" in row and ">20.0<" in row
+    assert "250 ms" in row and ">20.0 tok/s<" in row  # with its unit
     assert str(job.id)[:8] in row
     detail = renter_client.get(reverse("renter:job", args=[job.id])).content.decode()
     assert "nightly-batch" in detail and "250 ms · 20.0" in detail

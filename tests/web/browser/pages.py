@@ -88,8 +88,9 @@ SIDEWAYS = """
 const cut = [];
 for (const e of document.querySelectorAll('main *, header *, #content *')) {
   if (e.closest('pre, code, textarea, input, select, svg')) continue;
-  // Django admin's own lists scroll inside their box on a phone (its CSS)
-  if (e.closest('#changelist .results')) continue;
+  // Django admin's own lists scroll inside their box on a phone (its CSS);
+  // on a desktop every column shows
+  if (e.closest('#changelist .results') && window.innerWidth < 768) continue;
   const s = getComputedStyle(e);
   if (s.display === 'none' || s.visibility === 'hidden') continue;
   // a box of a pixel or two is one for screen readers only (visually hidden)
