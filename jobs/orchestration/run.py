@@ -23,7 +23,7 @@ from django.db import DatabaseError
 
 from ballast import local
 from ballast.db import db_call, db_call_durable, db_call_retried
-from catalog.modeldata import model_tokenizer_load
+from catalog.modeldata import model_tokenizer, model_tokenizer_load
 from catalog.models import CatalogModel
 
 from .. import services
@@ -106,8 +106,10 @@ class JobRun:
         if self.model is None:
             self.model = await db_call(CatalogModel.objects.get)(id=self.job.model_id)
         # the model's tokenizer, read and built off the event loop before the
-        # budget counts with it (``catalog.modeldata.model_tokenizer``)
-        await db_call(model_tokenizer_load)(self.job.model_id)
+        # budget counts with it (``catalog.modeldata.model_tokenizer``): a
+        # thread's turn before the offer only until this process has built it
+        if model_tokenizer(self.job.model_id) is None:
+            await db_call(model_tokenizer_load)(self.job.model_id)
         self.inbox = JobInbox(self.channel)
         reader = asyncio.create_task(self._read_channel())
         lease = asyncio.create_task(
