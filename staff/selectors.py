@@ -71,7 +71,8 @@ def fleet_by_model(*, now: datetime) -> list[ModelFleet]:
         attempts = Attempt.objects.filter(
             job__model_id=model.id, ended_at__gte=hour_ago
         ).aggregate(
-            ended=Count("id"), failed=Count("id", filter=Q(outcome__in=Attempt.FAILURES))
+            ended=Count("id"),
+            failed=Count("id", filter=Q(outcome__in=Attempt.FAILURES)),
         )
         checks = SpotCheck.objects.filter(
             job__model_id=model.id, judged_at__gte=hour_ago

@@ -48,7 +48,9 @@ def device_quarantine_by_staff(
     device = Device.objects.select_for_update().get(id=device_id)
     if device.quarantined:
         raise DecisionRefused(f"{device.label} is already quarantined.")
-    device_quarantine(device_id=device.id, reason=Device.QuarantineReason.STAFF, now=now)
+    device_quarantine(
+        device_id=device.id, reason=Device.QuarantineReason.STAFF, now=now
+    )
     return _decided(device, QuarantineDecision.Action.QUARANTINE, staff, reason)
 
 

@@ -52,7 +52,8 @@ def test_the_console_is_for_staff_only(client, stranger, busy_machine, renter):
         reverse("staff:device_decide", args=[device.id]),
         {"action": "quarantine", "reason": "a stranger tries to quarantine"},
     )
-    assert answer.status_code == 302 and not Device.objects.get(id=device.id).quarantined
+    assert answer.status_code == 302
+    assert not Device.objects.get(id=device.id).quarantined
 
 
 def test_the_fleet_reads_per_model(staff_client, busy_machine):
@@ -192,7 +193,8 @@ def test_the_machine_page_says_a_device_is_rented_now_and_until_when(
         starts_at=now,
         ends_at=now + timedelta(hours=2),
     )
-    html = owner_client.get(reverse("hosts:machine", args=[machine.id])).content.decode()
+    page = owner_client.get(reverse("hosts:machine", args=[machine.id]))
+    html = page.content.decode()
     notice = html[html.index('id="rented-0"') :]
     notice = notice[: notice.index("</div>")]
     assert "gpu0 is rented now" in notice and "until" in notice
