@@ -18,7 +18,8 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from catalog.modeldata import model_data_save, model_tokenizer
+from ballast.db import db_call
+from catalog.modeldata import model_data_save, model_tokenizer, model_tokenizer_load
 from catalog.models import CatalogModel, ModelData
 from jobs.errors import ApiError
 from jobs.models import Attempt, Job
@@ -37,7 +38,7 @@ from jobs.tokens import (
 from modeldata.modelfile import VocabData, vocab_data_read
 from modeldata.template import ChatTemplate, prompt_build
 from modeldata.vocab import UnsupportedVocabulary
-from tests.conftest import REFERENCE_MODEL
+from tests.conftest import REFERENCE_MODEL, reference_vocab_json
 from tests.modeldata.vectors import VectorsUnavailable, vectors_fetch, vectors_read
 
 pytestmark = pytest.mark.django_db
@@ -217,3 +218,28 @@ def test_a_model_without_data_falls_back_and_one_that_cannot_run_is_refused():
     with pytest.raises(UnsupportedVocabulary):
         model_data_save(entry, vocab_data_read(_vocab_path("bert-bge")))
     assert not ModelData.objects.filter(model=entry).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_in_an_event_loop_a_tokenizer_is_read_only_off_it():
+    """Django forbids a query in an event loop's thread: there a model's
+    tokenizer is only what the process built, and ``JobRun.events`` loads it in
+    a worker thread first (``db_call(model_tokenizer_load)``)."""
+    model_id = "async-loaded-model"
+
+    def add() -> None:
+        entry = CatalogModel.objects.create(
+            id=model_id,
+            family="smollm2",
+            context_length=2048,
+            vram_per_request_mb=256,
+            price_completion_nano=1,
+        )
+        ModelData.objects.create(model=entry, vocab_json=reference_vocab_json())
+
+    await db_call(add)()
+    text = "Loaded off the loop, counted on it."
+    assert token_count(model_id, text) is None  # no query from the loop
+    assert await db_call(model_tokenizer_load)(model_id) is not None
+    assert token_count(model_id, text) == token_count(REFERENCE_MODEL["id"], text)
