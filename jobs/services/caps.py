@@ -15,8 +15,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import models, transaction
-from django.db.models import Case, F, Sum, Value, When
+from django.db import connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from billing.money import nano_to_usd_str
@@ -71,27 +71,34 @@ def key_spend_cap_check(
 def key_spend_add(*, key_id: int | None, cost_nano: int, now: datetime) -> None:
     """Count a charge of ``cost_nano`` (> 0) to key ``key_id``'s spending, when
     the key has a cap: in the period holding ``now`` (a new period restarts the
-    counter). One ``UPDATE``; called by the job's charge, in its transaction."""
+    counter). One fixed ``UPDATE`` (every job's charge runs it); called by the
+    job's charge, in its transaction."""
     if not key_id or cost_nano <= 0:
         return
     utc_now = now.astimezone(SPEND_EPOCH.tzinfo)
     day = utc_now.replace(hour=0, minute=0, second=0, microsecond=0)
-    stamp = models.DateTimeField()
-    start = Case(
-        When(spend_cap_period=ApiKey.Period.DAY, then=Value(day, output_field=stamp)),
-        When(
-            spend_cap_period=ApiKey.Period.MONTH,
-            then=Value(day.replace(day=1), output_field=stamp),
-        ),
-        default=Value(SPEND_EPOCH, output_field=stamp),
-    )
-    ApiKey.objects.filter(id=key_id, spend_cap_nano__isnull=False).update(
-        spent_nano=Case(
-            When(spent_since=start, then=F("spent_nano") + cost_nano),
-            default=Value(cost_nano),
-        ),
-        spent_since=start,
-    )
+    adapt = connection.ops.adapt_datetimefield_value
+    # the start of the key's period (``ApiKey.spend_period_start``), by its kind
+    start = [
+        ApiKey.Period.DAY,
+        adapt(day),
+        ApiKey.Period.MONTH,
+        adapt(day.replace(day=1)),
+        adapt(SPEND_EPOCH),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_SPEND_ADD_SQL, [*start, cost_nano, cost_nano, *start, key_id])
+
+
+# (what the key's period starts at: day, its start, month, its start, ever)
+_PERIOD_START = "CASE spend_cap_period WHEN %s THEN %s WHEN %s THEN %s ELSE %s END"
+_SPEND_ADD_SQL = (
+    "UPDATE jobs_apikey SET spent_nano = CASE WHEN spent_since = "
+    + _PERIOD_START
+    + " THEN spent_nano + %s ELSE %s END, spent_since = "
+    + _PERIOD_START
+    + " WHERE id = %s AND spend_cap_nano IS NOT NULL"
+)
 
 
 @transaction.atomic
