@@ -3,7 +3,8 @@
 Events are counted where each happens, in one call per event: a job's end
 (``job_ended``, from ``jobs.services.endings.job_finish``), an attempt's end
 (``attempt_ended``, from ``jobs.services.attempts.attempt_end``), a spot check's
-verdict (``spot_check_judged``), a ledger transaction (``ledger_posted``). Each is
+verdict (``spot_check_judged``), a spot check dropped for want of calibrated
+checks (``spot_check_dropped``), a ledger transaction (``ledger_posted``). Each is
 counted once its database transaction commits (``transaction.on_commit``): an
 ending rolled back, or a ledger key already posted, counts nothing.
 
@@ -58,6 +59,12 @@ ATTEMPTS = Counter(
 SPOT_CHECKS = Counter(
     "ballast_spot_checks", "Spot checks judged, by result (passed, failed)", ["result"]
 )
+SPOT_CHECKS_DROPPED = Counter(
+    "ballast_spot_checks_dropped",
+    "Spot checks due but dropped: none of the device's models has calibrated "
+    "checks, by model (each model the device runs; 'none' when it runs none)",
+    ["model"],
+)
 MONEY_POSTED = Counter(
     "ballast_money_posted_nano_usd",
     "Money moved by ledger transactions (the sum of their credit legs), "
@@ -101,6 +108,18 @@ def spot_check_judged(*, passed: bool) -> None:
     """Count a spot check's verdict, when the transaction commits."""
     result = "passed" if passed else "failed"
     transaction.on_commit(lambda: SPOT_CHECKS.labels(result).inc())
+
+
+def spot_check_dropped(*, model_ids: list[str]) -> None:
+    """Count a spot check dropped for want of calibrated checks, once under each
+    model the device runs (``"none"`` when it runs none), when the transaction
+    commits (immediately outside one)."""
+
+    def count() -> None:
+        for model_id in model_ids or ["none"]:
+            SPOT_CHECKS_DROPPED.labels(model_id).inc()
+
+    transaction.on_commit(count)
 
 
 def ledger_posted(*, kind: str, credits_nano: int) -> None:

@@ -18,6 +18,7 @@ from django.http import Http404
 from billing.models import Earning
 from catalog.models import CatalogModel
 
+from .checkpools import models_unchecked
 from .models import (
     Benchmark,
     Device,
@@ -219,6 +220,9 @@ class DeviceView:
     quarantined (when every job it gets is a check). ``vram_used_pct`` and
     ``temp_pct`` (0–100, of the total VRAM and of ``BALLAST_MAX_GPU_TEMP_C``)
     draw the live gauges; ``hot``: at or over that limit (no new jobs).
+    ``unchecked_models``: the models it runs the catalog's weights of that have
+    no calibrated spot check yet (``hosts.checkpools``); ``checks_never``: all
+    of them, so no check is sent to it (nor can it leave a quarantine).
     """
 
     device: Device
@@ -227,6 +231,8 @@ class DeviceView:
     failed_checks: list[DeviceOutcome] = field(default_factory=list)
     passes_in_a_row: int = 0
     weights_why: dict[str, str] = field(default_factory=dict)
+    unchecked_models: list[str] = field(default_factory=list)
+    checks_never: bool = False
 
     @property
     def loaded_with_why(self) -> list[tuple[str, str]]:
@@ -291,19 +297,24 @@ def device_views(
     )
     for device in devices:
         recent = spot_checks_recent(device_id=device.id) if parts else []
+        weights_why = {
+            dm.model_id: catalog[dm.model_id].weights_refusal(
+                dm.weights_sha256, dm.weights_quantization
+            )
+            for dm in device.models.all()
+            if dm.loaded and dm.model_id in catalog
+        }
+        runnable = [model_id for model_id, why in weights_why.items() if not why]
+        unchecked = models_unchecked(runnable) if parts else []
         views.append(
             DeviceView(
                 device=device,
                 loaded_models=sorted(
                     dm.model_id for dm in device.models.all() if dm.loaded
                 ),
-                weights_why={
-                    dm.model_id: catalog[dm.model_id].weights_refusal(
-                        dm.weights_sha256, dm.weights_quantization
-                    )
-                    for dm in device.models.all()
-                    if dm.loaded and dm.model_id in catalog
-                },
+                weights_why=weights_why,
+                unchecked_models=unchecked,
+                checks_never=bool(unchecked) and len(unchecked) == len(runnable),
                 parts=device_score_parts(device=device, now=now) if parts else None,
                 failed_checks=list(
                     DeviceOutcome.objects.filter(

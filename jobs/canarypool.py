@@ -37,7 +37,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from catalog.models import CatalogModel
-from hosts.models import Device, DeviceModel
+from hosts.models import Device
 
 from .canaries import answer_right
 from .canarygen import MAX_CHARS, Shape, canary_draw
@@ -236,7 +236,7 @@ _reference: list[ReferenceEngines] = []
 def reference_engines_register(engines: ReferenceEngines) -> None:
     """Make ``engines`` this process's reference engines (replacing any)."""
     _reference[:] = [engines]
-    _has_reference.cache_clear()
+    reference_engine_kept.cache_clear()
 
 
 def reference_engines() -> ReferenceEngines | None:
@@ -252,18 +252,10 @@ def reference_engine(model_id: str) -> Any | None:
     return engines.engine_for(model_id) if engines is not None else None
 
 
-def canary_pool_kept(*, device_id: int) -> bool:
-    """True when the coordinator keeps a spot-check pool for one of the device's
-    loaded models (it has the model's reference engine): a check that found no
-    prompt for the device then waits for the top-up instead of being dropped."""
-    models = DeviceModel.objects.filter(device_id=device_id, loaded=True).values_list(
-        "model_id", flat=True
-    )
-    return any(_has_reference(model_id) for model_id in models)
-
-
 @functools.lru_cache(maxsize=32)
-def _has_reference(model_id: str) -> bool:
+def reference_engine_kept(model_id: str) -> bool:
+    """Whether this coordinator has the model's reference engine (asked once
+    per model per process; cleared when engines are registered)."""
     return reference_engine(model_id) is not None
 
 

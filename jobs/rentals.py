@@ -25,6 +25,7 @@ from hosts import emails
 from hosts.models import Device
 from hosts.services import spot_check_mark_due
 
+from .checkpools import device_checks_missing
 from .errors import ApiError
 from .models import Rental
 from .rentaltime import rental_live_amount_nano, rental_pause_note, rental_paused_since
@@ -55,8 +56,10 @@ def rental_create(
     """Reserve a live device for ``hours``; it goes live after a passed spot check.
 
     Raises ApiError 400 (hours), 404 (no such live device), 403 (the renter's
-    own device: a host cannot pay itself), 409 (already rented or quarantined),
-    402 (balance below the whole period's price).
+    own device: a host cannot pay itself), 409 (already rented or quarantined;
+    ``device_unchecked``: none of its models has calibrated spot checks, so the
+    check it would wait for never comes: ``jobs.checkpools``), 402 (balance
+    below the whole period's price).
     """
     now = now or timezone.now()
     if (
@@ -96,6 +99,15 @@ def rental_create(
     if device_rented(device.id):
         raise ApiError(
             409, f"device {device_id} is already rented", "device_rented", "device"
+        )
+    missing = device_checks_missing(device_id=device.id)
+    if missing:
+        raise ApiError(
+            409,
+            f"device {device_id} cannot be spot-checked yet: no calibrated checks "
+            f"for {', '.join(missing)}; a rental starts only after a passed check",
+            "device_unchecked",
+            "device",
         )
     price = rental_price_per_hour_nano()
     account = credit_lock(renter=renter)

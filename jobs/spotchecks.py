@@ -29,7 +29,8 @@ from hosts.services import (
 )
 
 from .canaries import answer_right
-from .canarypool import canary_pick, canary_pool_kept
+from .canarypool import canary_pick
+from .checkpools import device_models_runnable, models_checked
 from .models import Job, Rental, SpotCheck
 from .services import job_create
 from .services.checks import device_check_failed
@@ -87,7 +88,10 @@ def spot_checks_take_due(*, machine_id: str, now: datetime | None = None) -> lis
     Each due mark is cleared by a compare-and-set, so only one connection (of any
     coordinator process) sends a given check. A check the pool cannot serve yet
     stays due (its mark put back), so it is sent once the pool is topped up; one
-    for a device none of whose models has a pool is dropped.
+    for a device none of whose models has calibrated checks
+    (``jobs.checkpools``) is dropped, logged and counted
+    (``ballast_spot_checks_dropped``): its machine page says so, a rental of it
+    is refused.
     """
     if not settings.BALLAST_SPOT_CHECKS:
         return []
@@ -104,18 +108,23 @@ def spot_checks_take_due(*, machine_id: str, now: datetime | None = None) -> lis
         job = spot_check_create(device=device, reason=device.spot_check_reason)
         if job is not None:
             jobs.append(job)
-        elif canary_pool_kept(device_id=device.id):
+            continue
+        runnable = device_models_runnable(device_id=device.id)
+        if models_checked(runnable):
             Device.objects.filter(id=device.id, spot_check_due_at__isnull=True).update(
                 spot_check_due_at=device.spot_check_due_at,
                 spot_check_reason=device.spot_check_reason,
             )
         else:
             log.warning(
-                "device %s: none of its models has a spot-check pool (no reference "
-                "engine on the coordinator); check %s dropped",
+                "device %s: no calibrated spot checks for %s (no calibrated prompt "
+                "in the pool, no reference engine on the coordinator); check %s "
+                "dropped",
                 device.id,
-                device.spot_check_reason,
+                ", ".join(runnable) or "any model it runs",
+                device.spot_check_reason or "staff",
             )
+            metrics.spot_check_dropped(model_ids=runnable)
     return jobs
 
 

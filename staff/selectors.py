@@ -17,6 +17,7 @@ from catalog.models import CatalogModel
 from hosts.models import Device, DeviceOutcome, Machine, QuarantineDecision
 from hosts.selectors import device_score_parts, earnings_by_machine, machine_status
 from hosts.services import machine_spans, online_fraction
+from jobs.checkpools import CheckSupply, check_supply
 from jobs.models import ApiKey, Attempt, Job, Rental, SpotCheck, Verification
 from jobs.selectors import devices_live, model_capacity
 from support.models import Ticket
@@ -34,7 +35,8 @@ class ModelFleet:
     ``failures`` among them (DESIGN.md's failures: missed claim or first
     token, host error, death mid-stream, stall), spot checks judged
     (``checks``, ``checks_failed``) and verifications scored
-    (``verifications``, ``verifications_failed``: a failed verdict)."""
+    (``verifications``, ``verifications_failed``: a failed verdict); now:
+    what it has to check with (``supply``: ``jobs.checkpools.CheckSupply``)."""
 
     model: CatalogModel
     devices_online: int
@@ -49,6 +51,7 @@ class ModelFleet:
     checks_failed: int
     verifications: int
     verifications_failed: int
+    supply: CheckSupply
 
 
 def fleet_by_model(*, now: datetime) -> list[ModelFleet]:
@@ -99,6 +102,7 @@ def fleet_by_model(*, now: datetime) -> list[ModelFleet]:
                 checks_failed=checks["failed"],
                 verifications=verifications["scored"],
                 verifications_failed=verifications["failed"],
+                supply=check_supply(model=model, now=now),
             )
         )
     return rows

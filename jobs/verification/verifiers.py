@@ -8,7 +8,7 @@ import secrets
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 
 from billing.models import ReceiptCheck
 from billing.services import Segment, charge_plan, charge_post
@@ -59,27 +59,8 @@ def verifier_pick(
     if model is None:
         return None
     candidates = list(
-        Device.objects.filter(
-            live_q(now, prefix="machine__"),
-            model_loaded(model),  # with the catalog's weights (rule 6)
-            verifier_passes__gte=passes,
-            slots_total__gt=0,  # a device that takes jobs (and spot checks)
-            retired_at__isnull=True,
-            quarantined=False,
-            paused=False,
-            machine__verifies=True,
-            machine__paused=False,
-            machine__host_paused=False,
-            machine__retired_at__isnull=True,
-        )
+        verifiers_eligible(model=model, now=now, passes=passes)
         .exclude(machine__owner_id__in=list(exclude_owners))
-        .exclude(
-            Exists(
-                Rental.objects.filter(
-                    device=OuterRef("pk"), status__in=Rental.OPEN_STATUSES
-                )
-            )
-        )
         .select_related("machine")
         .order_by("-score", "id")[:VERIFIERS_CONSIDERED]
     )
@@ -95,6 +76,35 @@ def verifier_pick(
     }
     owner = _weighted_choice(owners, [max(weights[o]) for o in owners])
     return _weighted_choice(by_owner[owner], weights[owner])
+
+
+def verifiers_eligible(
+    *, model: CatalogModel, now: datetime, passes: int = 0
+) -> QuerySet[Device]:
+    """The devices that may verify an answer of ``model`` now, of any owner
+    (``verifier_pick``'s conditions but the owners): live, the model loaded
+    from its pinned weights, the machine declaring ``verifies``, at least
+    ``passes`` checks of verifiers passed, taking jobs, not paused,
+    quarantined, retired or rented."""
+    return Device.objects.filter(
+        live_q(now, prefix="machine__"),
+        model_loaded(model),  # with the catalog's weights (rule 6)
+        verifier_passes__gte=passes,
+        slots_total__gt=0,  # a device that takes jobs (and spot checks)
+        retired_at__isnull=True,
+        quarantined=False,
+        paused=False,
+        machine__verifies=True,
+        machine__paused=False,
+        machine__host_paused=False,
+        machine__retired_at__isnull=True,
+    ).exclude(
+        Exists(
+            Rental.objects.filter(
+                device=OuterRef("pk"), status__in=Rental.OPEN_STATUSES
+            )
+        )
+    )
 
 
 def verifier_weight(device: Device, now: datetime) -> int:
