@@ -254,6 +254,7 @@ def attempt_end(
             detail=f"attempt {attempt.id}: {reported} tokens reported for "
             f"{attempt.tokens_billed} counted",
             now=now,
+            job_ref=str(job.id),
         )
     if scored:
         device_outcome_record(
