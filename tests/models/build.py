@@ -83,7 +83,8 @@ def _write_once(path: Path, write) -> Path:
 
 def tiny_llama3(seed: int = 31) -> Path:
     """The tiny Llama 3 model's GGUF file (F16 matrices, F32 norms; about
-    41 MB, most of it the two 128256 × 64 embeddings), built the first time for this seed.
+    41 MB, most of it the two 128256 × 64 embeddings), built the first time
+    for this seed.
 
     Its output layer gives every special token (id ≥ 128000) a logit of 0 and
     ordinary tokens random ones, so at temperature 0 it writes ordinary text
