@@ -4,8 +4,9 @@ honest hosts"; issue 32 item 1), as a property over generated renter requests.
 Real processes: the coordinator and two agents of two owners running
 SmolLM2-135M-Instruct through llama.cpp (so answers are verified by the other
 one, ``BALLAST_VERIFY_RATE``). Hypothesis draws every legal combination of
-``response_format`` (schemas of each shape the grammar takes), ``logprobs``,
-``stop``, ``max_tokens`` down to 1, temperatures 0–2, ``top_p``, ``seed``,
+``response_format`` (schemas of each shape the grammar takes), ``tools`` (each
+``tool_choice``), ``logprobs``, ``stop``, ``max_tokens`` down to 1,
+temperatures 0–2, ``top_p``, ``seed``,
 streamed or not, chat or raw prompts holding the model's special tokens and
 its end-of-turn text, multi-byte text. Every request must be answered, and
 afterwards neither device has a failed outcome, a flagged count, an
@@ -89,6 +90,14 @@ SCHEMAS = [
     },
     {"type": "object", "properties": {"v": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}},
 ]
+TOOLS = [  # function calling (docs/tools.md): the generic format's constraint
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Weather in a city", "parameters": SCHEMAS[4]},
+    },
+    {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}},
+]
+TOOL_CHOICES = ["auto", "required", "none", {"type": "function", "function": {"name": "now"}}]
 STOPS = ["\n", "e", " the", ".", "}", '"', "😀", "。", END_OF_TURN]
 
 
@@ -116,8 +125,14 @@ def renter_requests(draw) -> tuple[str, dict]:
         if draw(st.booleans()):
             body["logprobs"] = True
             body["top_logprobs"] = draw(st.integers(0, 3))
-        shape = draw(st.sampled_from(["text", "json_object", "json_schema"]))
-        if shape == "json_object":
+        shape = draw(st.sampled_from(["text", "json_object", "json_schema", "tools"]))
+        if shape == "tools":
+            body["tools"] = TOOLS
+            body["tool_choice"] = draw(st.sampled_from(TOOL_CHOICES))
+            body["parallel_tool_calls"] = draw(_optional(st.booleans()))
+            body.pop("logprobs", None)  # not with tools (a 400)
+            body.pop("top_logprobs", None)
+        elif shape == "json_object":
             body["response_format"] = {"type": "json_object"}
         elif shape == "json_schema":
             body["response_format"] = {
@@ -143,7 +158,7 @@ def _answered(response: httpx.Response, stream: bool) -> str:
     assert response.status_code == 200, response.text
     if not stream:
         choice = response.json()["choices"][0]
-        assert choice["finish_reason"] in ("stop", "length"), choice
+        assert choice["finish_reason"] in ("stop", "length", "tool_calls"), choice
         return choice.get("text") or (choice.get("message") or {}).get("content") or ""
     text = ""
     for block in response.text.split("\n\n"):
@@ -152,7 +167,7 @@ def _answered(response: httpx.Response, stream: bool) -> str:
         chunk = json.loads(block[len("data: ") :])
         assert "error" not in chunk, chunk
         for choice in chunk.get("choices", []):
-            assert choice.get("finish_reason") in (None, "stop", "length"), choice
+            assert choice.get("finish_reason") in (None, "stop", "length", "tool_calls"), choice
             text += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
     return text
 
