@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -46,14 +46,25 @@ def balance_low_mark(*, account_id: int, now: datetime | None = None) -> bool:
     """After a debit of renter credit account ``account_id``: note that its
     balance is below its threshold, when it is and was not already (a
     compare-and-set); True when this call noted it (an email will go)."""
-    return bool(
-        Account.objects.filter(
-            id=account_id,
-            kind=Account.Kind.RENTER_CREDIT,
-            low_balance_at__isnull=True,
-            balance_nano__lt=_threshold(),
-        ).update(low_balance_at=now or timezone.now(), low_balance_emailed_at=None)
-    )
+    with connection.cursor() as cursor:  # a fixed statement: every charge runs it
+        cursor.execute(
+            _MARK_SQL,
+            [
+                connection.ops.adapt_datetimefield_value(now or timezone.now()),
+                account_id,
+                Account.Kind.RENTER_CREDIT,
+                usd_to_nano(settings.BALLAST_LOW_BALANCE_USD),
+            ],
+        )
+        return cursor.rowcount > 0
+
+
+# ``balance_low_mark``'s compare-and-set (the threshold as ``_threshold``)
+_MARK_SQL = (
+    "UPDATE billing_account SET low_balance_at = %s, low_balance_emailed_at = NULL"
+    " WHERE id = %s AND kind = %s AND low_balance_at IS NULL"
+    " AND balance_nano < COALESCE(low_balance_nano, %s)"
+)
 
 
 def balance_low_rearm(*, account_id: int) -> bool:

@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
-from django.db.models import Case, F, When
 from django.utils import timezone
 
 from ..models import Device, DeviceModel, DeviceOutcome
@@ -130,12 +129,16 @@ def device_score_inputs(
 def _score_write(*, device_id: int, score: int, slot_free: bool = False) -> None:
     """Store the device's score; with ``slot_free`` give back one of its slots in
     the same write (never below zero)."""
-    fields = {"score": score}
-    if slot_free:
-        fields["slots_used"] = Case(
-            When(slots_used__gt=0, then=F("slots_used") - 1), default=0
-        )
-    Device.objects.filter(id=device_id).update(**fields)
+    with connection.cursor() as cursor:  # fixed statements: every outcome writes one
+        cursor.execute(_SCORE_SLOT_SQL if slot_free else _SCORE_SQL, [score, device_id])
+
+
+_SCORE_SQL = "UPDATE hosts_device SET score = %s WHERE id = %s"
+_SCORE_SLOT_SQL = (
+    "UPDATE hosts_device SET score = %s,"
+    " slots_used = CASE WHEN slots_used > 0 THEN slots_used - 1 ELSE 0 END"
+    " WHERE id = %s"
+)
 
 
 @transaction.atomic(savepoint=False)  # usually inside an attempt's end
