@@ -196,17 +196,20 @@ def _template_bytes(tokenizer: ModelTokenizer) -> int | None:
     return len(empty.encode("utf-8"))
 
 
-CANONICAL_MAX_TEMPERATURE = 1.3
-"""The hottest plain-text sampling whose honest counts were measured within
-``token_count_inflated``'s tolerance of the recount (SmolLM2, 105 answers at
-0–1.3: at most 2 over; tests/jobs/test_token_counts.py)."""
+CANONICAL_MAX_TEMPERATURE = 0.0
+"""The hottest plain-text sampling whose honest counts stay within
+``token_count_inflated``'s tolerance of the recount: greedy only. A sampled
+answer's split is the model's draw (SmolLM2 at T 0.7 wrote an honest answer
+in 48 tokens that re-tokenize into 44: bench/trust.py's bank), so its ids are
+believed when they spell the text; greedy answers and every spot check (T 0)
+hold counts to the recount."""
 
 
 def canonical_split_expected(*, constrained: bool, temperature: float | None) -> bool:
     """Whether an honest host's tokens for a request are expected to be close to
     the tokenizer's own split of their text: plain text (no ``response_format``:
     a grammar makes the sampler pick splits a re-tokenization never makes) at
-    a temperature up to ``CANONICAL_MAX_TEMPERATURE`` (None is 1)."""
+    a temperature up to ``CANONICAL_MAX_TEMPERATURE``, greedy (None is 1)."""
     hot = (1.0 if temperature is None else temperature) > CANONICAL_MAX_TEMPERATURE
     return not constrained and not hot
 
@@ -239,7 +242,9 @@ def token_count_inflated(
     token split the tokenizer would not make, but an honest sampler does not
     draw plain text in pieces finer than that (a host claiming finer splits to
     inflate its count is caught). Where the split is not expected canonical
-    (a grammar's, a hot sampler's), ids that spell the text are believed. A
+    (a grammar's, a sampler's above T 0), ids that spell the text are
+    believed, and a count without ids is held to the characters only: billing
+    takes the recount whatever was reported, so such a count gains nothing. A
     15 % inflation of an answer of 14 tokens or more is flagged. A count under
     the recount is the host's loss, not a cheat.
     """
