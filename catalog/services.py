@@ -120,7 +120,8 @@ def catalog_model_add(
         if price is not None and price < 0:
             raise CatalogAddError(f"--{name} must not be negative")
     if model_id is not None:  # refused before the file is read (minutes, for GBs)
-        _id_free(model_id, replace=replace, price=price_completion_nano)
+        with transaction.atomic():  # the lock needs one (PostgreSQL refuses it bare)
+            _id_free(model_id, replace=replace, price=price_completion_nano)
     entry = model_entry_read(path)
     file = entry.file
     if not file.weights_bytes:
