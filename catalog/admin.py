@@ -18,7 +18,7 @@ from django.template.response import TemplateResponse
 from modeldata.modelfile import ModelFileError
 from modeldata.vocab import UnsupportedVocabulary
 
-from .models import CatalogModel
+from .models import CatalogModel, ModelData
 from .services import CatalogAddError, catalog_model_add, price_nano
 
 FROM_FILE = (
@@ -123,3 +123,29 @@ class CatalogModelAdmin(admin.ModelAdmin):
                 "form": form,
             },
         )
+
+
+@admin.register(ModelData)
+class ModelDataAdmin(admin.ModelAdmin):
+    """What the coordinator keeps of each model's file (its vocabulary and
+    chat template), read-only: written only by ``catalog_add`` (the file's
+    own metadata), never by hand."""
+
+    list_display = ["model", "vocabulary_size", "updated_at"]
+    list_filter = ["updated_at"]
+    search_fields = ["model__id"]
+    fields = ["model", "vocabulary_size", "updated_at"]
+    readonly_fields = fields
+
+    @admin.display(description="vocabulary (bytes of JSON)")
+    def vocabulary_size(self, obj: ModelData) -> str:
+        return f"{len(obj.vocab_json):,}"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
