@@ -151,6 +151,7 @@ class DeviceAdmin(admin.ModelAdmin):
         "quarantined",
         "quarantine_reason",
         "paused",
+        "reference",
         "machine__connected",
         "machine__region",
     ]

@@ -3,7 +3,8 @@
 never silently unchecked).
 
 A model *has calibrated checks* when its pool holds at least one calibrated
-prompt (``CanaryPrompt`` ``calibrated``: its right answer established), or this
+prompt (``CanaryPrompt`` ``calibrated``: its right answer established by the
+reference engine or by the fleet, ``jobs.canaryfleet``), or this
 coordinator runs its reference engine (``jobs.canarypool.reference_engine``),
 which calibrates the pool on the next top-up. A device is checkable when one
 of its loaded models whose pinned weights it runs has calibrated checks: a
@@ -52,7 +53,8 @@ def device_models_runnable(*, device_id: int) -> list[str]:
     rows = DeviceModel.objects.filter(device_id=device_id, loaded=True).values_list(
         "model_id", "weights_sha256"
     )
-    catalog = {m.id: m for m in CatalogModel.objects.filter(id__in=[r[0] for r in rows])}
+    ids = [model_id for model_id, _ in rows]
+    catalog = {m.id: m for m in CatalogModel.objects.filter(id__in=ids)}
     return sorted(
         model_id
         for model_id, weights in rows
@@ -71,7 +73,8 @@ def device_checks_missing(*, device_id: int) -> list[str]:
 @dataclass(frozen=True)
 class CheckSupply:
     """What a model has to check its hosts with now (the staff fleet page):
-    ``checked``: it has calibrated checks (``models_checked``); ``checks_unused`` calibrated prompts never sent, of ``checks_calibrated``
+    ``checked``: it has calibrated checks (``models_checked``);
+    ``checks_unused`` calibrated prompts never sent, of ``checks_calibrated``
     in its pool; ``reference_engine``: this coordinator calibrates its pool;
     ``checks_of_verifiers``: calibrated prompts made checks of verifiers (a
     reference answer and a decoy judged at a temperature: its verification

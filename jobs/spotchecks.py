@@ -29,6 +29,7 @@ from hosts.services import (
 )
 
 from .canaries import answer_right
+from .canaryfleet import candidate_pick, candidate_vote, fleet_candidates_ask
 from .canarypool import canary_pick
 from .checkpools import device_models_runnable, models_checked
 from .models import Job, Rental, SpotCheck
@@ -42,7 +43,8 @@ log = logging.getLogger("ballast.spotchecks")
 def spot_check_create(*, device: Device, reason: str) -> Job | None:
     """Create the spot-check job for a device; None when no loaded model of it
     (run from the weights its catalog entry pins) has a prompt left for it in
-    the pool (``jobs.canarypool.canary_pick``).
+    the pool (``jobs.canarypool.canary_pick``; for reason ``calibration``, a
+    candidate whose answer the fleet establishes: ``jobs.canaryfleet``).
 
     The job is the canary's, as a renter's job in the shape the canary was
     drawn in (endpoint, messages or prompt, params, stream).
@@ -56,7 +58,10 @@ def spot_check_create(*, device: Device, reason: str) -> Job | None:
         model = CatalogModel.objects.filter(id=model_id).first()
         if model is None or not model.weights_match(weights):
             continue  # no work of a model it runs other weights of (rule 6)
-        canary = canary_pick(device=device, model_id=model_id)
+        if reason == SpotCheck.Reason.CALIBRATION:  # a candidate's answer asked
+            canary = candidate_pick(device=device, model_id=model_id)
+        else:
+            canary = canary_pick(device=device, model_id=model_id)
         if not canary:
             continue
         job = job_create(
@@ -109,6 +114,8 @@ def spot_checks_take_due(*, machine_id: str, now: datetime | None = None) -> lis
         if job is not None:
             jobs.append(job)
             continue
+        if device.spot_check_reason == SpotCheck.Reason.CALIBRATION:
+            continue  # no candidate open for it any more: nothing to ask
         runnable = device_models_runnable(device_id=device.id)
         if models_checked(runnable):
             Device.objects.filter(id=device.id, spot_check_due_at__isnull=True).update(
@@ -158,7 +165,9 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
 
     Failure: an outcome against the score, every held earning of the device
     reversed, quarantine judged, a rental on it stopped. Pass: a quarantined device
-    may be released (3 in a row); a pending rental goes live.
+    may be released (3 in a row); a pending rental goes live. A candidate's
+    answer (reason ``calibration``) is a vote on the candidate, never an
+    outcome of the device (``jobs.canaryfleet.candidate_vote``).
     """
     now = now or timezone.now()
     check = (
@@ -169,6 +178,9 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
     if check.passed is not None:
         return check
     passed, detail = spot_check_verdict(job=check.job, check=check)
+    if check.reason == SpotCheck.Reason.CALIBRATION:
+        candidate_vote(check=check, passed=passed, detail=detail, now=now)
+        return check
     check.passed, check.detail, check.judged_at = passed, detail, now
     check.save(update_fields=["passed", "detail", "judged_at"])
     metrics.spot_check_judged(passed=passed)
@@ -202,7 +214,9 @@ def spot_checks_schedule(*, now: datetime | None = None) -> int:
     """Mark spot checks due where time calls for one (Celery beat); returns how many.
 
     Quarantined devices every ``BALLAST_QUARANTINE_CHECK_EVERY_S`` (3 min); live
-    rentals every ``BALLAST_RENTAL_CHECK_EVERY_S`` (30 min).
+    rentals every ``BALLAST_RENTAL_CHECK_EVERY_S`` (30 min); trusted devices
+    asked the answers of candidates of models no reference engine here runs
+    (``jobs.canaryfleet.fleet_candidates_ask``).
     """
     now = now or timezone.now()
     marked = 0
@@ -225,4 +239,4 @@ def spot_checks_schedule(*, now: datetime | None = None) -> int:
         marked += spot_check_mark_due(
             device_id=rental.device_id, reason="rental", now=now
         )
-    return marked
+    return marked + fleet_candidates_ask(now=now)

@@ -77,9 +77,11 @@ def fleet_by_model(*, now: datetime) -> list[ModelFleet]:
             ended=Count("id"),
             failed=Count("id", filter=Q(outcome__in=Attempt.FAILURES)),
         )
-        checks = SpotCheck.objects.filter(
-            job__model_id=model.id, judged_at__gte=hour_ago
-        ).aggregate(judged=Count("id"), failed=Count("id", filter=Q(passed=False)))
+        checks = (
+            SpotCheck.objects.filter(job__model_id=model.id, judged_at__gte=hour_ago)
+            .exclude(reason=SpotCheck.Reason.CALIBRATION)  # votes, not verdicts
+            .aggregate(judged=Count("id"), failed=Count("id", filter=Q(passed=False)))
+        )
         verifications = Verification.objects.filter(
             job__model_id=model.id, scored_at__gte=hour_ago
         ).aggregate(

@@ -93,6 +93,12 @@ class Device(models.Model):
         blank=True,
         help_text="missing from the machine's latest hello: kept, never eligible",
     )
+    reference = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="a reference device, marked by staff: trusted to establish the"
+        " answers of spot checks for models the coordinator cannot run",
+    )
 
     class Meta:
         ordering = ["machine__name", "index"]

@@ -84,6 +84,7 @@ class SpotCheck(models.Model):
         QUARANTINE = "quarantine"
         RENTAL = "rental"
         STAFF = "staff"
+        CALIBRATION = "calibration"  # a candidate's answer asked of a trusted device
 
     device = models.ForeignKey(
         "hosts.Device", on_delete=models.CASCADE, related_name="spot_checks"

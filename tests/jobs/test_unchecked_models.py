@@ -162,7 +162,8 @@ def test_the_machine_page_says_a_device_is_not_spot_checked_yet(
         return client.get(f"/machines/{device.machine_id}/").content.decode()
 
     html = page()
-    assert f"not spot-checked yet: no calibrated checks for <code>{OTHER}</code>" in html
+    said = f"not spot-checked yet: no calibrated checks for <code>{OTHER}</code>"
+    assert said in html
     assert "so it cannot leave quarantine yet; it cannot be rented meanwhile" in html
     _calibrated_prompt(OTHER)
     html = page()
