@@ -108,7 +108,7 @@ async def segment_follow(
                 segment.outcome = Attempt.Outcome.SUCCEEDED
                 segment.done = {
                     "finish_reason": "length",
-                    "prompt_tokens": 0,
+                    "prompt_tokens": None,  # counted at the job's end
                     "completion_tokens": token_count(model_id, segment.text) or 0,
                     "receipt": None,  # asked for: ``cancel_receipt``
                 }

@@ -287,7 +287,9 @@ def cancel_receipt_check(attempt: Attempt, *, output_text: str, answer: dict) ->
     is flagged) and the signature verifies (``billing.services.receipt_check``,
     stored once per attempt)."""
     sent = answer.get("text")
-    attempt.prompt_tokens_reported = answer["prompt_tokens"]
+    # a cancelled frame's prompt count is no report (agents send 0 there):
+    # the job's end counts the prompt (``endings.renter_prompt_tokens``)
+    attempt.prompt_tokens_reported = answer.get("prompt_tokens") or None
     attempt.receipt = (answer.get("receipt") or "")[:200]
     attempt.receipt_valid = False
     if sent is None or not sent.startswith(output_text):

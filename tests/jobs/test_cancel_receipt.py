@@ -115,9 +115,13 @@ async def test_an_answer_cut_at_max_tokens_pays_the_host_for_what_was_delivered(
     await host.cancelled(job_id)
     response = await answer
     assert response.json()["choices"][0]["finish_reason"] == "length"
+    # the prompt is counted by the model's tokenizer (the cut and the
+    # cancelled frame report no prompt count): never 0
+    assert response.json()["usage"]["prompt_tokens"] > 0
     attempt = await Attempt.objects.select_related("job").aget(id=job_id)
     job = await job_closed(attempt.job_id)
     assert job.status == Job.Status.SUCCEEDED and job.tokens_billed == 3
+    assert job.prompt_tokens == response.json()["usage"]["prompt_tokens"]
     earnings = [e.amount_nano async for e in Earning.objects.filter(attempt=attempt)]
     assert earnings == [await _host_share(job)] and earnings[0] > 0
     await host.close()
