@@ -43,6 +43,12 @@ def test_staff_answer_questions_from_the_console(site, browser):
     shots += page_check(browser, f"{url}/staff/", "staff-fleet")
     online = f"#fleet-{MODEL} td[data-label='Devices online']"
     assert browser.find_element(By.CSS_SELECTOR, online).text == "1"
+    # what the model has to check with (issue 31 item 4): its pool and verification
+    pool = browser.find_element(By.CSS_SELECTOR, f"#fleet-{MODEL} td.pool").text
+    assert "unused of" in pool and "reference engine" in pool
+    verification = f"#fleet-{MODEL} td.verification"
+    verifiers = browser.find_element(By.CSS_SELECTOR, verification).text
+    assert "verifiers available" in verifiers
     # a renter's whole picture, found by email
     shots += page_check(browser, f"{url}/staff/find/?q=renter", "staff-find")
     browser.find_element(By.LINK_TEXT, "renter@example.com").click()
