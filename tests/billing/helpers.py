@@ -130,7 +130,13 @@ class Rig:
             self._heartbeat(host)
 
     def job(
-        self, *, renter, model: str, spot_check: bool = False, max_tokens: int = 64
+        self,
+        *,
+        renter,
+        model: str,
+        spot_check: bool = False,
+        max_tokens: int = 64,
+        temperature: float | None = None,
     ) -> Job:
         return job_create(
             renter=None if spot_check else renter,
@@ -139,7 +145,8 @@ class Rig:
             endpoint=Job.Endpoint.CHAT,
             messages=[{"role": "user", "content": "Say something"}],
             prompt=None,
-            params={"max_tokens": max_tokens},
+            params={"max_tokens": max_tokens}
+            | ({} if temperature is None else {"temperature": temperature}),
             placement={},
             stream=True,
             is_spot_check=spot_check,

@@ -145,11 +145,24 @@ def test_it_caps_an_unbelievable_count_at_the_characters_and_flags_it(rig, rente
 def test_it_flags_a_count_far_from_the_reference_recount(rig, renter):
     text = "The quick brown fox jumps over the lazy dog again and again."
     recount = token_count(MODEL, text)
-    job = rig.job(renter=renter, model=MODEL)
+    job = rig.job(renter=renter, model=MODEL, temperature=0)
     attempt = rig.segment(job, text=text, tokens=recount * 2)
     rig.finish(job)
     attempt.refresh_from_db()
     assert attempt.token_count_flagged and attempt.tokens_billed == recount
+
+
+def test_a_sampled_count_is_billed_at_the_recount_but_not_flagged(rig, renter):
+    """Above T 0 an honest sampler may draw finer splits than the recount
+    (jobs.tokens.CANONICAL_MAX_TEMPERATURE): not a cheat's mark; the bill is
+    the recount all the same, so a higher count gains nothing."""
+    text = "The quick brown fox jumps over the lazy dog again and again."
+    recount = token_count(MODEL, text)
+    job = rig.job(renter=renter, model=MODEL, temperature=0.7)
+    attempt = rig.segment(job, text=text, tokens=recount * 2)
+    rig.finish(job)
+    attempt.refresh_from_db()
+    assert not attempt.token_count_flagged and attempt.tokens_billed == recount
 
 
 def test_it_rechecks_token_sanity_before_charging(rig, renter):
