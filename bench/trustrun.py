@@ -134,7 +134,12 @@ class Fleet:
         from hosts.services import device_outcome_record
         from jobs.models import Attempt, Job
         from jobs.services.checks import device_check_failed
-        from jobs.tokens import token_count, token_count_inflated, token_ids_spell
+        from jobs.tokens import (
+            canonical_split_expected,
+            token_count,
+            token_count_inflated,
+            token_ids_spell,
+        )
         from jobs.verification.exemptions import verified_text
         from jobs.verification.records import verification_choose
 
@@ -154,7 +159,11 @@ class Fleet:
             None if ids is None else token_ids_spell(self.model.id, ids=ids, text=text)
         )
         flagged = token_count_inflated(
-            reported=reported, text=text, recount=recount, spelled=spelled
+            reported=reported,
+            text=text,
+            recount=recount,
+            spelled=spelled,
+            canonical=canonical_split_expected(constrained=False, temperature=temperature),
         )
         # what attempt_end records of the host's ids: what a verifier is sent
         verified = verified_text(model_id=self.model.id, text=text, token_ids=ids, stop=None)
