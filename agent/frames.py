@@ -12,6 +12,9 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 2000
 """Error texts sent to the coordinator are cut to this length (characters)."""
+MAX_VERIFY_TOKEN_IDS = 8192
+"""The most token ids a ``verify`` frame's answer may carry (a verified answer
+has at most 2,048)."""
 
 
 def request_from_offer(frame: dict[str, Any], device: int) -> GenerationRequest:
@@ -90,21 +93,34 @@ def request_from_offer(frame: dict[str, Any], device: int) -> GenerationRequest:
 
 def request_from_verify(
     frame: dict[str, Any], device: int
-) -> tuple[GenerationRequest, str]:
-    """The request and the answer of a ``verify`` frame (an answer to score by
-    prefill): its ``device``, ``model``, ``messages`` or ``prompt`` and
-    ``params`` are checked as an offer's are, ``answer`` must be a string.
+) -> tuple[GenerationRequest, str, list[int] | None]:
+    """The request, the answer and the answer's token ids of a ``verify`` frame
+    (an answer to score by prefill): its ``device``, ``model``, ``messages`` or
+    ``prompt`` and ``params`` are checked as an offer's are, ``answer`` must be
+    a string, ``token_ids`` absent, null or a list of at most
+    ``MAX_VERIFY_TOKEN_IDS`` non-negative integers (docs/protocol-notes.md,
+    2026-12-07).
 
     Raises ``ValueError`` naming the bad field.
     """
     answer = frame.get("answer")
     if not isinstance(answer, str):
         raise ValueError("verify: answer must be a string")
+    token_ids = frame.get("token_ids")
+    if token_ids is not None and not (
+        isinstance(token_ids, list)
+        and len(token_ids) <= MAX_VERIFY_TOKEN_IDS
+        and all(type(t) is int and t >= 0 for t in token_ids)
+    ):
+        raise ValueError(
+            "verify: token_ids must be a list of at most "
+            f"{MAX_VERIFY_TOKEN_IDS} non-negative integers"
+        )
     try:
         request = request_from_offer(frame, device)
     except ValueError as exc:
         raise ValueError(f"verify: {exc}") from None
-    return request, answer
+    return request, answer, token_ids
 
 
 def frame_parse(message: str | bytes) -> dict[str, Any] | None:

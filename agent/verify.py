@@ -34,7 +34,7 @@ async def verify_handle(session: Session, frame: dict[str, Any]) -> None:
         log.warning("ignoring a verify without a job id")
         return
     try:
-        request, answer = request_from_verify(frame, agent.config.device)
+        request, answer, token_ids = request_from_verify(frame, agent.config.device)
         loaded = agent.engine.loaded_models()
         if request.model not in loaded:
             raise ValueError(
@@ -47,22 +47,26 @@ async def verify_handle(session: Session, frame: dict[str, Any]) -> None:
         await session.send({"type": "error", "job": job, "message": str(exc)})
         return
     task = asyncio.create_task(
-        _scores_send(session, job, request, answer), name=f"verify-{job}"
+        _scores_send(session, job, request, answer, token_ids), name=f"verify-{job}"
     )
     session.answers.add(task)
     task.add_done_callback(session.answers.discard)
 
 
 async def _scores_send(
-    session: Session, job: str, request: GenerationRequest, answer: str
+    session: Session,
+    job: str,
+    request: GenerationRequest,
+    answer: str,
+    token_ids: list[int] | None,
 ) -> None:
-    """Score ``answer`` and send ``scores``: one entry per scored token,
+    """Score ``answer`` (its ``token_ids`` when the frame gave them) and send ``scores``: one entry per scored token,
     ``usage`` (the prompt's tokens, ``completion_tokens`` = the entries) and a
     receipt over job, that count and the answer's text; ``error`` when the
     engine fails."""
     agent = session.agent
     try:
-        scored = await agent.engine.score(request, answer)
+        scored = await agent.engine.score(request, answer, token_ids)
     except asyncio.CancelledError:
         raise
     except Exception as exc:

@@ -188,10 +188,14 @@ class Engine(ABC):
         client reports it to the coordinator as an ``error`` frame.
         """
 
-    async def score(self, request: GenerationRequest, answer: str) -> AnswerScores:
+    async def score(
+        self, request: GenerationRequest, answer: str, token_ids: list[int] | None = None
+    ) -> AnswerScores:
         """Score ``answer`` as the completion of ``request`` by prefill (a
         ``verify`` offer): each answer token's rank and log-probability under
-        the request's sampling parameters, without generating.
+        the request's sampling parameters, without generating. ``token_ids``:
+        the answer's tokens as its host drew them (the ``verify`` frame's),
+        scored instead of the answer's text tokenized again.
 
         Engines that can (``verifies``) override it; this one raises
         ``GenerationError`` saying this engine cannot score.

@@ -335,14 +335,17 @@ class LlamaCppEngine(Engine):
             put("piece", extras.piece(tail, final=True))
         return outcome
 
-    async def score(self, request: GenerationRequest, answer: str) -> AnswerScores:
-        """Score ``answer`` after ``request``'s prompt (rendered as generation
-        renders it, without ``continue_from``) by prefill, under the engine's
-        lock (see ``prefill.answer_score``; at most ``request.max_tokens()``
-        tokens are scored).
+    async def score(
+        self, request: GenerationRequest, answer: str, token_ids: list[int] | None = None
+    ) -> AnswerScores:
+        """Score ``answer`` (its ``token_ids`` when given) after ``request``'s
+        prompt (rendered as generation renders it, without ``continue_from``)
+        by prefill, under the engine's lock (see ``prefill.answer_score``; at
+        most ``request.max_tokens()`` tokens are scored).
 
         Raises ``GenerationError`` when the model is not loaded or not this
-        one, the chat template fails or the prompt does not fit the context.
+        one, the chat template fails, the prompt does not fit the context or
+        a token id is not in the vocabulary.
         """
         self._require_loaded()
         if request.model != self.model_id:
@@ -358,6 +361,7 @@ class LlamaCppEngine(Engine):
                 return answer_score(
                     self._llama, prompt, answer, temperature=temperature,
                     top_p=top_p, max_tokens=request.max_tokens(),
+                    token_ids=token_ids,
                 )  # fmt: skip
 
         return await asyncio.to_thread(run)

@@ -49,24 +49,36 @@ def answer_score(
     temperature: float,
     top_p: float,
     max_tokens: int,
+    token_ids: list[int] | None = None,
 ) -> AnswerScores:
     """Score ``answer`` after the rendered ``prompt`` with the loaded ``llama``
     (the caller holds the engine's lock; the context is reset first, as a
     generation does).
 
-    The answer is tokenized as text (no BOS, special tokens not parsed: text
-    that spells one is text). At most ``max_tokens`` tokens are scored, and no
+    The answer's tokens are ``token_ids`` when given (the ids its host drew,
+    which the coordinator found to spell it: the tokens scored are the ones
+    sampled), else the answer tokenized as text (no BOS, special tokens not
+    parsed: text that spells one is text). At most ``max_tokens`` tokens are scored, and no
     more than the context holds after the prompt; the rest is not scored (the
     ``scores`` frame then has fewer tokens than the answer). ``temperature``
     and ``top_p`` are the request's, as ``sampling.sampling_params`` reads them.
 
-    Raises ``GenerationError`` when the prompt does not fit the context.
+    Raises ``GenerationError`` when the prompt does not fit the context or a
+    token id is not in the model's vocabulary.
     """
     tokens = prompt_tokenize(llama, prompt)
-    answer_ids = llama.tokenize(answer.encode("utf-8"), add_bos=False, special=False)
+    n_vocab = llama.n_vocab()
+    if token_ids is None:
+        answer_ids = llama.tokenize(answer.encode("utf-8"), add_bos=False, special=False)
+    else:
+        outside = next((t for t in token_ids if not 0 <= t < n_vocab), None)
+        if outside is not None:
+            raise GenerationError(
+                f"token id {outside} is not in the vocabulary ({n_vocab} tokens)"
+            )
+        answer_ids = token_ids
     room = llama.n_ctx() - len(tokens)
     answer_ids = list(answer_ids)[: max(0, min(max_tokens, room))]
-    n_vocab = llama.n_vocab()
     scores: list[TokenScore] = []
     llama.reset()
     llama.eval(tokens)

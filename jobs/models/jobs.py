@@ -198,11 +198,14 @@ class Attempt(models.Model):
     token_count_flagged = models.BooleanField(default=False)
     # what of the answer a verifier scores, by what the coordinator checked of
     # the host's token ids (``jobs.verification.exemptions``): ``verify_text``
-    # None is ``output_text`` whole; ``exemption`` what was left out
+    # None is ``output_text`` whole; ``exemption`` what was left out;
+    # ``verify_token_ids`` the host's ids of it, scored instead of the text
+    # tokenized again (None: not known to spell it)
     exemption = models.CharField(
         max_length=16, choices=Exemption.choices, blank=True, default=""
     )
     verify_text = models.TextField(null=True, blank=True)
+    verify_token_ids = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["offered_at"]

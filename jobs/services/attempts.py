@@ -206,6 +206,7 @@ def attempt_end(
         )
         attempt.exemption = verified.exemption
         attempt.verify_text = None if verified.text == output_text else verified.text
+        attempt.verify_token_ids = verified.token_ids
     if done and done.get("receipt") is None:
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
@@ -231,6 +232,7 @@ def attempt_end(
             "receipt_valid",
             "exemption",
             "verify_text",
+            "verify_token_ids",
         ]
     )
     job = attempt.job

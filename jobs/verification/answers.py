@@ -20,7 +20,8 @@ class VerifiedAnswer:
     ``prompt`` (completions) of model ``model_id`` under ``params`` (the
     offer's: ``temperature``, ``top_p``, ``max_tokens``, ``stop``, ``seed``),
     its host's ``billed`` tokens (None for a check), priced at
-    ``price_nano`` per token (nano-USD)."""
+    ``price_nano`` per token (nano-USD); ``token_ids``: the host's ids of
+    ``answer``, which a verifier scores (None: it scores the text tokenized)."""
 
     model_id: str
     endpoint: str
@@ -30,6 +31,7 @@ class VerifiedAnswer:
     answer: str
     billed: int | None
     price_nano: int
+    token_ids: list[int] | None = None
 
     @property
     def temperature(self) -> float:
@@ -65,6 +67,7 @@ def verified_answer(ver: Verification) -> VerifiedAnswer:
         answer=_verified_text(ver),
         billed=job.tokens_billed,
         price_nano=job_price_nano(job),
+        token_ids=ver.attempt.verify_token_ids if ver.attempt is not None else None,
     )
 
 

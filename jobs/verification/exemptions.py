@@ -60,10 +60,14 @@ codecs.register_error("ballast.cut", _cut_mark)
 class VerifiedText:
     """``text``: what a verifier scores of an answer (may be "": nothing to
     verify); ``exemption``: "" (all of it), ``STOP_CUT`` or ``CUT_CHARACTER``
-    (what was left out, the latter when both were)."""
+    (what was left out, the latter when both were); ``token_ids``: the host's
+    ids a verifier scores instead of ``text`` tokenized again (the tokens the
+    model drew: a stop cut's last one left out, a cut character's kept, as
+    they are what was sampled), None when the ids are not known to spell it."""
 
     text: str
     exemption: str
+    token_ids: list[int] | None = None
 
 
 def verified_text(
@@ -77,7 +81,7 @@ def verified_text(
     delivered, by the host's ``token_ids`` (None: it sent none) and the
     request's ``stop`` strings (the module's rules). Without the model's
     vocabulary, without ids, or with ids whose text does not begin with
-    ``text``: ``text`` whole."""
+    ``text`` (or that hold a control token): ``text`` whole, no ids."""
     whole = VerifiedText(text=text, exemption="")
     pieces = token_pieces(model_id) if token_ids else None
     if pieces is None or not text:
@@ -88,7 +92,9 @@ def verified_text(
     marked, cut_ends = _decode(b"".join(pieces[token] for token in token_ids))
     if marked.replace(_CUT, "\ufffd")[: len(text)] != text:
         return whole  # (not the ids' text: the count check judges that)
-    exemption, kept = "", len(text)
+    if not all(pieces[token] for token in token_ids):
+        return whole  # (a control token: no text of the answer)
+    exemption, kept, ids = "", len(text), list(token_ids)
     if len(marked) > len(text):  # the last token's text runs on past the answer
         if not _stop_begins(marked[len(text) :].replace(_CUT, "\ufffd"), stop):
             return whole
@@ -96,12 +102,17 @@ def verified_text(
         kept = len(_decode(b"".join(pieces[token] for token in token_ids[:-1]))[0])
         if kept > len(text):
             return whole  # (more than the last token runs on: no stop cut)
+        ids = ids[:-1]
     kept_text = marked[:kept]
     if _CUT not in kept_text:
-        return VerifiedText(text=kept_text, exemption=exemption)
+        return VerifiedText(text=kept_text, exemption=exemption, token_ids=ids)
     if not set(cut_ends) <= {0, *ends}:  # not cut where a token ends: text
-        return VerifiedText(text=kept_text.replace(_CUT, "\ufffd"), exemption=exemption)
-    return VerifiedText(text=kept_text.replace(_CUT, ""), exemption=CUT_CHARACTER)
+        return VerifiedText(
+            text=kept_text.replace(_CUT, "\ufffd"), exemption=exemption, token_ids=ids
+        )
+    return VerifiedText(
+        text=kept_text.replace(_CUT, ""), exemption=CUT_CHARACTER, token_ids=ids
+    )
 
 
 def _decode(raw: bytes) -> tuple[str, list[int]]:

@@ -33,7 +33,8 @@ def verify_frame(*, ver: Verification, device_index: int) -> dict:
     missing one 1.0; ``stop`` always null: no verified answer was cut by one,
     and a check must not differ), and the ``answer`` its host delivered less
     what its token ids showed no text can carry (``answers.verified_answer``,
-    ``exemptions``; a check of a verifier's alike)."""
+    ``exemptions``; a check of a verifier's alike), with ``token_ids``, the
+    host's ids of it, when the coordinator found they spell it."""
     verified = verified_answer(ver)
     params = verified.params
     top_p = params.get("top_p")
@@ -51,6 +52,8 @@ def verify_frame(*, ver: Verification, device_index: int) -> dict:
         },
         "answer": verified.answer,
     }
+    if verified.token_ids is not None:
+        frame["token_ids"] = verified.token_ids
     if is_chat(verified):
         frame["messages"] = verified.messages
     else:

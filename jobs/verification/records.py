@@ -130,7 +130,8 @@ def verification_scored(
     sent for verification ``verification_id`` (hex).
 
     Refused against the verifier (``verification_refused``): a count that
-    cannot be the whole answer (``scores_cover_answer``), a receipt that does not verify (over the
+    cannot be the whole answer (``scores_cover_answer``: one score per token
+    id the ``verify`` carried), a receipt that does not verify (over the
     verification's id, the count and the answer's text, with the verifier
     machine's pinned key). Else scored (``answer_plausible`` at the job's
     temperature), the verifier paid for the prefill (``verifier_pay``) and a
@@ -148,8 +149,11 @@ def verification_scored(
     verified = verified_answer(ver)
     answer = verified.answer
     recount = token_count(verified.model_id, answer)
-    if not scores_cover_answer(n=len(tokens), answer=answer, recount=recount):
-        detail = f"{len(tokens)} scores for an answer of {recount} tokens"
+    if not scores_cover_answer(
+        n=len(tokens), answer=answer, recount=recount, token_ids=verified.token_ids
+    ):
+        told = recount if verified.token_ids is None else len(verified.token_ids)
+        detail = f"{len(tokens)} scores for an answer of {told} tokens"
         return _verifier_failed(ver, V.Status.REFUSED, detail, now)
     if not receipt_verify(
         public_key_b64=ver.verifier.machine.public_key,

@@ -153,11 +153,16 @@ def _weighted_choice(items: list, weights: list[int]):
     raise AssertionError("unreachable: the draw is under the weights' sum")
 
 
-def scores_cover_answer(*, n: int, answer: str, recount: int | None) -> bool:
-    """Whether ``n`` scored tokens can be the whole ``answer``: at least one,
-    not inflated (``jobs.tokens.token_count_inflated``), and with the model's
-    tokenizer's ``recount`` not under it by more than ``max(2, 15 %)`` (the
-    answer tokenized after the prompt may split at its start differently)."""
+def scores_cover_answer(
+    *, n: int, answer: str, recount: int | None, token_ids: list[int] | None = None
+) -> bool:
+    """Whether ``n`` scored tokens can be the whole ``answer``: with the host's
+    ``token_ids`` sent, exactly one per id; else at least one, not inflated
+    (``jobs.tokens.token_count_inflated``), and with the model's tokenizer's
+    ``recount`` not under it by more than ``max(2, 15 %)`` (the answer
+    tokenized after the prompt may split at its start differently)."""
+    if token_ids is not None:
+        return n == len(token_ids) > 0
     if n < 1 or token_count_inflated(reported=n, text=answer, recount=recount):
         return False
     return recount is None or recount - n <= max(2, recount * 15 // 100)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.engines.base import GenerationRequest, GenerationResult
+from agent.engines.base import GenerationError, GenerationRequest, GenerationResult
 from bench.verification import Cheat, answers_generate, judge
 from jobs.verification.plausibility import token_scores_parse
 
@@ -32,9 +32,14 @@ def request_of(temperature: float, *, top_p: float = 1.0, max_tokens: int = 48):
 
 
 async def answer_of(engine: Any, request: GenerationRequest) -> tuple[str, int]:
+    text, result = await drawn(engine, request)
+    return text, result.completion_tokens
+
+
+async def drawn(engine: Any, request: GenerationRequest) -> tuple[str, GenerationResult]:
     result = GenerationResult()
     text = "".join([piece async for piece in engine.stream(request, result)])
-    return text, result.completion_tokens
+    return text, result
 
 
 def verify_frame(job: str, answer: str, **params: Any) -> dict[str, Any]:
@@ -98,6 +103,30 @@ async def test_a_cheats_answer_is_implausible(llama_engine, asked, cheat) -> Non
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("seed", [7, 11, 23])
+async def test_a_sampled_answer_is_scored_by_the_tokens_it_drew(llama_engine, seed):
+    """Given the host's ids, the verifier scores the tokens sampled: one
+    entry per id, each inside the sampler's support (the text tokenized
+    again may split otherwise, into tokens the sampler never drew)."""
+    request = request_of(0.7, max_tokens=64)
+    request.params["seed"] = seed
+    text, result = await drawn(llama_engine, request)
+    ids = result.token_ids
+    assert ids and len(ids) == result.completion_tokens
+    scored = await llama_engine.score(request, text, ids)
+    assert len(scored.tokens) == len(ids)
+    assert [t for t in scored.tokens if t.logprob is None] == []
+    verdict = judge(0.7, [t.frame() for t in scored.tokens], 64)
+    assert verdict.plausible, verdict.detail
+
+
+@pytest.mark.asyncio
+async def test_a_token_id_outside_the_vocabulary_is_an_error(llama_engine) -> None:
+    with pytest.raises(GenerationError, match="not in the vocabulary"):
+        await llama_engine.score(request_of(0), "x", [1, 10**9])
+
+
+@pytest.mark.asyncio
 async def test_scoring_stops_at_max_tokens(llama_engine) -> None:
     text, _ = await answer_of(llama_engine, request_of(0))
     scored = await llama_engine.score(request_of(0, max_tokens=5), text)
@@ -142,6 +171,9 @@ async def test_a_verify_frame_is_answered_by_scores_with_a_receipt(
         ({"messages": "hi"}, "messages must be a list of objects"),
         ({"model": ""}, "without a model"),
         ({"device": 3}, "device 3 is not served here"),
+        ({"token_ids": [1, -2]}, "token_ids must be a list"),
+        ({"token_ids": "1 2"}, "token_ids must be a list"),
+        ({"token_ids": [1, True]}, "token_ids must be a list"),
     ],
 )
 async def test_a_malformed_verify_is_refused_naming_the_field(

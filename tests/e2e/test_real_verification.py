@@ -22,6 +22,7 @@ pytestmark = pytest.mark.e2e
 def e2e_env(e2e_env):
     e2e_env["BALLAST_VERIFY_RATE"] = "1"
     e2e_env["BALLAST_SPOT_CHECKS"] = "0"  # only the renter's job and its verification
+    e2e_env["BALLAST_VERIFY_SECOND_SHARE"] = "0"  # one round: none drawn a second time
     return e2e_env
 
 

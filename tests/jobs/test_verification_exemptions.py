@@ -73,11 +73,13 @@ async def _answered(api_key, host, *, pieces, ids, finish_reason="stop", **param
     return await Attempt.objects.aget(id=job)
 
 
-async def _verified_as(verifier, expected: str) -> Verification:
-    """The ``verify`` the verifier gets carries ``expected`` as the answer;
-    scored plausible, it ends plausible."""
+async def _verified_as(verifier, expected: str, ids: list[int] | None = None) -> Verification:
+    """The ``verify`` the verifier gets carries ``expected`` as the answer and
+    ``ids`` as its ``token_ids`` (none when None); scored plausible, it ends
+    plausible."""
     _, verify = await verify_to([verifier])
     assert verify["answer"] == expected
+    assert verify.get("token_ids") == ids
     assert verify["params"]["stop"] is None
     await verifier.send(verifier.scores_frame(verify, scores_of(verify, PLAUSIBLE)))
     return await verification_until(verify["job"])
@@ -96,7 +98,7 @@ async def test_it_verifies_a_stop_answer_whole_when_the_ids_show_no_cut(
         api_key, verified, pieces=[text], ids=ids, stop=["\n"], temperature=1.0
     )
     assert (attempt.exemption, attempt.verify_text) == ("", None)
-    ver = await _verified_as(verifier, text)
+    ver = await _verified_as(verifier, text, ids)
     assert ver.verdict == "plausible"
     await verified.close()
     await verifier.close()
@@ -115,7 +117,7 @@ async def test_it_verifies_the_whole_tokens_before_a_stop_sequence_cut(
         api_key, verified, pieces=["Hello there, h"], ids=ids, stop=["ow"], temperature=1.0
     )
     assert (attempt.exemption, attempt.verify_text) == ("stop_cut", "Hello there,")
-    await _verified_as(verifier, "Hello there,")
+    await _verified_as(verifier, "Hello there,", ids[:-1])  # the drawn tokens scored
     await verified.close()
     await verifier.close()
 
@@ -136,7 +138,7 @@ async def test_a_stop_the_coordinator_cannot_see_exempts_nothing(verifying, api_
             api_key, verified, pieces=["Hello there, h"], ids=ids, stop=stop
         )
         assert (attempt.exemption, attempt.verify_text) == ("", None)
-        await _verified_as(verifier, "Hello there, h")
+        await _verified_as(verifier, "Hello there, h")  # (the ids run on: text)
     await verified.close()
     await verifier.close()
 
@@ -164,16 +166,12 @@ async def test_a_character_the_model_cut_is_left_out_of_what_is_verified(
     decoder made it U+FFFD, bytes no text can carry to the verifier; it is
     left out and the rest verified."""
     verified, verifier = await verified_and_verifier()
-
+    ids = await database_sync_to_async(_ids)("Hello", LEAD_BYTE, " there")
     attempt = await _answered(
-        api_key,
-        verified,
-        pieces=["Hello\ufffd there"],
-        ids=await database_sync_to_async(_ids)("Hello", LEAD_BYTE, " there"),
-        temperature=1.0,
+        api_key, verified, pieces=["Hello\ufffd there"], ids=ids, temperature=1.0
     )
     assert (attempt.exemption, attempt.verify_text) == ("cut_character", "Hello there")
-    await _verified_as(verifier, "Hello there")
+    await _verified_as(verifier, "Hello there", ids)  # the byte the model drew is scored
     await verified.close()
     await verifier.close()
 
@@ -193,3 +191,22 @@ def test_a_ufffd_the_ids_spell_as_its_own_bytes_is_text(catalog):
         stop=None,
     )
     assert (cut.text, cut.exemption) == ("Hello  there", "cut_character")
+
+
+@pytest.mark.asyncio
+async def test_a_verifier_must_score_one_entry_per_token_id(verifying, api_key):
+    """Sent the host's ids, a verifier that scores another split (one entry
+    fewer) did not score what was drawn: refused, against it only."""
+    verified, verifier = await verified_and_verifier()
+    ids = await database_sync_to_async(_ids)(*HELLO)
+    await _answered(
+        api_key, verified, pieces=["".join(HELLO)], ids=ids, temperature=1.0
+    )
+    _, verify = await verify_to([verifier])
+    assert verify["token_ids"] == ids
+    await verifier.send(verifier.scores_frame(verify, scores_of(verify, PLAUSIBLE)[1:]))
+    ver = await verification_until(verify["job"])
+    assert ver.status == "refused"
+    assert ver.detail == f"{len(ids) - 1} scores for an answer of {len(ids)} tokens"
+    await verified.close()
+    await verifier.close()

@@ -90,7 +90,10 @@ async def verify_to(hosts: list[HostSim], timeout: float = 5.0):
 
 
 def scores_of(verify: dict, entry: dict) -> list[dict]:
-    """One hand-built score per token of the answer (the tokenizer's count)."""
+    """One hand-built score per token of the answer: per id of its
+    ``token_ids`` when the frame has them, else the tokenizer's count."""
+    if verify.get("token_ids") is not None:
+        return [dict(entry) for _ in verify["token_ids"]]
     n = token_count(MODEL, verify["answer"]) or len(verify["answer"])
     return [dict(entry) for _ in range(n)]
 
