@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 
 @dataclass(frozen=True)
@@ -25,25 +26,47 @@ class Chart:
 
 
 def line_chart(
-    values: list[float], *, ymax: float, width: int = 480, height: int = 120
+    samples: list[tuple[datetime, float]],
+    *,
+    start: datetime,
+    end: datetime,
+    ymax: float,
+    width: int = 480,
+    height: int = 120,
+    left: int = 28,
 ) -> Chart:
-    """A polyline of ``values`` (oldest first) scaled so ``ymax`` is the top edge."""
-    if not values:
-        return Chart(width, height, "", [], ymax, True)
-    pad = 4
-    step = (width - 2 * pad) / max(1, len(values) - 1)
+    """A polyline of ``samples`` ((when, value), oldest first) placed by time
+    between ``start`` and ``end``, ``ymax`` the top line, with axes
+    (``Chart.axis``): y ticks at 0, half and ``ymax``; under the plot the
+    date (``%d %b``, UTC) at each midnight, thinned so no two overlap."""
+    base = height - 16  # the x axis; day labels below it
+    plot = base - 6
+    ticks = [
+        (round(base - plot * share, 1), f"{ymax * share:g}") for share in (0, 0.5, 1)
+    ]
+    span = max(1.0, (end - start).total_seconds())
+    inner = width - left - 4
+
+    def x_of(when: datetime) -> float:
+        return left + inner * min(1.0, max(0.0, (when - start).total_seconds() / span))
+
+    days = []
+    midnight = (start + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    while midnight <= end:
+        x = round(x_of(midnight), 1)
+        if (not days or x - days[-1][0] >= 50) and width - x >= 22:
+            days.append((x, midnight.strftime("%d %b"), "middle"))
+        midnight += timedelta(days=1)
+    axis = Axis(left, ticks, days)
+    if not samples:
+        return Chart(width, height, "", [], ymax, True, axis)
     pts = []
-    for i, value in enumerate(values):
-        x = pad + i * step
-        y = (
-            height - pad - (min(value, ymax) / ymax) * (height - 2 * pad)
-            if ymax
-            else height - pad
-        )
-        pts.append(f"{x:.1f},{y:.1f}")
-    if len(pts) == 1:
-        pts.append(f"{width - pad:.1f},{pts[0].split(',')[1]}")
-    return Chart(width, height, " ".join(pts), [], ymax, False)
+    for when, value in samples:
+        y = base - (min(value, ymax) / ymax) * plot if ymax else base
+        pts.append(f"{x_of(when):.1f},{y:.1f}")
+    if len(pts) == 1:  # one sample: a level line to now
+        pts.append(f"{x_of(end):.1f},{pts[0].split(',')[1]}")
+    return Chart(width, height, " ".join(pts), [], ymax, False, axis)
 
 
 def nice_top(value: float) -> float:

@@ -419,10 +419,14 @@ def machine_earnings_daily(
     ]
 
 
-def machine_score_history(*, machine: Machine, now: datetime, days: int = 7) -> dict:
-    """Map device label → [(taken_at, score)] over the last ``days``, oldest first."""
+SCORE_HISTORY = timedelta(days=7)  # what the machine page's score chart spans
+
+
+def machine_score_history(*, machine: Machine, now: datetime) -> dict:
+    """Map device label → [(taken_at, score)] over the last ``SCORE_HISTORY``,
+    oldest first."""
     samples = ScoreSample.objects.filter(
-        device__machine=machine, taken_at__gte=now - timedelta(days=days)
+        device__machine=machine, taken_at__gte=now - SCORE_HISTORY
     ).select_related("device", "device__machine")
     history: dict[str, list] = {}
     for sample in samples:

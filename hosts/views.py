@@ -124,7 +124,9 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     daily = selectors.machine_earnings_daily(machine=machine, now=now)
     history = selectors.machine_score_history(machine=machine, now=now)
     score_charts = [
-        (label, line_chart([s for _, s in samples], ymax=100))
+        (label, line_chart(
+            samples, start=now - selectors.SCORE_HISTORY, end=now, ymax=100
+        ))
         for label, samples in history.items()
     ]
     earnings_chart = bar_chart(

@@ -143,3 +143,24 @@ def test_a_chart_s_top_line_is_a_round_figure_over_its_tallest_bar():
     (bar,) = chart.bars
     assert chart.ymax == 5_000 and bar[3] < 100 - 30
     assert [text for _, text in chart.axis.ticks] == ["$0.00", "", "$0.000005"]
+
+
+def test_the_score_chart_places_samples_by_time_under_dated_days():
+    from hosts.charts import line_chart
+
+    end = datetime(2026, 12, 7, 15, 0, tzinfo=UTC)
+    start = end - timedelta(days=7)
+    samples = [(end - timedelta(days=6), 40), (end - timedelta(hours=1), 80)]
+    chart = line_chart(samples, start=start, end=end, ymax=100)
+    (x1, y1), (x2, y2) = (tuple(map(float, p.split(","))) for p in chart.points.split())
+    left, inner = chart.axis.left, chart.width - chart.axis.left - 4
+    # by time, not by index: six days of seven from the left, an hour from the right
+    assert abs(x1 - (left + inner / 7)) < 1 and abs(x2 - (left + inner * (1 - 1 / 168))) < 1
+    assert y2 < y1  # 80 above 40
+    assert [text for _, text in chart.axis.ticks] == ["0", "50", "100"]
+    days = chart.axis.days
+    assert [text for _, text, _ in days][0] == "01 Dec"  # the first midnight in the window
+    assert all(b[0] - a[0] >= 50 for a, b in zip(days, days[1:]))  # none overlap
+    assert all(left <= x <= chart.width - 22 for x, _, _ in days)
+    empty = line_chart([], start=start, end=end, ymax=100)
+    assert empty.empty and empty.axis.days == days
