@@ -13,6 +13,7 @@ thread, where they would otherwise only contend for the file's lock.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,9 +41,25 @@ def db_call(func: Callable, *, own_thread: bool = False) -> Callable:
         if _own_thread is None:
             _own_thread = ThreadPoolExecutor(1, thread_name_prefix="ballast-own")
         return database_sync_to_async(
-            func, thread_sensitive=False, executor=_own_thread
+            functools.partial(_connection_returned, func),
+            thread_sensitive=False,
+            executor=_own_thread,
         )
     return database_sync_to_async(func, thread_sensitive=sqlite)
+
+
+def _connection_returned(func: Callable, *args, **kwargs):
+    """``func(*args, **kwargs)``, then the thread's connection back to the pool.
+
+    The kept thread must hold no connection between calls: one it kept was
+    seen to survive Channels' ``close_old_connections`` under the test
+    harness, and a session the server ended meanwhile (a restart, a
+    terminated backend) then failed every later renewal; given back, the next
+    call takes a checked one from the pool (``ballast.dbpool``)."""
+    try:
+        return func(*args, **kwargs)
+    finally:
+        connection.close()
 
 
 def db_call_retried(
