@@ -340,8 +340,9 @@ class LlamaCppEngine(Engine):
     ) -> AnswerScores:
         """Score ``answer`` (its ``token_ids`` when given) after ``request``'s
         prompt (rendered as generation renders it, without ``continue_from``)
-        by prefill, under the engine's lock (see ``prefill.answer_score``; at
-        most ``request.max_tokens()`` tokens are scored).
+        under its ``response_format`` as generation applies it, by prefill,
+        under the engine's lock (see ``prefill.answer_score``; at most
+        ``request.max_tokens()`` tokens are scored).
 
         Raises ``GenerationError`` when the model is not loaded or not this
         one, the chat template fails, the prompt does not fit the context or
@@ -362,6 +363,7 @@ class LlamaCppEngine(Engine):
                     self._llama, prompt, answer, temperature=temperature,
                     top_p=top_p, max_tokens=request.max_tokens(),
                     token_ids=token_ids,
+                    constraint=(self._vocab, request.response_format),
                 )  # fmt: skip
 
         return await asyncio.to_thread(run)

@@ -14,11 +14,13 @@ The context never keeps all logits (``logits_all``), only the last position's.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from agent.engines.base import GenerationError
+from agent.engines.constrained import GrammarMask, grammar_of
 from agent.engines.sampling import AnswerScores, TokenScore, token_score
 
 
@@ -50,6 +52,7 @@ def answer_score(
     top_p: float,
     max_tokens: int,
     token_ids: list[int] | None = None,
+    constraint: tuple[Any, dict[str, Any] | None] = (None, None),
 ) -> AnswerScores:
     """Score ``answer`` after the rendered ``prompt`` with the loaded ``llama``
     (the caller holds the engine's lock; the context is reset first, as a
@@ -62,10 +65,44 @@ def answer_score(
     more than the context holds after the prompt; the rest is not scored (the
     ``scores`` frame then has fewer tokens than the answer). ``temperature``
     and ``top_p`` are the request's, as ``sampling.sampling_params`` reads them.
+    ``constraint``: (the model's llama.cpp vocabulary, the request's
+    ``response_format`` or None), applied as generation applies it
+    (``constrained.GrammarMask``): each position is scored on the logits the
+    grammar leaves (the distribution the constrained sampler drew from), the
+    grammar advanced over the token; a token it forbids, and every token
+    after it, is scored outside the support (no constrained sampler draws it).
 
-    Raises ``GenerationError`` when the prompt does not fit the context or a
-    token id is not in the model's vocabulary.
+    Raises ``GenerationError`` when the prompt does not fit the context, a
+    token id is not in the model's vocabulary or the schema has no grammar.
     """
+    vocab, response_format = constraint
+    grammar = (
+        GrammarMask(vocab, grammar_of(response_format), llama.n_vocab())
+        if response_format
+        else None
+    )
+    try:
+        return _scored(
+            llama, prompt, answer, temperature=temperature, top_p=top_p,
+            max_tokens=max_tokens, token_ids=token_ids, grammar=grammar,
+        )  # fmt: skip
+    finally:
+        if grammar is not None:
+            grammar.close()
+
+
+def _scored(
+    llama: Any,
+    prompt: str,
+    answer: str,
+    *,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+    token_ids: list[int] | None,
+    grammar: GrammarMask | None,
+) -> AnswerScores:
+    """``answer_score``'s work, with the grammar built (see there)."""
     tokens = prompt_tokenize(llama, prompt)
     n_vocab = llama.n_vocab()
     if token_ids is None:
@@ -80,13 +117,21 @@ def answer_score(
     room = llama.n_ctx() - len(tokens)
     answer_ids = list(answer_ids)[: max(0, min(max_tokens, room))]
     scores: list[TokenScore] = []
+    left = False  # whether the answer left the grammar
     llama.reset()
     llama.eval(tokens)
     for position, token in enumerate(answer_ids):
         if position:
             llama.eval([answer_ids[position - 1]])
         logits = np.ctypeslib.as_array(llama._ctx.get_logits_ith(-1), shape=(n_vocab,))
-        scores.append(
-            token_score(logits, token, temperature=temperature, top_p=top_p)
-        )
+        if grammar is not None and not left:
+            left = not grammar.allows(token)
+            masked = grammar(None, np.array(logits, dtype=np.single))
+            if np.isfinite(masked).any():
+                logits = masked
+            if not left:
+                grammar.accept(token)
+        score = token_score(logits, token, temperature=temperature, top_p=top_p)
+        # no constrained sampler draws a token its grammar forbids, nor any after it
+        scores.append(replace(score, logprob=None) if left else score)
     return AnswerScores(tokens=scores, prompt_tokens=len(tokens))

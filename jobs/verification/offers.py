@@ -16,6 +16,7 @@ from django.utils import timezone
 from ballast import local
 from ballast.db import db_call
 
+from ..formats import response_format_of
 from ..models import Verification
 from .answers import is_chat, verified_answer
 
@@ -34,7 +35,8 @@ def verify_frame(*, ver: Verification, device_index: int) -> dict:
     and a check must not differ), and the ``answer`` its host delivered less
     what its token ids showed no text can carry (``answers.verified_answer``,
     ``exemptions``; a check of a verifier's alike), with ``token_ids``, the
-    host's ids of it, when the coordinator found they spell it."""
+    host's ids of it, when the coordinator found they spell it, and the job's
+    ``response_format`` when it had one (only verified with its ids)."""
     verified = verified_answer(ver)
     params = verified.params
     top_p = params.get("top_p")
@@ -54,6 +56,9 @@ def verify_frame(*, ver: Verification, device_index: int) -> dict:
     }
     if verified.token_ids is not None:
         frame["token_ids"] = verified.token_ids
+    constraint = response_format_of(params)
+    if constraint is not None:  # scored under the grammar it was generated under
+        frame["response_format"] = constraint
     if is_chat(verified):
         frame["messages"] = verified.messages
     else:

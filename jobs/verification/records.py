@@ -49,8 +49,9 @@ V = Verification
 def verifiable(job: Job, attempts: list[Attempt]) -> bool:
     """Whether a finished job's answer may be verified: a renter's job (not a
     spot check) that succeeded with output in one fresh attempt (no
-    continuation), without a ``response_format`` (a grammar changes the
-    distribution the verifier would score), within ``VERIFY_MAX_TOKENS``, at a
+    continuation), without a ``response_format`` unless the host's token ids
+    are known (the verifier then scores those tokens under the same grammar:
+    text tokenized again is not what a grammar made the sampler draw), within ``VERIFY_MAX_TOKENS``, at a
     temperature of 0 or from ``VERIFY_MIN_TEMPERATURE`` to
     ``VERIFY_MAX_TEMPERATURE`` (None is 1), with text left to verify once
     what the coordinator saw in the host's token ids is left out (a stop
@@ -70,7 +71,10 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
         and attempts[0].kind == Attempt.Kind.FRESH
         and attempts[0].outcome == Attempt.Outcome.SUCCEEDED
         and attempts[0].verify_text != ""
-        and response_format_of(params) is None
+        and (
+            response_format_of(params) is None
+            or attempts[0].verify_token_ids is not None
+        )
         and 0 < job.tokens_billed <= VERIFY_MAX_TOKENS
         and (temperature == 0 or VERIFY_MIN_TEMPERATURE <= temperature)
         and temperature <= VERIFY_MAX_TEMPERATURE

@@ -17,7 +17,8 @@ from hosts.liveness import live_q
 from hosts.models import Device
 
 from ..models import Attempt, Job, Rental, Verification
-from ..selectors import model_loaded
+from ..formats import response_format_of
+from ..selectors import features_filter, model_loaded
 from ..tokens import token_count_inflated
 from .answers import VerifiedAnswer
 from .checks import trusted
@@ -40,13 +41,16 @@ def verifier_pick(
     now: datetime,
     trusted_only: bool = False,
     host_owner_id: int | None = None,
+    features: tuple[str, ...] = (),
 ) -> Device | None:
     """A device to verify an answer of ``model_id``: live, in its machine's
     latest ``hello``, the model loaded from the weights its catalog entry
     pins (``jobs.selectors.model_loaded``), its machine declaring ``verifies``,
     not paused, quarantined or retired, not rented (a rental's device is its
     renter's), on a machine of none of ``exclude_owners`` (user ids), with
-    ``trusted_only`` one that passed its checks (``checks.trusted``), with a
+    ``trusted_only`` one that passed its checks (``checks.trusted``), its
+    machine declaring every one of ``features`` (the answer's constraint: a
+    verifier scores under the grammar it was drawn under), with a
     slot (a device that takes jobs, so spot checks reach it too). Among the
     ``VERIFIERS_CONSIDERED`` best scored, the owners that verified an answer
     of ``host_owner_id``'s least recently (``_owners_fresh``: a recurring
@@ -60,6 +64,7 @@ def verifier_pick(
         return None
     candidates = list(
         verifiers_eligible(model=model, now=now, passes=passes)
+        .filter(features_filter(features))
         .exclude(machine__owner_id__in=list(exclude_owners))
         .select_related("machine")
         .order_by("-score", "id")[:VERIFIERS_CONSIDERED]
@@ -211,6 +216,8 @@ def verification_open(
     there is none."""
     owner_id = attempt.device.machine.owner_id
     exclude = {owner_id, *exclude_owners}
+    constraint = response_format_of(job.params or {})
+    features = (constraint["type"],) if constraint else ()
     verifier = None
     if round >= 2:
         verifier = verifier_pick(
@@ -219,9 +226,14 @@ def verification_open(
             now=now,
             trusted_only=True,
             host_owner_id=owner_id,
+            features=features,
         )
     verifier = verifier or verifier_pick(
-        model_id=job.model_id, exclude_owners=exclude, now=now, host_owner_id=owner_id
+        model_id=job.model_id,
+        exclude_owners=exclude,
+        now=now,
+        host_owner_id=owner_id,
+        features=features,
     )
     return Verification.objects.create(
         job=job,

@@ -120,6 +120,55 @@ async def test_a_sampled_answer_is_scored_by_the_tokens_it_drew(llama_engine, se
     assert verdict.plausible, verdict.detail
 
 
+SCHEMA_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "poem",
+        "schema": {
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "lines": {"type": "integer"}},
+            "required": ["title", "lines"],
+        },
+    },
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("temperature", [0, 0.7])
+async def test_an_answer_under_a_schema_is_scored_under_its_grammar(
+    llama_engine, temperature
+):
+    """A constrained answer's drawn tokens, scored under the same grammar:
+    every one inside the support the constrained sampler drew from (rank 0
+    at temperature 0), plausible; the same tokens judged without the grammar
+    are not what an honest sampler of that distribution draws."""
+    request = request_of(temperature, max_tokens=64)
+    request.response_format = SCHEMA_FORMAT
+    text, result = await drawn(llama_engine, request)
+    assert text.startswith("{")
+    scored = await llama_engine.score(request, text, result.token_ids)
+    assert len(scored.tokens) == len(result.token_ids)
+    assert [t for t in scored.tokens if t.logprob is None] == []
+    if temperature == 0:
+        assert all(t.rank == 0 for t in scored.tokens)
+    verdict = judge(temperature, [t.frame() for t in scored.tokens], 64)
+    assert verdict.plausible, verdict.detail
+
+
+@pytest.mark.asyncio
+async def test_an_answer_outside_the_schema_scores_outside_the_support(llama_engine):
+    """Plain text claimed as a schema's answer: its first token is one the
+    grammar forbids, scored outside the support; implausible."""
+    plain = request_of(0, max_tokens=32)
+    text, result = await drawn(llama_engine, plain)
+    claimed = request_of(0, max_tokens=32)
+    claimed.response_format = SCHEMA_FORMAT
+    scored = await llama_engine.score(claimed, text, result.token_ids)
+    assert scored.tokens[0].logprob is None
+    verdict = judge(0, [t.frame() for t in scored.tokens], 32)
+    assert not verdict.plausible
+
+
 @pytest.mark.asyncio
 async def test_a_token_id_outside_the_vocabulary_is_an_error(llama_engine) -> None:
     with pytest.raises(GenerationError, match="not in the vocabulary"):

@@ -23,6 +23,7 @@ from tests.hostsim import MODEL
 from .helpers import chat_request
 from .verifying import (  # noqa: F401 (verifying: a fixture)
     PLAUSIBLE,
+    host_online,
     scores_of,
     served,
     verification_until,
@@ -210,3 +211,40 @@ async def test_a_verifier_must_score_one_entry_per_token_id(verifying, api_key):
     assert ver.detail == f"{len(ids) - 1} scores for an answer of {len(ids)} tokens"
     await verified.close()
     await verifier.close()
+
+
+@pytest.mark.asyncio
+async def test_an_answer_under_a_schema_is_verified_under_it_with_its_ids(
+    verifying, api_key
+):
+    """A ``json_schema`` answer with the host's ids goes to a verifier whose
+    engine declares ``json_schema`` (never to one that cannot apply the
+    grammar, however well ranked), with the ids and the ``response_format``
+    to score them under; without ids it is not verified."""
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
+    verified = await host_online(
+        "a@example.com", "a", verifies=False, score=95, features=("json_schema",)
+    )
+    plain = await host_online("b@example.com", "b", verifies=True, score=90)
+    able = await host_online(
+        "c@example.com", "c", verifies=True, score=60, features=("json_schema",)
+    )
+    ids = await database_sync_to_async(_ids)(*HELLO)
+    await _answered(
+        api_key, verified, pieces=["".join(HELLO)], ids=ids, response_format=fmt
+    )
+    host, verify = await verify_to([plain, able])
+    assert host is able
+    assert verify["token_ids"] == ids
+    assert verify["response_format"]["json_schema"]["schema"] == schema
+    await able.send(able.scores_frame(verify, scores_of(verify, PLAUSIBLE)))
+    assert (await verification_until(verify["job"])).verdict == "plausible"
+
+    request = chat_request(api_key, stream=False, response_format=fmt)
+    offer = await verified.recv_type("offer")
+    await verified.answer(offer, ["".join(HELLO)])  # no token_ids
+    assert (await request).status_code == 200
+    assert await Verification.objects.acount() == 1
+    for host in (verified, plain, able):
+        await host.close()

@@ -34,13 +34,16 @@ def verifying(settings, catalog):
     return settings
 
 
-async def host_online(email: str, name: str, *, verifies: bool, score: int) -> HostSim:
-    """A scripted host of owner ``email`` online with the model loaded; its
-    device's ``score`` set (the verified host ranks first for the renter)."""
+async def host_online(
+    email: str, name: str, *, verifies: bool, score: int, features: tuple[str, ...] = ()
+) -> HostSim:
+    """A scripted host of owner ``email`` online with the model loaded, its
+    engine declaring ``features``; its device's ``score`` set (the verified
+    host ranks first for the renter)."""
     machine, token = await database_sync_to_async(machine_create)(
         owner_email=email, name=name
     )
-    host = HostSim(token, verifies=verifies)
+    host = HostSim(token, verifies=verifies, features=features)
     await host.connect()
     await host.heartbeat()
     await heartbeat_applied(machine)
