@@ -69,6 +69,7 @@ def segment_tokens(
     token_ids: list[int] | None = None,
     continue_from: str = "",
     canonical: bool = True,
+    budget: int | None = None,
 ) -> tuple[int, bool]:
     """(tokens to bill for a segment, whether the host's count was inflated).
 
@@ -78,7 +79,9 @@ def segment_tokens(
     ``tokens.token_count_inflated``, judged by the host's ``token_ids`` where
     it sent them (``tokens.token_ids_spell``, over the ``continue_from`` the
     segment continued) and otherwise against the recount where a
-    ``canonical`` split is expected (``tokens.canonical_split_expected``).
+    ``canonical`` split is expected (``tokens.canonical_split_expected``);
+    more than the job's ``budget`` (its ``max_tokens``: no segment's offer
+    allows more) is inflated however it is spelled.
     """
     if not text:
         return 0, bool(reported)
@@ -93,7 +96,7 @@ def segment_tokens(
             model_id, ids=token_ids, text=text, continue_from=continue_from
         )
     )
-    inflated = token_count_inflated(
+    inflated = (budget is not None and reported > budget) or token_count_inflated(
         reported=reported,
         text=text,
         recount=recount,
@@ -196,6 +199,7 @@ def attempt_end(
         token_ids=token_ids,
         continue_from=_continued_from(attempt) if token_ids else "",
         canonical=_canonical(attempt.job),
+        budget=(attempt.job.params or {}).get("max_tokens"),
     )
     if outcome == Attempt.Outcome.SUCCEEDED and attempt.kind == Attempt.Kind.FRESH:
         verified = verified_text(
@@ -206,7 +210,11 @@ def attempt_end(
         )
         attempt.exemption = verified.exemption
         attempt.verify_text = None if verified.text == output_text else verified.text
-        attempt.verify_token_ids = verified.token_ids
+        # (ids of an inflated count are never sent: a verifier scores at most
+        # max_tokens of them, and its shortfall would be blamed on it)
+        attempt.verify_token_ids = (
+            None if attempt.token_count_flagged else verified.token_ids
+        )
     if done and done.get("receipt") is None:
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]

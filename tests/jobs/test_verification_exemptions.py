@@ -248,3 +248,30 @@ async def test_an_answer_under_a_schema_is_verified_under_it_with_its_ids(
     assert await Verification.objects.acount() == 1
     for host in (verified, plain, able):
         await host.close()
+
+
+@pytest.mark.asyncio
+async def test_more_ids_than_max_tokens_are_an_inflated_count_never_sent(
+    verifying, api_key
+):
+    """Ids that spell the text but outnumber the request's ``max_tokens`` (a
+    host re-splitting its answer finer to inflate its count): flagged as the
+    host's, and never sent to a verifier, who scores at most ``max_tokens``
+    of them and would be blamed for the rest."""
+    verified, verifier = await verified_and_verifier()
+    text = "".join(HELLO)  # 8 tokens, within max_tokens: delivered whole
+    per_character = await database_sync_to_async(_ids)(*text)
+    attempt = await _answered(
+        api_key,
+        verified,
+        pieces=[text],
+        ids=per_character,
+        temperature=1.0,
+        max_tokens=len(HELLO),
+    )
+    assert attempt.output_text == text
+    assert attempt.token_count_flagged and attempt.verify_token_ids is None
+    _, verify = await verify_to([verifier])
+    assert "token_ids" not in verify
+    await verified.close()
+    await verifier.close()
