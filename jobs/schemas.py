@@ -7,7 +7,8 @@ all of it).
 raises ``ApiError(400)`` naming, by its JSON path, the first keyword outside
 the subset: a keyword a grammar would ignore is refused before dispatch,
 rather than accepted and ignored on a host (or failed there, counted against
-an honest device).
+an honest device); so is text no engine's grammar can hold
+(``jobs.schematext``) and a ``$ref`` at the root.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 from typing import Any
 
 from .errors import ApiError
+from .schematext import json_text_checked, literals_checked
 
 SCHEMA_MAX_BYTES = 32_768  # the schema as JSON
 SCHEMA_MAX_NODES = 1_000  # subschemas, all told
@@ -90,8 +92,15 @@ def schema_checked(schema: Any, *, param: str) -> dict:
         raise _bad(param, f"'{param}' is over {SCHEMA_MAX_BYTES} bytes as JSON")
     if not isinstance(schema, dict):
         raise _bad(param, f"'{param}' must be an object")
+    json_text_checked(schema, param)
     cleaned = _SchemaWalk(schema, param).node(schema, param, 0)
     _refs_grounded(cleaned, param)
+    if "$ref" in cleaned:  # (llama.cpp's converter fails on a recursive root $ref)
+        raise _bad(
+            f"{param}.$ref",
+            f"'{param}.$ref' at the root is not supported: put the schema at the "
+            "root and $ref its parts",
+        )
     return cleaned
 
 
@@ -230,6 +239,8 @@ class _SchemaWalk:
         self._only(node, {"const", "enum", "type"}, path, "with 'enum' or 'const'")
         if "const" in node and "enum" in node:
             raise _bad(f"{path}.enum", f"'{path}' has both 'const' and 'enum'")
+        literals_checked(node.get("const"), f"{path}.const")
+        literals_checked(node.get("enum"), f"{path}.enum")
         if "const" in node:
             values, out = [node["const"]], {"const": node["const"]}
         else:
@@ -305,6 +316,7 @@ class _SchemaWalk:
                 f"'{path}.properties' must be an object of at most "
                 f"{SCHEMA_MAX_MEMBERS} schemas",
             )
+        literals_checked(list(props), f"{path}.properties")
         if "properties" in node:
             out["properties"] = {
                 name: self.node(sub, f"{path}.properties.{name}", depth + 1)

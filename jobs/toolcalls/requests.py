@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ApiError
 from ..schemas import schema_checked
+from ..schematext import json_text_checked
 from . import generic
 
 MAX_TOOLS = 64
@@ -26,27 +27,6 @@ NO_PARAMETERS = {"type": "object", "properties": {}}
 
 def _bad(param: str, message: str) -> ApiError:
     return ApiError(400, message, "invalid_request", param=param)
-
-
-def _storable(value: Any, param: str) -> None:
-    """ApiError 400 unless every string in ``value`` (JSON: keys too) is
-    storable text, as ``jobs.requests`` holds a message's: valid UTF-8 (no
-    lone surrogate), no NUL."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, str):
-            if "\x00" in node:
-                raise _bad(param, f"'{param}' must not contain NUL characters")
-            try:
-                node.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _bad(param, f"'{param}' is not valid UTF-8 text") from None
 
 
 @dataclass(frozen=True)
@@ -77,7 +57,7 @@ def tools_parse(body: dict) -> ToolRequest | None:
         return None
     if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
         raise _bad("tools", f"'tools' must be a list of at most {MAX_TOOLS} tools")
-    _storable(tools, "tools")
+    json_text_checked(tools, "tools")
     functions = [_function(tool, f"tools[{i}]") for i, tool in enumerate(tools)]
     names = [f.name for f in functions]
     mode, named = _choice(choice, names)
@@ -185,7 +165,7 @@ def message_tool_fields(message: dict, i: int) -> dict:
             raise _bad(
                 f"{param}.tool_call_id", f"'{param}.tool_call_id' must be a string"
             )
-        _storable(call_id, f"{param}.tool_call_id")
+        json_text_checked(call_id, f"{param}.tool_call_id")
         return {"tool_call_id": call_id}
     calls = message.get("tool_calls")
     if calls is None or calls == []:
@@ -214,7 +194,7 @@ def message_tool_fields(message: dict, i: int) -> dict:
         call_id = call.get("id")
         if call_id is not None and not isinstance(call_id, str):
             raise _bad(f"{where}.id", f"'{where}.id' must be a string")
-        _storable([call_id, name, arguments], where)
+        json_text_checked([call_id, name, arguments], where)
         out.append({"id": call_id, "name": name, "arguments": arguments})
     return {"tool_calls": out}
 

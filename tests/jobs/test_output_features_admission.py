@@ -134,19 +134,46 @@ def test_a_schema_keyword_no_grammar_enforces_is_a_400_naming_it(schema, param):
 
 def test_a_schema_that_refers_to_itself_inside_an_object_is_admitted():
     """Recursion that opens an object first (a tree) has a grammar."""
-    tree = {
-        "$defs": {
-            "Node": {
-                "type": "object",
-                "properties": {
-                    "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}
-                },
-            }
+    node = {
+        "type": "object",
+        "properties": {
+            "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}
         },
-        "$ref": "#/$defs/Node",
+    }
+    tree = {
+        "$defs": {"Node": node},
+        "type": "object",
+        "properties": {"root": {"$ref": "#/$defs/Node"}},
     }
     spec = {"name": "tree", "schema": tree}
     assert chat_parse(response_format={"type": "json_schema", "json_schema": spec})
+    # the same tree as a $ref at the root: llama.cpp's converter fails on it
+    rooted = {"$defs": {"Node": node}, "$ref": "#/$defs/Node"}
+    with pytest.raises(ApiError) as refused:
+        chat_parse(response_format=_spec({"name": "tree", "schema": rooted}))
+    assert refused.value.param == "response_format.json_schema.schema.$ref"
+
+
+@pytest.mark.parametrize(
+    "schema, param",
+    [
+        (
+            {"type": "object", "properties": {'a"b': {"type": "integer"}}},
+            "response_format.json_schema.schema.properties",
+        ),
+        ({"enum": ["x", 'say "hi"']}, "response_format.json_schema.schema.enum"),
+        ({"const": {"k": 'a"'}}, "response_format.json_schema.schema.const"),
+        ({"enum": ["a\u0000b"]}, "response_format.json_schema.schema"),
+        ({"const": "\ud800"}, "response_format.json_schema.schema"),
+    ],
+)
+def test_text_no_grammar_can_hold_is_a_400_naming_where(schema, param):
+    """What the reference agent failed on (an honest device blamed, the
+    renter served a fragment): a double quote in a literal the grammar spells,
+    a NUL, a lone surrogate."""
+    with pytest.raises(ApiError) as refused:
+        chat_parse(response_format=_spec({"name": "t", "schema": schema}))
+    assert refused.value.status == 400 and refused.value.param == param
 
 
 def _spec(json_schema: dict) -> dict:

@@ -1,0 +1,92 @@
+"""Every schema the coordinator admits has a grammar the reference agent's
+llama.cpp builds (DESIGN.md "Fair to honest hosts": a host that fails a job
+because of what the renter asked is blamed for nothing, so what no engine can
+do is refused at admission, ``jobs.schemas``).
+
+Generated schemas, with the text that broke hosts before (double quotes,
+backslashes, newlines, braces, NUL, lone surrogates) in property names and
+``enum``/``const`` literals, and ``$ref`` trees at the root or inside: each
+one ``schema_checked`` admits is converted (``constrained.grammar_of``) and
+parsed by llama.cpp against SmolLM2's vocabulary (``GrammarMask``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.engines.constrained import GrammarMask, grammar_of
+from jobs.errors import ApiError
+from jobs.schemas import schema_checked
+
+TRICKY = ['"', "\\", "\n", "}", "{", "\x00", "\ud800", "é", " ", "#", "|", "'"]
+texts = st.text(
+    alphabet=st.one_of(st.sampled_from(TRICKY), st.characters(codec="utf-8")),
+    min_size=1,
+    max_size=6,
+)
+leaves = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(["integer", "number", "boolean"])}),
+    st.fixed_dictionaries(
+        {"type": st.just("string")},
+        optional={"maxLength": st.integers(0, 8)},
+    ),
+    st.fixed_dictionaries({"enum": st.lists(st.one_of(texts, st.integers()), min_size=1, max_size=4)}),
+    st.fixed_dictionaries({"const": st.one_of(texts, st.dictionaries(texts, texts, max_size=2))}),
+    st.just({"$ref": "#/$defs/Node"}),
+)
+
+
+def _objects(children: Any) -> Any:
+    return st.dictionaries(texts, children, min_size=1, max_size=3).flatmap(
+        lambda props: st.fixed_dictionaries(
+            {
+                "type": st.just("object"),
+                "properties": st.just(props),
+                "required": st.lists(st.sampled_from(sorted(props)), unique=True),
+            }
+        )
+    )
+
+
+def _trees(children: Any) -> Any:
+    return st.one_of(
+        _objects(children),
+        st.fixed_dictionaries({"type": st.just("array"), "items": children}),
+        st.fixed_dictionaries({"anyOf": st.lists(children, min_size=1, max_size=3)}),
+    )
+
+
+NODE = {
+    "type": "object",
+    "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+}
+schemas = st.recursive(leaves, _trees, max_leaves=6).map(
+    lambda schema: {**schema, "$defs": {"Node": NODE}}
+)
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(schemas)
+def _each_admitted_schema_builds(engine: Any, schema: dict) -> None:
+    try:
+        cleaned = schema_checked(schema, param="schema")
+    except ApiError:
+        return  # refused before dispatch: no host ever sees it
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "t", "schema": cleaned, "strict": True},
+    }
+    grammar = GrammarMask(engine._vocab, grammar_of(response_format), engine._llama.n_vocab())
+    grammar.close()
+
+
+def test_every_admitted_schema_has_a_grammar_llama_cpp_builds(llama_engine):
+    _each_admitted_schema_builds(llama_engine)
