@@ -6,12 +6,21 @@
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from typing import Any
 
+from hosts.regions import region_codes
+
 from .errors import ApiError
 from .formats import logprobs_parse, response_format_parse, response_format_stored
-from .toolcalls.requests import message_tool_fields, messages_rendered, tools_parse
+from .toolcalls.requests import (
+    message_tool_fields,
+    messages_rendered,
+    tool_results_checked,
+    tools_parse,
+)
 
 # The bounds of a request (also the OpenAPI schema's: jobs.schema.completion_requests)
 DEFAULT_MAX_TOKENS = 256
@@ -135,6 +144,7 @@ def _messages(value: Any) -> list[dict]:
                 **tool_fields,
             }
         )
+    tool_results_checked(cleaned)
     return cleaned
 
 
@@ -148,6 +158,12 @@ UNSUPPORTED: dict[str, tuple] = {
     "suffix": (None, ""),
     "best_of": (None, 1),
     "logit_bias": (None, {}),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "prediction": (None,),
+    "web_search_options": (None,),
 }
 
 
@@ -157,7 +173,12 @@ def _unsupported_refused(body: dict) -> None:
     for name, neutral in UNSUPPORTED.items():
         value = body.get(name)
         if not any(_same_value(value, ok) for ok in neutral):
-            raise _bad(name, f"'{name}' is not supported by Ballast")
+            allowed = " or ".join(json.dumps(ok) for ok in neutral if ok is not None)
+            raise _bad(
+                name,
+                f"'{name}' is not supported by Ballast"
+                + (f" (only {allowed}, or leave it out)" if allowed else ""),
+            )
 
 
 def _same_value(value: Any, neutral: Any) -> bool:
@@ -210,6 +231,11 @@ def _placement(value: Any) -> dict:
                     f"'placement.{name}' must be a non-empty string",
                 )
             out[name] = _text(value[name], f"placement.{name}")
+    if "region" in out and out["region"] not in region_codes():
+        raise _bad(
+            "placement.region",
+            "'placement.region' must be one of " + ", ".join(region_codes()),
+        )
     if value.get("min_vram_gb") is not None:
         gb = value["min_vram_gb"]
         if (

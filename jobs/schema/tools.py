@@ -87,21 +87,35 @@ def request_properties(text: dict) -> dict:
 
 def message_schema(content: dict, roles: list[str], text: dict) -> dict:
     """A chat message (``content``: the schema of its content; ``text``: of a
-    storable string): any role with its content, a tool message's
-    ``tool_call_id`` beside; or an assistant's ``tool_calls``, its content
-    then null or absent too."""
+    storable string): any role but ``tool`` with its content; a tool message
+    with the ``tool_call_id`` of the call it answers (an earlier assistant
+    message's: no schema relates two messages, the 400 names it); or an
+    assistant's ``tool_calls``, its content then null or absent too."""
     said = {
         "type": "object",
         "required": ["role", "content"],
         "properties": {
-            "role": {"type": "string", "enum": roles},
+            "role": {"type": "string", "enum": [r for r in roles if r != "tool"]},
             "content": content,
-            "tool_call_id": {**text, "nullable": True},
             "tool_calls": {
                 "type": "array",
                 "maxItems": 0,
                 "nullable": True,
                 "description": "an assistant's only",
+            },
+        },
+    }
+    answered = {
+        "type": "object",
+        "required": ["role", "content", "tool_call_id"],
+        "properties": {
+            "role": {"type": "string", "enum": ["tool"]},
+            "content": content,
+            "tool_call_id": {
+                **text,
+                "minLength": 1,
+                "description": "the id of the call it answers, among an earlier "
+                "assistant message's tool_calls",
             },
         },
     }
@@ -114,7 +128,7 @@ def message_schema(content: dict, roles: list[str], text: dict) -> dict:
             "tool_calls": {**_calls(text), "minItems": 1},
         },
     }
-    return {"anyOf": [said, called]}
+    return {"anyOf": [said, answered, called]}
 
 
 def _calls(text: dict) -> dict:
@@ -130,7 +144,10 @@ def _calls(text: dict) -> dict:
                 "required": ["name"],
                 "properties": {
                     "name": {**text, "minLength": 1},
-                    "arguments": {**text, "description": "JSON text"},
+                    "arguments": {
+                        **text,
+                        "description": "JSON text (a 400 names text that is not)",
+                    },
                 },
             },
         },

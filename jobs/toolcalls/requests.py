@@ -9,6 +9,7 @@ Raises ``ApiError(400)`` naming the field, as ``jobs.requests`` does.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,12 @@ def tools_parse(body: dict) -> ToolRequest | None:
     json_text_checked(tools, "tools")
     functions = [_function(tool, f"tools[{i}]") for i, tool in enumerate(tools)]
     names = [f.name for f in functions]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise _bad(
+                f"tools[{i}].function.name",
+                f"'tools[{i}].function.name' repeats {name!r}: each tool needs its own name",
+            )
     mode, named = _choice(choice, names)
     if mode == "none":
         return ToolRequest(functions, None, generic.NAME, None)
@@ -161,9 +168,10 @@ def message_tool_fields(message: dict, i: int) -> dict:
     param = f"messages[{i}]"
     if role == "tool":
         call_id = message.get("tool_call_id")
-        if call_id is not None and not isinstance(call_id, str):
+        if not isinstance(call_id, str) or not call_id:
             raise _bad(
-                f"{param}.tool_call_id", f"'{param}.tool_call_id' must be a string"
+                f"{param}.tool_call_id",
+                f"'{param}.tool_call_id' must name the call this message answers",
             )
         json_text_checked(call_id, f"{param}.tool_call_id")
         return {"tool_call_id": call_id}
@@ -186,10 +194,10 @@ def message_tool_fields(message: dict, i: int) -> dict:
             raise _bad(
                 f"{where}.function.name", f"'{where}.function.name' must be a string"
             )
-        if not isinstance(arguments, str):
+        if not isinstance(arguments, str) or not _json_text(arguments):
             raise _bad(
                 f"{where}.function.arguments",
-                f"'{where}.function.arguments' must be a string (JSON text)",
+                f"'{where}.function.arguments' must be a string of JSON text",
             )
         call_id = call.get("id")
         if call_id is not None and not isinstance(call_id, str):
@@ -197,6 +205,32 @@ def message_tool_fields(message: dict, i: int) -> dict:
         json_text_checked([call_id, name, arguments], where)
         out.append({"id": call_id, "name": name, "arguments": arguments})
     return {"tool_calls": out}
+
+
+def _json_text(text: str) -> bool:
+    """Whether ``text`` is JSON ("" too: a call with no arguments)."""
+    try:
+        json.loads(text or "{}")
+    except ValueError:
+        return False
+    return True
+
+
+def tool_results_checked(messages: list[dict]) -> None:
+    """ApiError 400 unless each ``tool`` message of ``messages`` (checked by
+    ``message_tool_fields``) answers a call an earlier assistant message made
+    (its ``tool_call_id`` among their ``tool_calls`` ids), as OpenAI's."""
+    made: set[str] = set()
+    for i, message in enumerate(messages):
+        for call in message.get("tool_calls") or ():
+            if call["id"]:
+                made.add(call["id"])
+        if message["role"] == "tool" and message["tool_call_id"] not in made:
+            raise _bad(
+                f"messages[{i}].tool_call_id",
+                f"'messages[{i}].tool_call_id' answers no call of an earlier "
+                "assistant message's 'tool_calls'",
+            )
 
 
 def messages_rendered(messages: list[dict], tools: ToolRequest | None) -> list[dict]:

@@ -17,6 +17,8 @@ coordinator's log gains no error (``ApiStack.new_errors``).
 
 from __future__ import annotations
 
+import re
+
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -154,21 +156,29 @@ def fuzz_config(
     return schemathesis.Config.from_dict(data)
 
 
+RELATED = re.compile(
+    r"tool_choice\.function\.name|tools\[\d+\]\.function\.name"
+    r"|messages\[\d+\]\.tool_call_id"
+    r"|messages\[\d+\]\.tool_calls\[\d+\]\.function\.arguments"
+)
+"""The params of 400s about what one field's value means for another's."""
+
+
 @schemathesis.check
 def valid_data_accepted(ctx, response, case):
     """schemathesis's ``positive_data_acceptance``, except that a completion whose
     prompt plus ``max_tokens`` pass the model's context is a 400
-    ``context_length_exceeded`` (the schema can bound neither in tokens), and a
-    named ``tool_choice`` must name one of the request's ``tools`` (a 400 on
-    ``tool_choice.function.name``: no schema relates two fields' values)."""
+    ``context_length_exceeded`` (the schema can bound neither in tokens), and
+    what no schema relates (a 400 naming it): a named ``tool_choice`` must
+    name one of the request's ``tools``, tools need distinct names, a tool
+    message answers a call an earlier message made, a call's arguments are
+    JSON text."""
     if (
         response.status_code == 400
         and _error_code(response) == "context_length_exceeded"
     ):
         return None
-    if response.status_code == 400 and _error_param(response) == (
-        "tool_choice.function.name"
-    ):
+    if response.status_code == 400 and RELATED.fullmatch(_error_param(response) or ""):
         return None
     return positive_data_acceptance(ctx, response, case)
 

@@ -80,6 +80,13 @@ def test_stream_options_belong_to_a_stream(fields):
         ("best_of", 2),
         ("logit_bias", {"50256": -100}),
         ("echo", 1),
+        ("presence_penalty", 5),
+        ("frequency_penalty", "x"),
+        ("frequency_penalty", 1.5),
+        ("modalities", ["text", "audio"]),
+        ("audio", {"voice": "alloy", "format": "wav"}),
+        ("prediction", {"type": "content", "content": "x"}),
+        ("web_search_options", {}),
     ],
 )
 def test_what_ballast_cannot_honour_is_a_400_naming_it(name, asking):
@@ -107,6 +114,9 @@ def test_the_values_clients_send_by_default_are_accepted():
         suffix=None,
         best_of=1,
         logit_bias={},
+        presence_penalty=0,
+        frequency_penalty=0.0,
+        modalities=["text"],
         response_format={"type": "text"},
     )
     assert parsed.stream and parsed.include_usage
@@ -156,3 +166,12 @@ def test_max_completion_tokens_wins_over_max_tokens(fields, budget):
         {"model": "m", "prompt": "hi", **fields}, endpoint="completion"
     )
     assert parsed.params["max_tokens"] == budget
+
+
+def test_a_region_no_machine_can_be_in_is_a_400_listing_the_codes():
+    """``placement.region`` is one of the offered codes (``hosts.regions``):
+    another is the renter's mistake, not a 503 for want of capacity."""
+    with pytest.raises(ApiError) as refused:
+        _parse(placement={"region": "mars"})
+    assert refused.value.param == "placement.region" and "eu" in refused.value.message
+    assert _parse(placement={"region": "eu"}).placement == {"region": "eu"}

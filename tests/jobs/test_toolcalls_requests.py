@@ -252,7 +252,20 @@ def test_tools_are_chat_only():
                 "content": None,
                 "tool_calls": [{"function": {"name": "f", "arguments": "\ud800"}}],
             },
-            "messages[0].tool_calls[0]",
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"function": {"name": "f", "arguments": "{not json"}}],
+            },
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        ({"role": "tool", "content": "x"}, "messages[0].tool_call_id"),
+        (
+            {"role": "tool", "content": "x", "tool_call_id": "zzz"},
+            "messages[0].tool_call_id",
         ),
         (
             {"role": "tool", "content": "x", "tool_call_id": "\ud800"},
@@ -264,3 +277,10 @@ def test_a_bad_call_or_result_in_the_conversation_is_a_400(message, param):
     with pytest.raises(ApiError) as refused:
         _parse([message])
     assert (refused.value.status, refused.value.param) == (400, param)
+
+
+def test_two_tools_of_one_name_are_a_400_naming_the_second():
+    tool = {"type": "function", "function": {"name": "f"}}
+    with pytest.raises(ApiError) as refused:
+        _parse([{"role": "user", "content": "x"}], tools=[tool, tool])
+    assert refused.value.param == "tools[1].function.name"
