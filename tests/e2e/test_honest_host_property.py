@@ -207,7 +207,11 @@ def test_no_renter_request_blames_an_honest_host(stack, renter_key, machine_of):
         stack.env,
         "SELECT device_id, reason FROM hosts_deviceoutcome WHERE success = false",
     )
-    assert not failures, f"honest devices blamed: {failures}"
+    refused = children_rows(
+        stack.env,
+        "SELECT status, detail FROM jobs_verification WHERE status IN ('refused', 'expired')",
+    )
+    assert not failures, f"honest devices blamed: {failures}; verifications {refused}"
     flagged = children_rows(
         stack.env, "SELECT id FROM jobs_attempt WHERE token_count_flagged = true"
     )

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.e2e
 MODEL = "smollm2-135m-instruct"
 AWAY_LIMIT_S = 20  # BALLAST_RENTAL_OFFLINE_END_S here: the watch runs every 5 s
 OUTAGE_S = 15  # longer than the heartbeat age the uptime forgives (10 s here)
+LIVE_S = 8  # each live stretch: many heartbeats (1 s), so each bills measurably
 USD_PER_HOUR = Decimal("0.20")
 NANO = 10**9
 
@@ -104,6 +105,10 @@ def test_a_rental_pays_only_live_time_and_ends_when_its_device_stays_away(
 
         stack.wait_for(lambda: status() == "live", "the rental live", 120)
         before = _balance_nano(stack, key)
+        # the live stretches are the test's input: LIVE_S each (a stretch
+        # shorter than a heartbeat interval may bill nothing, within the
+        # tolerance below, and leave no earning to compare)
+        time.sleep(LIVE_S)
 
         # an outage in the middle of the rental: the agent frozen (no
         # heartbeat), then thawed — back within seconds, with no model to load
@@ -117,6 +122,7 @@ def test_a_rental_pays_only_live_time_and_ends_when_its_device_stays_away(
         stack.wait_for(lambda: _machine_live(stack.env), "the machine back", 60)
         back = time.time()
         assert status() == "live", "a short outage does not end the rental"
+        time.sleep(LIVE_S)
 
         # then it stays away: the rental ends itself
         _no_check_open(stack)
