@@ -38,7 +38,8 @@ def line_chart(
     """A polyline of ``samples`` ((when, value), oldest first) placed by time
     between ``start`` and ``end``, ``ymax`` the top line, with axes
     (``Chart.axis``): y ticks at 0, half and ``ymax``; under the plot the
-    date (``%d %b``, UTC) at each midnight, thinned so no two overlap."""
+    times of ``time_marks`` (UTC: dates at midnights, else hours), none
+    overlapping."""
     base = height - 16  # the x axis; day labels below it
     plot = base - 6
     ticks = [
@@ -50,14 +51,13 @@ def line_chart(
     def x_of(when: datetime) -> float:
         return left + inner * min(1.0, max(0.0, (when - start).total_seconds() / span))
 
-    days = []
-    midnight = (start + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    while midnight <= end:
-        x = round(x_of(midnight), 1)
-        if (not days or x - days[-1][0] >= 50) and width - x >= 22:
-            days.append((x, midnight.strftime("%d %b"), "middle"))
-        midnight += timedelta(days=1)
-    axis = Axis(left, ticks, days)
+    marks: list = []
+    for at, text in time_marks(start, end):
+        x = round(x_of(at), 1)
+        # none cut at an edge (labels are centred), none overlapping
+        if left + 14 <= x <= width - 22 and (not marks or x - marks[-1][0] >= 50):
+            marks.append((x, text, "middle"))
+    axis = Axis(left, ticks, marks)
     if not samples:
         return Chart(width, height, "", [], ymax, True, axis)
     pts = []
@@ -67,6 +67,41 @@ def line_chart(
     if len(pts) == 1:  # one sample: a level line to now
         pts.append(f"{x_of(end):.1f},{pts[0].split(',')[1]}")
     return Chart(width, height, " ".join(pts), [], ymax, False, axis)
+
+
+def score_chart(
+    samples: list[tuple[datetime, float]], *, now: datetime, window: timedelta
+) -> tuple[Chart, datetime]:
+    """A device's score samples (oldest first, at least one) as a
+    ``line_chart`` from when it begins: ``window`` before ``now``, or for a
+    device younger than that its first sample (an hour before ``now`` at the
+    latest), so a young device's few hours are not a speck at the right edge.
+    Returns (the chart, its start)."""
+    start = max(now - window, min(samples[0][0], now - timedelta(hours=1)))
+    return line_chart(samples, start=start, end=now, ymax=100), start
+
+
+TIME_STEPS = [
+    timedelta(minutes=m) for m in (15, 30, 60, 120, 180, 360, 720)
+] + [timedelta(days=1)]
+
+
+def time_marks(start: datetime, end: datetime, most: int = 8) -> list[tuple]:
+    """(when, label) marks between ``start`` and ``end`` (UTC) at the finest
+    step of ``TIME_STEPS`` giving at most ``most`` of them: midnights
+    labelled ``%d %b``, other marks ``%H:%M``."""
+    span = end - start
+    step = next((s for s in TIME_STEPS if span / s <= most), None)
+    if step is None:  # longer than ``most`` days: every few days
+        step = timedelta(days=math.ceil(span / timedelta(days=most)))
+    midnight = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    at = midnight + step * math.ceil((start - midnight) / step)
+    marks = []
+    while at <= end:
+        daily = at.hour == at.minute == 0
+        marks.append((at, at.strftime("%d %b") if daily else at.strftime("%H:%M")))
+        at += step
+    return marks
 
 
 def nice_top(value: float) -> float:

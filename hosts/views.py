@@ -18,7 +18,7 @@ from billing.templatetags.billing_money import usd_text
 from catalog.gpus import MEASURED_MIN_JOBS
 
 from . import selectors, services, timeline, web_services
-from .charts import bar_chart, line_chart
+from .charts import bar_chart, score_chart
 from .forms import (
     ConfirmForm,
     MachineRegisterForm,
@@ -124,14 +124,12 @@ def machine_page(request: HttpRequest, machine_id) -> HttpResponse:
     daily = selectors.machine_earnings_daily(machine=machine, now=now)
     history = selectors.machine_score_history(machine=machine, now=now)
     score_charts = [
-        (label, line_chart(
-            samples, start=now - selectors.SCORE_HISTORY, end=now, ymax=100
-        ))
+        (label, *score_chart(samples, now=now, window=selectors.SCORE_HISTORY))
         for label, samples in history.items()
     ]
     earnings_chart = bar_chart(
         [(day.strftime("%d %b"), total, usd_text(total)) for day, total in daily],
-        fmt=lambda nano: usd_text(int(nano)),
+        fmt=lambda nano: usd_text(int(nano)) if nano else "$0",  # (the axis' zero)
     )
     days = timeline.machine_timeline(machine=machine, now=now)
     context = {

@@ -164,3 +164,21 @@ def test_the_score_chart_places_samples_by_time_under_dated_days():
     assert all(left <= x <= chart.width - 22 for x, _, _ in days)
     empty = line_chart([], start=start, end=end, ymax=100)
     assert empty.empty and empty.axis.days == days
+
+
+def test_a_young_device_s_score_chart_spans_its_own_hours():
+    """A device 35 minutes old: its chart begins an hour ago, not a week ago
+    (its samples were a speck at the right edge), its marks are hours."""
+    from hosts.charts import score_chart
+
+    now = datetime(2026, 12, 7, 6, 50, tzinfo=UTC)
+    samples = [(now - timedelta(minutes=m), s) for m, s in ((35, 100), (20, 70), (5, 41))]
+    chart, start = score_chart(samples, now=now, window=timedelta(days=7))
+    assert start == now - timedelta(hours=1)
+    xs = [float(p.split(",")[0]) for p in chart.points.split()]
+    assert xs[0] < chart.width / 2 < xs[-1]  # spread over the plot
+    texts = [text for _, text, _ in chart.axis.days]
+    assert texts and all(":" in text for text in texts), texts
+    week = [(now - timedelta(days=6, hours=h), 60) for h in (0, 1)]
+    _, since = score_chart(week, now=now, window=timedelta(days=7))
+    assert since == week[0][0]
