@@ -81,7 +81,8 @@ def segment_tokens(
     segment continued) and otherwise against the recount where a
     ``canonical`` split is expected (``tokens.canonical_split_expected``);
     more than the job's ``budget`` (its ``max_tokens``: no segment's offer
-    allows more) is inflated however it is spelled.
+    allows more) and than the recount is inflated however it is spelled (an
+    honest sampler draws no more tokens than it was allowed).
     """
     if not text:
         return 0, bool(reported)
@@ -96,7 +97,8 @@ def segment_tokens(
             model_id, ids=token_ids, text=text, continue_from=continue_from
         )
     )
-    inflated = (budget is not None and reported > budget) or token_count_inflated(
+    over_budget = budget is not None and reported > max(budget, recount or 0)
+    inflated = over_budget or token_count_inflated(
         reported=reported,
         text=text,
         recount=recount,
@@ -192,6 +194,8 @@ def attempt_end(
     metrics.attempt_ended(outcome=outcome, kind=attempt.kind)
     reported = done["completion_tokens"] if done else None
     token_ids = done.get("token_ids") if done else None
+    params = attempt.job.params or {}
+    budget = params.get("max_tokens")
     attempt.tokens_billed, attempt.token_count_flagged = segment_tokens(
         model_id=attempt.job.model_id,
         text=output_text,
@@ -199,21 +203,26 @@ def attempt_end(
         token_ids=token_ids,
         continue_from=_continued_from(attempt) if token_ids else "",
         canonical=_canonical(attempt.job),
-        budget=(attempt.job.params or {}).get("max_tokens"),
+        budget=budget,
     )
     if outcome == Attempt.Outcome.SUCCEEDED and attempt.kind == Attempt.Kind.FRESH:
         verified = verified_text(
             model_id=attempt.job.model_id,
             text=output_text,
             token_ids=token_ids,
-            stop=(attempt.job.params or {}).get("stop"),
+            stop=params.get("stop"),
         )
         attempt.exemption = verified.exemption
         attempt.verify_text = None if verified.text == output_text else verified.text
-        # (ids of an inflated count are never sent: a verifier scores at most
-        # max_tokens of them, and its shortfall would be blamed on it)
+        # (ids of an inflated count, or more than max_tokens, are never sent:
+        # a verifier scores at most max_tokens, its shortfall blamed on it)
+        ids = verified.token_ids
         attempt.verify_token_ids = (
-            None if attempt.token_count_flagged else verified.token_ids
+            None
+            if attempt.token_count_flagged
+            or ids is None
+            or (budget is not None and len(ids) > budget)
+            else ids
         )
     if done and done.get("receipt") is None:
         attempt.completion_tokens_reported = done["completion_tokens"]
