@@ -32,8 +32,12 @@ from billing.templatetags.billing_money import usd_text
 from catalog.models import CatalogModel
 from hosts.charts import bar_chart
 from hosts.models import Machine
+from jobs import rentals
+from jobs.errors import ApiError
 from jobs.modelfacts import WINDOW, models_facts
+from jobs.models import Rental
 from jobs.rentals import rental_price_per_hour_nano
+from jobs.selectors import devices_rentable
 from jobs.services import api_key_cap_set, api_key_create
 
 from . import selectors, services
@@ -278,8 +282,6 @@ def job_detail(request: HttpRequest, job_id) -> HttpResponse:
 
 
 def _rentable_devices(user):
-    from jobs.selectors import devices_rentable
-
     return devices_rentable(now=timezone.now(), renter=user)[:200]
 
 
@@ -287,9 +289,6 @@ def _rentable_devices(user):
 @require_POST
 def rental_create(request: HttpRequest) -> HttpResponse:
     """Rent a device for some hours (``jobs.rentals.rental_create``), from the form."""
-    from jobs.errors import ApiError
-    from jobs.rentals import rental_create as create
-
     try:
         device_id = int(request.POST.get("device", ""))
         hours = int(request.POST.get("hours", ""))
@@ -297,7 +296,9 @@ def rental_create(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Pick a device and a whole number of hours.")
         return redirect("renter:overview")
     try:
-        rental = create(renter=request.user, device_id=device_id, hours=hours)
+        rental = rentals.rental_create(
+            renter=request.user, device_id=device_id, hours=hours
+        )
     except ApiError as exc:
         messages.error(request, exc.message)
     else:
@@ -312,12 +313,9 @@ def rental_create(request: HttpRequest) -> HttpResponse:
 @require_POST
 def rental_end(request: HttpRequest, rental_id) -> HttpResponse:
     """End one of the user's rentals now (billed up to now); another's is a 404."""
-    from jobs.models import Rental
-    from jobs.rentals import rental_end as end
-
     rental = Rental.objects.filter(id=rental_id, renter=request.user).first()
     if rental is None:
         raise Http404("no such rental")
-    end(rental=rental)
+    rentals.rental_end(rental=rental)
     messages.success(request, "Rental ended.")
     return redirect("renter:overview")

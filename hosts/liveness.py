@@ -37,8 +37,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
+
+from ballast.db import db_call
+
+from . import services
 
 log = logging.getLogger("ballast.hosts")
 
@@ -77,8 +82,6 @@ def live_sql(now: datetime, alias: str = "m") -> tuple[str, list]:
 
     One text for PostgreSQL and SQLite; the same rule as ``live_q``.
     """
-    from django.db import connection
-
     ops = connection.ops
     cutoff = now - timedelta(seconds=settings.BALLAST_HEARTBEAT_MAX_AGE_S)
     sql = (
@@ -145,10 +148,6 @@ class ProcessLease:
         Then hands due spot checks to their connections. Raises what the database
         raises (the lease is then not renewed and lapses by itself).
         """
-        from ballast.db import db_call
-
-        from . import services
-
         limit = stale_after_s()
         async with self.lock:
             t = timezone.now()  # before the checks, after any wait for the lock

@@ -20,8 +20,9 @@ from catalog.models import CatalogModel
 
 from . import schema
 from .errors import ApiError
-from .models import Attempt, Job
-from .rentals import MAX_HOURS
+from .models import Attempt, Job, Rental
+from .rentals import MAX_HOURS, rental_create, rental_end
+from .selectors import devices_rentable
 from .modelfacts import WINDOW, model_facts
 
 _NOT_OWN = "no such id (not a UUID, unknown, or another renter's)"
@@ -242,7 +243,6 @@ class RentalSerializer(serializers.ModelSerializer):
     ends = serializers.SerializerMethodField()
 
     class Meta:
-        from .models import Rental
 
         model = Rental
         fields = [
@@ -275,7 +275,6 @@ class DevicesApi(APIView):
 
     @extend_schema(responses={200: schema.DEVICE_LIST, **schema.errors()})
     def get(self, request: Request) -> Response:
-        from .selectors import devices_rentable
 
         devices = devices_rentable(
             now=timezone.now(), renter=request.user
@@ -329,7 +328,6 @@ class RentalsApi(APIView):
         responses={200: schema.rental_list(RentalSerializer), **schema.errors()}
     )
     def get(self, request: Request) -> Response:
-        from .models import Rental
 
         rentals = Rental.objects.filter(renter=request.user).select_related(
             "device__machine"
@@ -354,7 +352,6 @@ class RentalsApi(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        from .rentals import rental_create
 
         device = request.data.get("device") if isinstance(request.data, dict) else None
         if isinstance(device, bool) or not isinstance(device, int):
@@ -374,7 +371,6 @@ class RentalApi(APIView):
     """``GET /v1/rentals/{id}``; ``DELETE`` ends it early (billed up to now)."""
 
     def _rental(self, request: Request, rental_id):
-        from .models import Rental
 
         return renters_own(
             Rental.objects.select_related("device__machine"),
@@ -396,7 +392,6 @@ class RentalApi(APIView):
         responses={200: RentalSerializer, **schema.errors(404, s404=_NOT_OWN)},
     )
     def delete(self, request: Request, rental_id) -> Response:
-        from .rentals import rental_end
 
         rental = rental_end(rental=self._rental(request, rental_id))
         return Response(RentalSerializer(rental).data)

@@ -19,7 +19,7 @@ from catalog.models import CatalogModel
 from hosts.liveness import live_q, live_sql
 from hosts.models import Device, DeviceModel, vram_need_mb
 
-from .models import Attempt, Job
+from .models import Attempt, Job, Rental
 
 
 def devices_live(*, now: datetime) -> QuerySet[Device]:
@@ -106,8 +106,6 @@ def features_filter(features) -> Q:
 
 def devices_rented() -> Exists:
     """Exists() of an open (pending or live) rental on the device (rule 5)."""
-    from .models import Rental
-
     return Exists(
         Rental.objects.filter(
             device=OuterRef("pk"),

@@ -2,7 +2,11 @@
 
 from celery import shared_task
 
-from . import services
+from hosts.models import Device
+from hosts.services import device_score_recompute
+
+from . import canarypool, rentals, services, spotchecks
+from .verification import checks, records
 
 
 @shared_task(name="jobs.tasks.attempts_reap")
@@ -14,42 +18,31 @@ def attempts_reap() -> int:
 @shared_task(name="jobs.tasks.spot_checks_schedule")
 def spot_checks_schedule() -> int:
     """Mark spot checks due for quarantined devices and live rentals."""
-    from .spotchecks import spot_checks_schedule as schedule
-
-    return schedule()
+    return spotchecks.spot_checks_schedule()
 
 
 @shared_task(name="jobs.tasks.canary_pool_top_up")
 def canary_pool_top_up() -> dict:
     """Draw and calibrate spot-check prompts where a model's pool runs low."""
-    from .canarypool import canary_pool_top_up as top_up
-
-    return top_up()
+    return canarypool.canary_pool_top_up()
 
 
 @shared_task(name="jobs.tasks.rentals_settle")
 def rentals_settle() -> int:
     """End and bill rentals whose period is over."""
-    from .rentals import rentals_settle as settle
-
-    return settle()
+    return rentals.rentals_settle()
 
 
 @shared_task(name="jobs.tasks.rentals_watch")
 def rentals_watch() -> int:
     """Note rented devices' pauses; stop rentals whose device was away too long."""
-    from .rentals import rentals_watch as watch
-
-    return watch()
+    return rentals.rentals_watch()
 
 
 @shared_task(name="jobs.tasks.scores_recompute")
 def scores_recompute() -> int:
     """Recompute every device's score (its uptime part moves with time); retired
     devices keep theirs until a hello brings them back."""
-    from hosts.models import Device
-    from hosts.services import device_score_recompute
-
     ids = list(
         Device.objects.filter(retired_at__isnull=True).values_list("id", flat=True)
     )
@@ -61,14 +54,10 @@ def scores_recompute() -> int:
 @shared_task(name="jobs.tasks.verifier_checks_plan")
 def verifier_checks_plan() -> int:
     """Plan checks of verifiers on their own clock (jobs/verification/checks.py)."""
-    from .verification.checks import verifier_checks_plan as plan
-
-    return plan()
+    return checks.verifier_checks_plan()
 
 
 @shared_task(name="jobs.tasks.verifications_expire")
 def verifications_expire() -> int:
     """Expire verifications whose verifier sent no scores in time (against it)."""
-    from .verification.records import verifications_expire as expire
-
-    return expire()
+    return records.verifications_expire()
