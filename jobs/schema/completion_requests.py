@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hosts.regions import region_codes
+
 from .. import formats
 from .. import requests as rules
 from . import tools
@@ -59,6 +61,12 @@ def _placement_schema() -> dict:
         "nullable": True,
     }
     properties["rental"] = {**text, "description": "a live rental of yours (its id)"}
+    properties["region"] = {
+        "type": "string",
+        "enum": region_codes(),
+        "nullable": True,
+        "description": "one of the regions machines may be in (hosts.regions)",
+    }
     return {
         "type": "object",
         "nullable": True,
