@@ -132,16 +132,18 @@ class HeldTokens:
 
     def __init__(self) -> None:
         self._spans: list[int] = []
+        self._first_begun = False  # some of the oldest held token's text was sent
 
     def add(self, chars: int) -> None:
         """A counted token added ``chars`` characters (0 for part of a character)."""
         self._spans.append(chars)
 
     def unsent(self, emitted: int) -> int:
-        """How many held tokens start at or past the first ``emitted`` characters."""
+        """How many held tokens start at or past the first ``emitted`` characters
+        (a token some of whose text was sent already is never one of them)."""
         start, count = 0, 0
-        for chars in self._spans:
-            if start >= emitted:
+        for i, chars in enumerate(self._spans):
+            if start >= emitted and not (i == 0 and self._first_begun):
                 count += 1
             start += chars
         return count
@@ -151,8 +153,10 @@ class HeldTokens:
         while self._spans and emitted > 0:
             if self._spans[0] <= emitted:
                 emitted -= self._spans.pop(0)
+                self._first_begun = False
             else:
                 self._spans[0] -= emitted
+                self._first_begun = True
                 emitted = 0
 
 

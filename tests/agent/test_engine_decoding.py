@@ -102,6 +102,15 @@ def test_held_tokens_past_a_stop_sequence_are_not_reported() -> None:
     held = HeldTokens()
     held.add(3)  # one token "a, " carrying the stop ", " after its first character
     assert held.unsent(1) == 0, "the token's 'a' was sent: it counts"
+    # one token "\n" + 12 spaces; its last space held (it may start " the"),
+    # the rest sent, then generation ends: the token counts (found by the
+    # property test: 13 characters reported as 0 tokens, the count flagged)
+    held = HeldTokens()
+    held.add(13)
+    held.consume(12)
+    assert held.unsent(0) == 0, "part of the token was sent: it counts"
+    held.add(2)
+    assert held.unsent(0) == 1, "a later held token that sent nothing does not"
 
 
 @pytest.mark.parametrize(
