@@ -230,7 +230,9 @@ def token_count_inflated(
     ``spelled``: whether the host's own token ids (``done.token_ids``) spell
     ``text`` (``token_ids_spell``); None when it sent none or the coordinator
     has no vocabulary for the model. Ids that do not spell the text are a
-    false count. Ids that do are the count (``reported`` is their number,
+    false count when they number more than the recount (fewer gain the host
+    nothing: billing takes the smaller, and an honest agent's miscount of a
+    held-back token is no cheat). Ids that do are the count (``reported`` is their number,
     ``hosts.protocol.parse_done``), and may hold more tokens than characters
     (a character the sampler drew byte by byte).
 
@@ -248,8 +250,8 @@ def token_count_inflated(
     15 % inflation of an answer of 14 tokens or more is flagged. A count under
     the recount is the host's loss, not a cheat.
     """
-    if spelled is False:
-        return True
+    if spelled is False:  # a false count, unless it claims no more than the text
+        return recount is None or reported > recount
     if spelled is None and reported > len(text):
         return True
     if recount is None or not canonical:

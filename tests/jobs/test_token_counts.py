@@ -105,7 +105,16 @@ def test_token_ids_that_spell_the_text_are_held_to_the_recount_where_a_split_is_
         reported=4, text="😀", recount=4, spelled=True, canonical=True
     )
     assert token_count_inflated(reported=4, text="😀", recount=4)
-    # ids that do not spell the text are a false count, whatever else
+    # ids that do not spell the text are a false count past the recount;
+    # at or under it they gain nothing (billing takes the smaller): the
+    # host's loss, not a cheat (an honest agent once reported 0 ids for a
+    # token whose text it had sent)
     assert token_count_inflated(
+        reported=21, text="x" * 100, recount=20, spelled=False, canonical=False
+    )
+    assert not token_count_inflated(
         reported=20, text="x" * 100, recount=20, spelled=False, canonical=False
+    )
+    assert not token_count_inflated(
+        reported=0, text="\n" + " " * 12, recount=1, spelled=False, canonical=True
     )
