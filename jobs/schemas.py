@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from .errors import ApiError
-from .schematext import json_text_checked, literals_checked
+from .schematext import defs_renamed, json_text_checked, literals_checked
 
 SCHEMA_MAX_BYTES = 32_768  # the schema as JSON
 SCHEMA_MAX_NODES = 1_000  # subschemas, all told
@@ -101,7 +101,9 @@ def schema_checked(schema: Any, *, param: str) -> dict:
             f"'{param}.$ref' at the root is not supported: put the schema at the "
             "root and $ref its parts",
         )
-    return cleaned
+    if not set(cleaned) - set(_DEFS):
+        return {}  # any value: definitions nothing refers to (a converter refuses them alone)
+    return defs_renamed(cleaned)
 
 
 def _refs_grounded(root: dict, param: str) -> None:
@@ -171,6 +173,11 @@ class _SchemaWalk:
         out: dict[str, Any] = {}
         for key in _DEFS:
             if key in node:
+                if depth:  # (a $ref points into the root's definitions only)
+                    raise _bad(
+                        f"{path}.{key}",
+                        f"'{path}.{key}': definitions belong at the schema's root",
+                    )
                 defs = node[key]
                 if not isinstance(defs, dict):
                     raise _bad(f"{path}.{key}", f"'{path}.{key}' must be an object")
@@ -317,6 +324,8 @@ class _SchemaWalk:
                 f"{SCHEMA_MAX_MEMBERS} schemas",
             )
         literals_checked(list(props), f"{path}.properties")
+        if "" in props:
+            raise _bad(f"{path}.properties", f"'{path}.properties' has an empty name")
         if "properties" in node:
             out["properties"] = {
                 name: self.node(sub, f"{path}.properties.{name}", depth + 1)
@@ -362,7 +371,9 @@ class _SchemaWalk:
             return {"prefixItems": members}
         out: dict[str, Any] = {}
         if items is not None:
-            out["items"] = self.node(items, f"{path}.items", depth + 1)
+            cleaned = self.node(items, f"{path}.items", depth + 1)
+            if cleaned:  # ({} is any item: said by no items, which converters take)
+                out["items"] = cleaned
         elif "minItems" in node or "maxItems" in node:
             raise _bad(
                 f"{path}.minItems" if "minItems" in node else f"{path}.maxItems",

@@ -15,9 +15,12 @@ from typing import Any
 
 from .errors import ApiError
 
-GRAMMAR_UNSAFE = '"'
-"""Characters no literal of a schema may hold (llama.cpp's converter writes
-them unescaped into the grammar, which its parser then refuses)."""
+GRAMMAR_UNSAFE = '"\\'
+"""Characters no literal of a schema may hold: llama.cpp's converter writes
+them unescaped into the grammar, which its parser then refuses (a double
+quote) or reads as another escape (a backslash: the output is no JSON). Nor
+may a control character (the grammar lets it out raw: no JSON either) nor
+one past U+FFFF (written as a surrogate pair, generated as U+FFFD)."""
 
 
 def _bad(param: str, message: str) -> ApiError:
@@ -56,9 +59,67 @@ def literals_checked(value: Any, path: str) -> None:
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-        elif isinstance(node, str) and any(c in node for c in GRAMMAR_UNSAFE):
+        elif isinstance(node, str) and any(_unsafe(c) for c in node):
             raise _bad(
                 path,
-                f"'{path}': {node[:40]!r} holds a double quote, which the "
-                "engines' grammars cannot spell; use another character",
+                f"'{path}': {node[:40]!r} holds a double quote, a backslash, a "
+                "control character or one past U+FFFF, which the engines' "
+                "grammars cannot spell; use another character",
             )
+
+
+def _unsafe(char: str) -> bool:
+    code = ord(char)
+    return char in GRAMMAR_UNSAFE or code < 0x20 or code == 0x7F or code > 0xFFFF
+
+
+DEFS = ("$defs", "definitions")
+DEF_NAME = "ballast-def-{}"
+"""What the schema's root definitions are renamed to before hosts see them:
+llama.cpp's converter names grammar rules after them, and a name outside
+``[A-Za-z0-9-]`` broke a recursive reference's rule (``my_node``, ``a.b``,
+pydantic's ``Page_int_``), one like a rule of its own (``space``,
+``string``) took that rule's place."""
+
+
+def defs_renamed(schema: dict) -> dict:
+    """``schema`` (checked, its refs pointing into its root ``$defs`` or
+    ``definitions``) with each root definition renamed ``DEF_NAME`` (in
+    order) and every ``$ref`` to it rewritten; what it means is unchanged."""
+    names: dict[str, str] = {}
+    for key in DEFS:
+        for name in schema.get(key, {}):
+            names[f"#/{key}/{name}"] = f"#/{key}/{DEF_NAME.format(len(names))}"
+
+    def ref_renamed(ref: str) -> str:
+        for old, new in names.items():
+            if ref == old or ref.startswith(old + "/"):
+                return new + ref[len(old) :]
+        return ref
+
+    def walk(node: Any) -> Any:
+        """A (checked) subschema with its refs renamed."""
+        if not isinstance(node, dict):
+            return node  # (true/false of additionalProperties)
+        out = dict(node)
+        if isinstance(node.get("$ref"), str):
+            out["$ref"] = ref_renamed(node["$ref"])
+        for key in ("items", "additionalProperties"):
+            if key in node:
+                out[key] = walk(node[key])
+        for key in ("anyOf", "prefixItems"):
+            if key in node:
+                out[key] = [walk(sub) for sub in node[key]]
+        for key in ("properties", *DEFS):
+            if key in node:
+                out[key] = {name: walk(sub) for name, sub in node[key].items()}
+        return out
+
+    renamed = walk(schema)
+    for key in DEFS:
+        if key in renamed:
+            renamed[key] = {
+                names[f"#/{key}/{name}"].rsplit("/", 1)[1]: sub
+                for name, sub in renamed[key].items()
+            }
+    return renamed

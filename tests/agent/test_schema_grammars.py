@@ -3,9 +3,11 @@ llama.cpp builds (DESIGN.md "Fair to honest hosts": a host that fails a job
 because of what the renter asked is blamed for nothing, so what no engine can
 do is refused at admission, ``jobs.schemas``).
 
-Generated schemas, with the text that broke hosts before (double quotes,
-backslashes, newlines, braces, NUL, lone surrogates) in property names and
-``enum``/``const`` literals, and ``$ref`` trees at the root or inside: each
+Generated schemas, with what broke hosts before: text (double quotes,
+backslashes, control characters, braces, NUL, lone surrogates, emoji) in
+property names and ``enum``/``const`` literals, recursive definitions named
+as pydantic names them or like a grammar's own rules, ``items: {}``, ``$ref``
+at the root or inside: each
 one ``schema_checked`` admits is converted (``constrained.grammar_of``) and
 parsed by llama.cpp against SmolLM2's vocabulary (``GrammarMask``).
 """
@@ -21,7 +23,8 @@ from agent.engines.constrained import GrammarMask, grammar_of
 from jobs.errors import ApiError
 from jobs.schemas import schema_checked
 
-TRICKY = ['"', "\\", "\n", "}", "{", "\x00", "\ud800", "é", " ", "#", "|", "'"]
+TRICKY = ['"', "\\", "\n", "\t", "}", "{", "\x00", "\ud800", "é", "😀", " ", "#", "|", "'"]
+DEF_NAMES = ["Node", "my_node", "a.b", "Tree_Node", "Page_int_", "space", "string", "root"]
 texts = st.text(
     alphabet=st.one_of(st.sampled_from(TRICKY), st.characters(codec="utf-8")),
     min_size=1,
@@ -35,7 +38,8 @@ leaves = st.one_of(
     ),
     st.fixed_dictionaries({"enum": st.lists(st.one_of(texts, st.integers()), min_size=1, max_size=4)}),
     st.fixed_dictionaries({"const": st.one_of(texts, st.dictionaries(texts, texts, max_size=2))}),
-    st.just({"$ref": "#/$defs/Node"}),
+    st.sampled_from(DEF_NAMES).map(lambda name: {"$ref": f"#/$defs/{name}"}),
+    st.just({}),
 )
 
 
@@ -59,12 +63,19 @@ def _trees(children: Any) -> Any:
     )
 
 
-NODE = {
-    "type": "object",
-    "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
-}
+def _node(name: str) -> dict:
+    """A recursive definition (a tree) named ``name``."""
+    return {
+        "type": "object",
+        "properties": {
+            "children": {"type": "array", "items": {"$ref": f"#/$defs/{name}"}},
+            "tags": {"type": "array", "items": {}},
+        },
+    }
+
+
 schemas = st.recursive(leaves, _trees, max_leaves=6).map(
-    lambda schema: {**schema, "$defs": {"Node": NODE}}
+    lambda schema: {**schema, "$defs": {name: _node(name) for name in DEF_NAMES}}
 )
 
 

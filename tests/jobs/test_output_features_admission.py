@@ -80,9 +80,11 @@ def test_a_pydantic_models_schema_is_admitted():
     spec = {"name": "Order", "schema": schema, "strict": True}
     kept = response_format_kept(response_format={"type": "json_schema", "json_schema": spec})
     sent = kept["json_schema"]["schema"]
-    assert sent["$defs"]["Item"]["properties"]["colour"] == {
-        "$ref": "#/$defs/Colour"
-    }
+    # definitions renamed as grammars can name their rules (jobs.schematext)
+    colour, item = (f"ballast-def-{i}" for i in range(2))
+    assert list(schema["$defs"]) == ["Colour", "Item"] and set(sent["$defs"]) == {colour, item}
+    assert sent["$defs"][item]["properties"]["colour"] == {"$ref": f"#/$defs/{colour}"}
+    assert sent["properties"]["items"]["items"] == {"$ref": f"#/$defs/{item}"}
     assert "title" not in json.dumps(sent)
 
 
@@ -240,12 +242,14 @@ def test_completions_take_logprobs_as_the_number_of_alternatives():
 
 def test_every_schema_form_the_engine_tests_enforce_is_admitted():
     """tests/agent/test_constrained.py runs ``ADMITTED`` on the real model:
-    the coordinator admits each of them as it is (no annotations to drop)."""
+    the coordinator admits each of them as it is (no annotations to drop;
+    its definitions renamed as grammars can name them, ``jobs.schematext``)."""
     from jobs.schemas import schema_checked
+    from jobs.schematext import defs_renamed
     from tests.agent.test_constrained import ADMITTED
 
     for form, schema in ADMITTED.items():
-        assert schema_checked(schema, param="schema") == schema, form
+        assert schema_checked(schema, param="schema") == defs_renamed(schema), form
 
 
 @pytest.mark.parametrize("kind", [{}, [], 1, True])

@@ -149,8 +149,9 @@ def test_nested_definitions_move_to_the_root():
         _parse(tools=[_tool("locate", **parameters)], tool_choice="required")
     )
     arguments = schema["properties"]["tool_calls"]["items"]["properties"]["arguments"]
-    assert arguments["properties"]["place"] == {"$ref": "#/$defs/f0_Place"}
-    assert schema["$defs"]["f0_Place"]["required"] == ["city"]
+    # (hoisted as f0_Place, then renamed as grammars can name it: jobs.schematext)
+    assert arguments["properties"]["place"] == {"$ref": "#/$defs/ballast-def-0"}
+    assert schema["$defs"]["ballast-def-0"]["required"] == ["city"]
 
 
 def test_the_constraint_has_a_grammar():
