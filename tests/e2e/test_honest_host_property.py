@@ -148,7 +148,7 @@ def renter_requests(draw) -> tuple[str, dict]:
 @pytest.fixture
 def e2e_env(e2e_env):
     e2e_env["BALLAST_SPOT_CHECKS"] = "0"  # the renters' jobs and their verifications
-    e2e_env["BALLAST_VERIFY_RATE"] = "0.25"
+    e2e_env["BALLAST_VERIFY_RATE"] = os.environ.get("BALLAST_HONEST_VERIFY_RATE", "0.25")
     e2e_env["BALLAST_EMPTY_ANSWER_RATE"] = "100000/hour"  # the renter's limit: not here
     return e2e_env
 
@@ -218,7 +218,8 @@ def test_no_renter_request_blames_an_honest_host(stack, renter_key, machine_of):
     assert not flagged, f"honest counts flagged: {flagged}"
     implausible = children_rows(
         stack.env,
-        "SELECT detail FROM jobs_verification WHERE plausible = false",
+        "SELECT v.detail, j.endpoint, j.params, v.round FROM jobs_verification v"
+        " JOIN jobs_job j ON j.id = v.job_id WHERE v.plausible = false",
     )
     assert not implausible, f"honest answers judged implausible: {implausible}"
     devices = children_rows(stack.env, "SELECT score, quarantined FROM hosts_device")
