@@ -20,6 +20,7 @@ from .plausibility import (
     OUTSIDE_BASE,
     OUTSIDE_SHARE,
     Z_MIN,
+    Z_MIN_TOKENS,
     Plausibility,
 )
 
@@ -68,11 +69,13 @@ def clearly(judged: Plausibility, *, temperature: float, plausible: bool) -> boo
             and (
                 judged.misses <= max(0.0, misses_max - margin)
                 if greedy
-                else judged.z >= Z_MIN + margin
+                else n < Z_MIN_TOKENS or judged.z >= Z_MIN + margin
             )
         )
     return judged.outside >= outside_max + margin or (
-        judged.misses >= misses_max + margin if greedy else judged.z <= Z_MIN - margin
+        judged.misses >= misses_max + margin
+        if greedy
+        else n >= Z_MIN_TOKENS and judged.z <= Z_MIN - margin
     )
 
 

@@ -19,7 +19,7 @@ p_T, None outside the sampler's support), and the position's ``mean`` and
   ``z = Σ (logprob − mean) / sqrt(Σ var + Z_VAR_FLOOR)`` (in-support tokens) is
   about standard normal; an answer sampled hotter than asked, or by another
   model, scores its tokens lower than the model expects: implausible when
-  ``z < Z_MIN``. Also implausible at any temperature: more than
+  ``z < Z_MIN`` over at least ``Z_MIN_TOKENS`` tokens. Also implausible at any temperature: more than
   ``OUTSIDE_BASE + OUTSIDE_SHARE × n`` tokens outside the support, which the
   sampler never draws.
 
@@ -50,6 +50,11 @@ OUTSIDE_SHARE = 0.02
 Z_MIN = -4.0
 """An answer at T > 0 whose z is below this is implausible. Calibrated: honest
 answers' z ranged from −2.1 to 2.1 (90 answers of up to 64 tokens)."""
+Z_MIN_TOKENS = 8
+"""Fewer scored tokens than this are not judged by ``z`` (only by the support
+and, at temperature 0, the misses): one unlikely token an honest sampler drew
+weighs too much in so short an answer (an honest 4-token answer at T 0.7
+came to z −4.49 in a 900-request run of the honest-host property test)."""
 Z_VAR_FLOOR = 1.0
 """Added to Σ var (nats²) under the square root: a short or nearly certain
 answer's z is not blown up by a tiny variance."""
@@ -180,7 +185,7 @@ def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausib
             f"{misses} of {n} tokens not the model's top at temperature 0 "
             f"(most {misses_max:g})"
         )
-    elif not greedy and z < Z_MIN:
+    elif not greedy and n >= Z_MIN_TOKENS and z < Z_MIN:
         plausible = False
         detail = (
             f"z {z:.2f} below {Z_MIN:g} at temperature {temperature:g} "

@@ -118,3 +118,19 @@ def test_it_refuses_malformed_scores_naming_what_is_wrong(raw, named) -> None:
     with pytest.raises(ValueError) as refused:
         token_scores_parse(raw, max_tokens=2)
     assert named in str(refused.value)
+
+
+def test_a_short_sampled_answer_is_not_judged_by_z() -> None:
+    """One unlikely token an honest sampler drew weighs too much in an
+    answer of fewer than ``Z_MIN_TOKENS`` tokens (an honest 4-token answer at
+    T 0.7 came to z −4.49): only the support judges it; from
+    ``Z_MIN_TOKENS`` on, z does."""
+    from jobs.verification.plausibility import Z_MIN_TOKENS
+
+    unlikely = TokenScore(rank=30, logprob=-9.0, mean=-1.0, var=1.5)
+    usual = TokenScore(rank=0, logprob=-0.5, mean=-1.0, var=1.5)
+    short = [unlikely, unlikely, usual]
+    verdict = answer_plausible(temperature=0.7, tokens=short)
+    assert verdict.z < Z_MIN and verdict.plausible, verdict
+    long_low = [unlikely] * Z_MIN_TOKENS
+    assert not answer_plausible(temperature=0.7, tokens=long_low).plausible
