@@ -15,6 +15,7 @@ from hosts.regions import region_codes
 
 from .errors import ApiError
 from .formats import logprobs_parse, response_format_parse, response_format_stored
+from .schematext import json_text_checked
 from .toolcalls.requests import (
     message_tool_fields,
     messages_rendered,
@@ -55,13 +56,9 @@ def _bad(param: str, message: str) -> ApiError:
 
 
 def _text(value: str, param: str) -> str:
-    """``value`` if it is storable text: valid UTF-8 (no lone surrogates), no NUL."""
-    if "\x00" in value:
-        raise _bad(param, f"'{param}' must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _bad(param, f"'{param}' is not valid UTF-8 text") from None
+    """``value`` if it is storable text: valid UTF-8 (no lone surrogates), no
+    NUL (``schematext.json_text_checked``)."""
+    json_text_checked(value, param)
     return value
 
 

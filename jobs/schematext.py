@@ -11,6 +11,7 @@ job — counted against an honest device — unless it is refused here first.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import ApiError
@@ -27,9 +28,8 @@ def _bad(param: str, message: str) -> ApiError:
     return ApiError(400, message, "invalid_request", param=param)
 
 
-def json_text_checked(value: Any, param: str) -> None:
-    """ApiError 400 unless every string in JSON ``value`` (keys too) is
-    storable text: valid UTF-8 (no lone surrogate), no NUL."""
+def _strings(value: Any) -> Iterator[str]:
+    """Every string of JSON ``value``, object keys included."""
     stack = [value]
     while stack:
         node = stack.pop()
@@ -39,30 +39,30 @@ def json_text_checked(value: Any, param: str) -> None:
         elif isinstance(node, list):
             stack.extend(node)
         elif isinstance(node, str):
-            if "\x00" in node:
-                raise _bad(param, f"'{param}' must not contain NUL characters")
-            try:
-                node.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _bad(param, f"'{param}' is not valid UTF-8 text") from None
+            yield node
+
+
+def json_text_checked(value: Any, param: str) -> None:
+    """ApiError 400 unless every string in JSON ``value`` (keys too) is
+    storable text: valid UTF-8 (no lone surrogate), no NUL."""
+    for text in _strings(value):
+        if "\x00" in text:
+            raise _bad(param, f"'{param}' must not contain NUL characters")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _bad(param, f"'{param}' is not valid UTF-8 text") from None
 
 
 def literals_checked(value: Any, path: str) -> None:
     """ApiError 400 naming ``path`` when a string of ``value`` (a property
     name, or an ``enum``/``const`` value, keys and members included) holds a
-    character of ``GRAMMAR_UNSAFE``."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, str) and any(_unsafe(c) for c in node):
+    character of ``GRAMMAR_UNSAFE``, a control character or one past U+FFFF."""
+    for text in _strings(value):
+        if any(_unsafe(c) for c in text):
             raise _bad(
                 path,
-                f"'{path}': {node[:40]!r} holds a double quote, a backslash, a "
+                f"'{path}': {text[:40]!r} holds a double quote, a backslash, a "
                 "control character or one past U+FFFF, which the engines' "
                 "grammars cannot spell; use another character",
             )
