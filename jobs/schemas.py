@@ -17,7 +17,12 @@ import json
 from typing import Any
 
 from .errors import ApiError
-from .schematext import defs_renamed, json_text_checked, literals_checked
+from .schematext import (
+    defs_renamed,
+    json_text_checked,
+    literals_checked,
+    refs_grounded,
+)
 
 SCHEMA_MAX_BYTES = 32_768  # the schema as JSON
 SCHEMA_MAX_NODES = 1_000  # subschemas, all told
@@ -94,7 +99,7 @@ def schema_checked(schema: Any, *, param: str) -> dict:
         raise _bad(param, f"'{param}' must be an object")
     json_text_checked(schema, param)
     cleaned = _SchemaWalk(schema, param).node(schema, param, 0)
-    _refs_grounded(cleaned, param)
+    refs_grounded(cleaned, param)
     if "$ref" in cleaned:  # (llama.cpp's converter fails on a recursive root $ref)
         raise _bad(
             f"{param}.$ref",
@@ -104,52 +109,6 @@ def schema_checked(schema: Any, *, param: str) -> dict:
     if not set(cleaned) - set(_DEFS):
         return {}  # any value: definitions nothing refers to (a converter refuses them alone)
     return defs_renamed(cleaned)
-
-
-def _refs_grounded(root: dict, param: str) -> None:
-    """ApiError 400 when a ``$ref`` reaches itself through ``$ref`` and
-    ``anyOf`` alone, before any object or array opens: a grammar rule that
-    begins with itself (left recursion), which grammar engines refuse to build.
-    Recursion inside an object or array (a tree of nodes) is fine."""
-
-    def target(ref: str) -> dict:
-        node: Any = root
-        for part in ref[2:].split("/"):
-            node = node[part]
-        return node
-
-    def heads(node: dict) -> list[str]:
-        """The refs a value of ``node`` may begin with."""
-        if "$ref" in node:
-            return [node["$ref"]]
-        return [ref for sub in node.get("anyOf", ()) for ref in heads(sub)]
-
-    done: set[str] = set()
-
-    def visit(ref: str, path: tuple[str, ...]) -> None:
-        if ref in path:
-            raise _bad(
-                param,
-                f"'{param}': {ref} refers to itself before any object or array "
-                "opens (left recursion)",
-            )
-        if ref in done:
-            return
-        for nxt in heads(target(ref)):
-            visit(nxt, (*path, ref))
-        done.add(ref)
-
-    def every(node: Any) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("$ref"), str):
-                visit(node["$ref"], ())
-            for value in node.values():
-                every(value)
-        elif isinstance(node, list):
-            for value in node:
-                every(value)
-
-    every(root)
 
 
 class _SchemaWalk:

@@ -1,7 +1,9 @@
 """What text a request's JSON may hold where it reaches a host's engine:
 storable text everywhere (``json_text_checked``), and in the literals a
 grammar spells out of a schema (property names, ``enum`` and ``const``
-values) only what every engine's grammar can hold (``literals_checked``).
+values) only what every engine's grammar can hold (``literals_checked``);
+the names a grammar gives its rules (``defs_renamed``) and the references
+it can build (``refs_grounded``: no left recursion).
 
 Found by driving the reference agent (llama.cpp's schema-to-grammar
 converter and its grammar parser): a ``"`` in such a literal makes a grammar
@@ -123,3 +125,49 @@ def defs_renamed(schema: dict) -> dict:
                 for name, sub in renamed[key].items()
             }
     return renamed
+
+
+def refs_grounded(root: dict, param: str) -> None:
+    """ApiError 400 when a ``$ref`` reaches itself through ``$ref`` and
+    ``anyOf`` alone, before any object or array opens: a grammar rule that
+    begins with itself (left recursion), which grammar engines refuse to build.
+    Recursion inside an object or array (a tree of nodes) is fine."""
+
+    def target(ref: str) -> dict:
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node[part]
+        return node
+
+    def heads(node: dict) -> list[str]:
+        """The refs a value of ``node`` may begin with."""
+        if "$ref" in node:
+            return [node["$ref"]]
+        return [ref for sub in node.get("anyOf", ()) for ref in heads(sub)]
+
+    done: set[str] = set()
+
+    def visit(ref: str, path: tuple[str, ...]) -> None:
+        if ref in path:
+            raise _bad(
+                param,
+                f"'{param}': {ref} refers to itself before any object or array "
+                "opens (left recursion)",
+            )
+        if ref in done:
+            return
+        for nxt in heads(target(ref)):
+            visit(nxt, (*path, ref))
+        done.add(ref)
+
+    def every(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                visit(node["$ref"], ())
+            for value in node.values():
+                every(value)
+        elif isinstance(node, list):
+            for value in node:
+                every(value)
+
+    every(root)
