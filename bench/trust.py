@@ -147,18 +147,25 @@ def bank_lines(bank: dict) -> list[str]:
     for answer in bank["traffic"]:
         tokens = token_scores_parse(answer["scores"], max_tokens=VERIFY_MAX_TOKENS)
         flagged = not answer_plausible(temperature=answer["temperature"], tokens=tokens).plausible
-        cells.setdefault((answer["behaviour"], answer["temperature"]), []).append(flagged)
-    lines = ["one verification flags (answers judged implausible), one spot check passes:"]
-    for behaviour in ("honest", "hot", "other", "junk"):
+        key = (answer["behaviour"], answer.get("constrained", False), answer["temperature"])
+        cells.setdefault(key, []).append(flagged)
+    lines = [
+        "one verification flags (answers judged implausible; constrained: under a"
+        " json_schema), one spot check passes:"
+    ]
+    for behaviour, constrained in sorted({key[:2] for key in cells}):
         flags = "  ".join(
             f"T={t:g} {sum(v)}/{len(v)}"
-            for (b, t), v in sorted(cells.items()) if b == behaviour
+            for (b, c, t), v in sorted(cells.items()) if (b, c) == (behaviour, constrained)
         )  # fmt: skip
+        answers = [c["answers"].get(behaviour) for c in bank["canaries"]]
         passes = sum(
-            answer_right(c["expected"], c["distractors"], c["answers"][behaviour]["text"])
-            for c in bank["canaries"]
-        )
-        lines.append(f"  {behaviour:7s} {flags}  | spot checks passed {passes}/{len(bank['canaries'])}")
+            answer_right(c["expected"], c["distractors"], a["text"])
+            for c, a in zip(bank["canaries"], answers) if a
+        )  # fmt: skip
+        checks = f"spot checks passed {passes}/{len(bank['canaries'])}" if any(answers) else ""
+        label = behaviour + (" (constrained)" if constrained else "")
+        lines.append(f"  {label:22s} {flags}  | {checks}")
     return lines
 
 

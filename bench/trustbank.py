@@ -14,7 +14,20 @@ Behaviours (what a host does; nothing here knows what catches it):
 - ``other``: the reference model with Gaussian noise of ``OTHER_SIGMA`` added to
   its logits before sampling, the request's parameters (c; σ 1 is the case a
   single verification catches least often: docs/trust.md);
-- ``junk``: random English words (a).
+- ``junk``: random English words (a);
+- ``inflate``: the honest answer, its token ids split finer than the sampler
+  drew them (``INFLATE`` more: a host claiming splits to raise its count,
+  ids that still spell the text) (d);
+- ``fffd``: the junk answer with a U+FFFD planted after its first word, ids
+  that spell it as a character the model cut (a lone UTF-8 lead byte's token:
+  the best a host can fake) (h).
+
+Real traffic is plain text, and for ``CONSTRAINED`` prompts a
+``response_format: json_schema`` answer (honest and inflate: a grammar's
+splits are where a count check cannot expect the canonical one). Each entry
+keeps what the host sends (text, ``token_ids``, its count) and what a
+verifier returns for what the coordinator sends it (``verified_text``: the
+text and, when they spell it, the host's ids, scored under the grammar).
 
 The cheats' answers come from llama.cpp's own generate loop
 (``bench.verification.cheat_answer``), none of the agent's generation code.
@@ -26,6 +39,7 @@ model.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import secrets
@@ -35,7 +49,12 @@ from pathlib import Path
 HOT_EXTRA = 1.0
 OTHER_SIGMA = 1.0
 MAX_TOKENS = 48
-BEHAVIOURS = ("honest", "hot", "other", "junk")
+GENERATED = ("honest", "hot", "other", "junk")
+"""The behaviours that write their own text; ``inflate`` and ``fffd`` alter
+``honest``'s and ``junk``'s."""
+BEHAVIOURS = (*GENERATED, "inflate", "fffd")
+INFLATE = 1.15
+"""The inflate cheat's count: its ids number this many times the honest ones."""
 BANK_TEMPERATURES = (0.0, 0.7, 1.0)
 PROMPTS = [
     "Write a short poem about the sea.",
@@ -56,16 +75,52 @@ PROMPTS = [
     "What are the benefits of regular exercise?",
 ]
 SYSTEM_PROMPT = "You are a helpful assistant."
+_PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer"},
+        "city": {"type": "string"},
+    },
+    "required": ["name", "age", "city"],
+}  # fmt: skip
+_LIST = {
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": {"type": "string"}}},
+    "required": ["items"],
+}
+_VERDICT = {
+    "type": "object",
+    "properties": {
+        "answer": {"type": "string", "enum": ["yes", "no", "unsure"]},
+        "reason": {"type": "string"},
+    },
+    "required": ["answer", "reason"],
+}
+CONSTRAINED = [
+    ("Invent a character for a novel and describe them.", _PERSON),
+    ("Describe your favourite teacher.", _PERSON),
+    ("List three fruits that are red.", _LIST),
+    ("What should I pack for a beach day?", _LIST),
+    ("Is the moon bigger than the earth?", _VERDICT),
+    ("Can penguins fly?", _VERDICT),
+]
+"""Prompts answered under a ``response_format: json_schema`` (of the subset
+renters may send), ``CONSTRAINED_ANSWERS`` times as many answers each as a
+plain prompt (honest ones only: they are where a false flag would show)."""
+CONSTRAINED_ANSWERS = 3
 
 
 @dataclass
 class Answer:
-    """One answer: ``text``; ``completion_tokens`` the host's true count;
-    ``recount`` the coordinator's (``jobs.tokens.token_count``); ``scores`` the
-    verifier's ``scores`` frame entries for what a verifier is sent of it
-    (``verify_text``, None: ``text`` whole; None for a spot check's);
-    ``token_ids`` the ids the host's engine drew (the honest engine's, as its
-    ``done.token_ids``; None for the cheats' own loops)."""
+    """One answer: ``text``; ``completion_tokens`` the host's count;
+    ``recount`` the coordinator's (``jobs.tokens.token_count``);
+    ``token_ids`` the ids the host sends (``done.token_ids``: the honest
+    engine's, a cheat's claim; None for the cheats' own loops);
+    ``constrained`` whether it was asked under ``response_format``; what a
+    verifier is sent of it (``verify_text``, None: ``text`` whole, with the
+    ``exemption`` that left the rest out;
+    ``verify_ids`` the ids when the coordinator sends them) and its ``scores``
+    frame entries for that (None for a spot check's)."""
 
     behaviour: str
     temperature: float
@@ -76,6 +131,14 @@ class Answer:
     prompt: int = 0
     token_ids: list[int] | None = None
     verify_text: str | None = None
+    verify_ids: list[int] | None = None
+    constrained: bool = False
+    exemption: str = ""
+
+
+def response_format(schema: dict) -> dict:
+    """The ``response_format`` a renter sends for ``schema``."""
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
 
 
 async def _generate(engine, request, cheat=None) -> tuple[str, int, list[int] | None]:
@@ -100,61 +163,181 @@ def _junk(rng: random.Random, words: int = 40) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
 
 
-async def _answer(engine, behaviour, messages, temperature, rng, max_tokens):
-    from bench.verification import Cheat, request_make
+def _request(messages, temperature: float, schema: dict | None, seed: int | None):
+    from dataclasses import replace
+
+    from bench.verification import request_make
+
+    request = request_make(messages, temperature, 1.0, MAX_TOKENS, seed)
+    return replace(request, response_format=response_format(schema) if schema else None)
+
+
+async def _answer(engine, behaviour, messages, temperature, rng, max_tokens, schema=None):
+    """(text, the host's count, ids) of a plain behaviour (honest, hot, other,
+    junk)."""
+    from dataclasses import replace
+
+    from bench.verification import Cheat
     from jobs.tokens import token_count
 
-    ids = None
     if behaviour == "junk":
         text = _junk(rng)
-        count = token_count(engine.model_id, text) or len(text)
-    else:
-        cheat = {
-            "honest": None,
-            "hot": Cheat("hot", temperature=temperature + HOT_EXTRA),
-            "other": Cheat("other", sigma=OTHER_SIGMA),
-        }[behaviour]
-        request = request_make(messages, temperature, 1.0, max_tokens, rng.randrange(2**31))
-        text, count, ids = await _generate(engine, request, cheat)
-    recount = token_count(engine.model_id, text) or 0
-    return text, count, recount, ids
+        return text, token_count(engine.model_id, text) or len(text), None
+    cheat = {
+        "honest": None,
+        "hot": Cheat("hot", temperature=temperature + HOT_EXTRA),
+        "other": Cheat("other", sigma=OTHER_SIGMA),
+    }[behaviour]
+    request = _request(messages, temperature, schema, rng.randrange(2**31))
+    request = replace(request, params={**request.params, "max_tokens": max_tokens})
+    return await _generate(engine, request, cheat)
+
+
+def _inflated(model_id: str, ids: list[int], rng: random.Random) -> list[int]:
+    """``ids`` with tokens split in two where the vocabulary has both halves,
+    until they number ``INFLATE`` times as many (or no token splits): the
+    same text, a count a sampler would not draw."""
+    from jobs.tokens import token_pieces
+
+    index, _ = _pieces_index(model_id)
+    pieces = token_pieces(model_id)
+    want = max(1, round(len(ids) * (INFLATE - 1)))
+    out = list(ids)
+    for at in rng.sample(range(len(ids)), len(ids)):
+        if want == 0:
+            break
+        piece = pieces[ids[at]]
+        for cut in range(1, len(piece)):
+            head, tail = index.get(piece[:cut]), index.get(piece[cut:])
+            if head is not None and tail is not None:
+                out[at] = (head, tail)
+                want -= 1
+                break
+    return [t for x in out for t in (x if isinstance(x, tuple) else (x,))]
+
+
+def _planted(model_id: str, text: str) -> tuple[str, list[int]]:
+    """(``text`` with a U+FFFD after its first word, token ids that spell it
+    as the model's own cut character: tokens of the text around a lone UTF-8
+    lead byte's token), the ``fffd`` cheat's answer."""
+    from jobs.tokens import token_pieces
+
+    cut = text.find(" ", 1) if " " in text[1:] else len(text)
+    before, after = text[:cut], text[cut:]
+    lead = token_pieces(model_id).index(b"\xe4")
+    ids = _ids_spelling(model_id, before.encode()) + [lead]
+    return before + "\ufffd" + after, ids + _ids_spelling(model_id, after.encode())
+
+
+@functools.lru_cache(maxsize=2)
+def _pieces_index(model_id: str) -> tuple[dict[bytes, int], int]:
+    from jobs.tokens import token_pieces
+
+    pieces = token_pieces(model_id)
+    index = {piece: token for token, piece in enumerate(pieces) if piece}
+    return index, max(map(len, index))
+
+
+def _ids_spelling(model_id: str, raw: bytes) -> list[int]:
+    """Token ids whose bytes joined are ``raw``: the longest token at each
+    point (a byte-level vocabulary has every single byte), as a host may
+    claim its sampler drew them."""
+    index, longest = _pieces_index(model_id)
+    ids, at = [], 0
+    while at < len(raw):
+        for size in range(min(longest, len(raw) - at), 0, -1):
+            token = index.get(raw[at : at + size])
+            if token is not None:
+                ids.append(token)
+                at += size
+                break
+        else:
+            raise ValueError(f"no token for byte {raw[at]:#x}")
+    return ids
+
+
+async def _entry(engine, request, *, behaviour, temperature, prompt, text, count, ids) -> dict:
+    """One bank entry: what the host sends, and the scores a verifier returns
+    for what the coordinator sends it (``verified_text``, its ids when they
+    number no more than ``max_tokens``, scored under the request's grammar)."""
+    from jobs.tokens import token_count
+    from jobs.verification.exemptions import verified_text
+
+    verified = verified_text(model_id=engine.model_id, text=text, token_ids=ids, stop=None)
+    sent = verified.token_ids
+    if sent is not None and len(sent) > MAX_TOKENS:
+        sent = None
+    scored = (
+        await engine.score(request, verified.text, token_ids=sent) if verified.text else None
+    )
+    return asdict(Answer(
+        behaviour=behaviour, temperature=temperature, text=text, completion_tokens=count,
+        recount=token_count(engine.model_id, text) or 0, prompt=prompt,
+        scores=[s.frame() for s in scored.tokens] if scored else [], token_ids=ids,
+        verify_text=None if verified.text == text else verified.text, verify_ids=sent,
+        constrained=request.response_format is not None, exemption=verified.exemption,
+    ))  # fmt: skip
+
+
+def _traffic_prompts(prompts: int) -> list[tuple[int, list[dict], dict | None]]:
+    """(index, messages, schema or None): ``prompts`` plain prompts (a third
+    with a system message), then the ``CONSTRAINED`` ones (index from 100)."""
+    out = []
+    for index, prompt in enumerate(PROMPTS[:prompts]):
+        messages = [{"role": "user", "content": prompt}]
+        if index % 3 == 0:
+            messages.insert(0, {"role": "system", "content": SYSTEM_PROMPT})
+        out.append((index, messages, None))
+    for index, (prompt, schema) in enumerate(CONSTRAINED):
+        out.append((100 + index, [{"role": "user", "content": prompt}], schema))
+    return out
+
+
+def prompt_messages(prompt: int) -> list[dict]:
+    """The user message of the bank's prompt number ``prompt``."""
+    text = PROMPTS[prompt] if prompt < 100 else CONSTRAINED[prompt - 100][0]
+    return [{"role": "user", "content": text}]
+
+
+def prompt_schema(prompt: int) -> dict | None:
+    return None if prompt < 100 else CONSTRAINED[prompt - 100][1]
 
 
 async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print) -> dict:
     """Generate and score the bank (minutes on 2 cores): real-traffic answers of
-    every behaviour at every temperature, and spot-check answers."""
+    every behaviour at every temperature (constrained ones: honest and
+    inflate), and spot-check answers."""
     from agent.engines.llamacpp import LlamaCppEngine
-    from bench.verification import request_make
-    from jobs.verification.exemptions import verified_text
 
     engine = LlamaCppEngine(n_ctx=2048)
     await engine.load()
     rng = random.Random(secrets.randbits(64))
     bank: dict = {"traffic": [], "canaries": [], "settings": {
-        "hot_extra": HOT_EXTRA, "other_sigma": OTHER_SIGMA, "max_tokens": MAX_TOKENS}}
+        "hot_extra": HOT_EXTRA, "other_sigma": OTHER_SIGMA, "max_tokens": MAX_TOKENS,
+        "inflate": INFLATE}}
+    model = engine.model_id
     try:
         for t in BANK_TEMPERATURES:
-            for index, prompt in enumerate(PROMPTS[:prompts]):
-                messages = [{"role": "user", "content": prompt}]
-                if index % 3 == 0:
-                    messages.insert(0, {"role": "system", "content": SYSTEM_PROMPT})
-                for _ in range(per_prompt):
-                    for behaviour in BEHAVIOURS:
-                        text, count, recount, ids = await _answer(
-                            engine, behaviour, messages, t, rng, MAX_TOKENS
+            for index, messages, schema in _traffic_prompts(prompts):
+                request = _request(messages, t, schema, None)
+                plain = GENERATED if schema is None else ("honest",)
+                for _ in range(per_prompt * (1 if schema is None else CONSTRAINED_ANSWERS)):
+                    for behaviour in plain:
+                        text, count, ids = await _answer(
+                            engine, behaviour, messages, t, rng, MAX_TOKENS, schema
                         )
-                        # what a verifier is sent of it (the coordinator's rule)
-                        verified = verified_text(
-                            model_id=engine.model_id, text=text, token_ids=ids, stop=None
-                        ).text
-                        request = request_make(messages, t, 1.0, MAX_TOKENS, None)
-                        scored = await engine.score(request, verified) if verified else None
-                        bank["traffic"].append(asdict(Answer(
-                            behaviour=behaviour, temperature=t, text=text,
-                            completion_tokens=count, recount=recount, prompt=index,
-                            scores=[s.frame() for s in scored.tokens] if scored else [],
-                            token_ids=ids, verify_text=None if verified == text else verified,
-                        )))
+                        kinds = [(behaviour, text, ids, count)]
+                        if behaviour == "honest" and ids:
+                            finer = _inflated(model, ids, rng)
+                            kinds.append(("inflate", text, finer, len(finer)))
+                        if behaviour == "junk":
+                            planted, planted_ids = _planted(model, text)
+                            kinds.append(("fffd", planted, planted_ids, len(planted_ids)))
+                        for kind, answer, answer_ids, reported in kinds:
+                            bank["traffic"].append(await _entry(
+                                engine, request, behaviour=kind, temperature=t, prompt=index,
+                                text=answer, count=reported, ids=answer_ids,
+                            ))  # fmt: skip
             log(f"bank: temperature {t} done ({len(bank['traffic'])} answers)")
         bank["canaries"] = await _canaries_build(engine, canaries, rng, log)
     finally:
@@ -169,6 +352,7 @@ async def _canaries_build(engine, count: int, rng, log) -> list[dict]:
     from jobs.canarygen import canary_draw
     from jobs.canarypool import shape_default
     from jobs.canaryvocab import vocab_load
+    from jobs.tokens import token_count
 
     secret = secrets.token_bytes(32)
     vocab = vocab_load("")
@@ -182,14 +366,13 @@ async def _canaries_build(engine, count: int, rng, log) -> list[dict]:
         if draw.prompt is not None:
             continue  # the bank's answers are chat
         max_tokens = min(draw.params.get("max_tokens") or 64, 64)
-        honest, _, _, _ = await _answer(engine, "honest", draw.messages, 0.0, rng, max_tokens)
+        honest, _, _ = await _answer(engine, "honest", draw.messages, 0.0, rng, max_tokens)
         if not answer_right(draw.expected, draw.distractors, honest):
             continue  # calibration: the reference model must answer it right
         answers = {}
-        for behaviour in BEHAVIOURS:
-            text, n, recount, _ = await _answer(
-                engine, behaviour, draw.messages, 0.0, rng, max_tokens
-            )
+        for behaviour in GENERATED:
+            text, n, _ = await _answer(engine, behaviour, draw.messages, 0.0, rng, max_tokens)
+            recount = token_count(engine.model_id, text) or 0
             answers[behaviour] = asdict(Answer(behaviour, 0.0, text, n, recount))
         kept.append({"expected": draw.expected, "distractors": draw.distractors, "answers": answers})
     log(f"bank: {len(kept)} spot checks calibrated of {index} drawn")

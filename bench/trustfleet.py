@@ -20,7 +20,8 @@ A cheat is defined by what its host does, never by what catches it:
   otherwise;
 - ``hot`` (b): the model's answer at a temperature 1.0 above the one asked;
 - ``other_model`` (c): the reference model with Gaussian noise on its logits;
-- ``inflate`` (d): honest text, every count reported 15 % high;
+- ``inflate`` (d): honest text, its token ids split finer than drawn so the
+  count is 15 % high (spot checks: the count alone, 15 % high);
 - ``refuser`` (e): answers spot checks (it recognises them), refuses real work;
 - ``sleeper`` (f): honest for its first 500 jobs, then as ``other_model``;
 - ``sybil`` (g): as ``canary_aware``, with three verifier accounts of its own
@@ -28,7 +29,14 @@ A cheat is defined by what its host does, never by what catches it:
   everywhere except that they call its answers plausible);
 - ``fffd`` (h): as ``canary_aware``, each answer with a U+FFFD planted after
   its first word, and token ids that spell it as a character cut by the
-  model (a lone UTF-8 lead byte's token: the best the host can fake).
+  model (a lone UTF-8 lead byte's token: the best the host can fake);
+- ``inflate_hidden`` (i): as ``inflate``, only where the count check cannot
+  expect the tokenizer's own split (``jobs.tokens.canonical_split_expected``:
+  a sampled or a constrained job), honest elsewhere.
+
+A ``CONSTRAINED_SHARE`` of real jobs asks for a ``response_format``; the bank
+answers those of ``honest`` and ``inflate`` under it, the other behaviours'
+as plain text.
 
 Honest hosts fail 0.5 % of their jobs (an engine error), as real ones do.
 """
@@ -43,12 +51,15 @@ from bench.compat import pinned_weights_declare
 
 CHEATS = (
     "canary_aware", "hot", "other_model", "inflate", "refuser", "sleeper", "sybil", "fffd",
+    "inflate_hidden",
 )
 SYBIL_ACCOUNTS = 3
 SLEEPER_HONEST_JOBS = 500
 HONEST_ERROR_RATE = 0.005
 TEMPERATURES = ((0.0, 0.3), (0.7, 0.5), (1.0, 0.2))
 """Real traffic's temperatures and their shares."""
+CONSTRAINED_SHARE = 0.2
+"""Real traffic's share asked under a ``response_format`` (json_schema)."""
 
 
 @dataclass
@@ -69,11 +80,17 @@ class SimDevice:
             return self.jobs >= SLEEPER_HONEST_JOBS
         return True
 
-    def behaviour(self) -> str:
-        """What the host does for a real job now: honest, hot, other, junk,
-        inflate or refuse."""
+    def behaviour(self, *, temperature: float = 0.0, constrained: bool = False) -> str:
+        """What the host does for a real job now (at ``temperature``, under a
+        ``response_format`` when ``constrained``): honest, hot, other, junk,
+        inflate, fffd or refuse."""
         if not self.cheating():
             return "honest"
+        if self.kind == "inflate_hidden":
+            from jobs.tokens import canonical_split_expected  # (Django set up by then)
+
+            canonical = canonical_split_expected(constrained=constrained, temperature=temperature)
+            return "honest" if canonical else "inflate"
         return {
             "canary_aware": "junk",
             "hot": "hot",
@@ -88,7 +105,9 @@ class SimDevice:
     def canary_behaviour(self) -> str:
         """What the host does for a spot check (the cheats that recognise them
         answer honestly)."""
-        if self.kind in ("canary_aware", "refuser", "sybil", "fffd") or not self.cheating():
+        if self.kind in ("canary_aware", "refuser", "sybil", "fffd", "inflate_hidden") or (
+            not self.cheating()
+        ):
             return "honest"
         return self.behaviour()
 

@@ -18,15 +18,14 @@ release judged; a failure ``device_check_failed``).
 
 from __future__ import annotations
 
-import functools
 import random
 from dataclasses import dataclass, field
 
+from bench.trustbank import INFLATE, MAX_TOKENS
 from bench.trustfleet import (
-    CHEATS, HONEST_ERROR_RATE, SYBIL_ACCOUNTS, Costs, SimDevice, fleet_make, temperature_draw,
+    CHEATS, CONSTRAINED_SHARE, HONEST_ERROR_RATE, SYBIL_ACCOUNTS, Costs, SimDevice, fleet_make,
+    temperature_draw,
 )
-
-INFLATE = 1.15
 
 
 @dataclass
@@ -108,13 +107,14 @@ class Fleet:
         dev.jobs += 1
         self.costs.jobs += 1
         temperature = temperature_draw(self.rng)
-        behaviour = dev.behaviour()
+        constrained = self.rng.random() < CONSTRAINED_SHARE
+        behaviour = dev.behaviour(temperature=temperature, constrained=constrained)
         if behaviour == "refuse" or (
             behaviour == "honest" and self.rng.random() < HONEST_ERROR_RATE
         ):
             self._failed(dev, temperature)
         else:
-            self._answered(dev, behaviour, temperature)
+            self._answered(dev, behaviour, temperature, constrained)
         self._quarantine_read(dev)
 
     def _failed(self, dev: SimDevice, temperature: float) -> None:
@@ -130,43 +130,31 @@ class Fleet:
             device_id=dev.id, success=False, reason="host_error", model_id=self.model.id
         )
 
-    def _answered(self, dev: SimDevice, behaviour: str, temperature: float) -> None:
+    def _answered(
+        self, dev: SimDevice, behaviour: str, temperature: float, constrained: bool
+    ) -> None:
+        """The host answers from the bank (under a ``response_format`` when the
+        job is ``constrained`` and the bank has its behaviour's); the attempt
+        ends as ``jobs.services.attempts.attempt_end`` ends it: billed and
+        count-checked by ``segment_tokens``, what a verifier is sent kept."""
         from hosts.services import device_outcome_record
         from jobs.models import Attempt, Job
+        from jobs.services.attempts import segment_tokens
         from jobs.services.checks import device_check_failed
-        from jobs.tokens import (
-            canonical_split_expected,
-            token_count,
-            token_count_inflated,
-            token_ids_spell,
-        )
-        from jobs.verification.exemptions import verified_text
+        from jobs.tokens import canonical_split_expected
         from jobs.verification.records import verification_choose
 
-        text_kind = {"inflate": "honest", "fffd": "junk"}.get(behaviour, behaviour)
-        answer = self.rng.choice(self._by_behaviour[(text_kind, temperature)])
-        text, ids, recount = answer["text"], answer.get("token_ids"), answer["recount"]
-        if behaviour == "fffd":
-            text, ids = self._cut_planted(text)
-            recount = token_count(self.model.id, text)
-        reported = len(ids) if ids is not None else answer["completion_tokens"]
-        if behaviour == "inflate":
-            reported = int(reported * INFLATE + 0.999)
-            ids = None  # (an inflated count has no ids that spell the text)
+        pool = self._by_behaviour.get((behaviour, temperature, constrained))
+        answer = self.rng.choice(pool or self._by_behaviour[(behaviour, temperature, False)])
+        text, ids, reported = answer["text"], answer["token_ids"], answer["completion_tokens"]
         job, attempt = self._job(dev, temperature, prompt=answer["prompt"])
-        billed = min(reported, recount)
-        spelled = (
-            None if ids is None else token_ids_spell(self.model.id, ids=ids, text=text)
-        )
-        flagged = token_count_inflated(
-            reported=reported,
-            text=text,
-            recount=recount,
-            spelled=spelled,
-            canonical=canonical_split_expected(constrained=False, temperature=temperature),
-        )
-        # what attempt_end records of the host's ids: what a verifier is sent
-        verified = verified_text(model_id=self.model.id, text=text, token_ids=ids, stop=None)
+        billed, flagged = segment_tokens(
+            model_id=self.model.id, text=text, reported=reported, token_ids=ids,
+            canonical=canonical_split_expected(
+                constrained=answer["constrained"], temperature=temperature
+            ),
+            budget=MAX_TOKENS,
+        )  # fmt: skip
         Attempt.objects.filter(id=attempt.id).update(
             state=Attempt.State.ENDED,
             outcome=Attempt.Outcome.SUCCEEDED,
@@ -176,8 +164,9 @@ class Fleet:
             completion_tokens_reported=reported,
             tokens_billed=billed,
             token_count_flagged=flagged,
-            exemption=verified.exemption,
-            verify_text=None if verified.text == text else verified.text,
+            exemption=answer["exemption"],
+            verify_text=answer["verify_text"],
+            verify_token_ids=None if flagged else answer["verify_ids"],
         )
         Job.objects.filter(id=job.id).update(
             status=Job.Status.SUCCEEDED, output_text=text, tokens_billed=billed
@@ -193,26 +182,11 @@ class Fleet:
         attempt.refresh_from_db()
         ver = verification_choose(job=job, attempts=[attempt], now=_now())
         while ver is not None and ver.verifier_id is not None:
-            ver = self._verify(ver, answer, verified.text)
+            ver = self._verify(ver, answer)
 
-    def _cut_planted(self, text: str) -> tuple[str, list[int]]:
-        """(``text`` with a U+FFFD after its first word, token ids that spell
-        it as the model's own cut character: tokens of the text around a lone
-        UTF-8 lead byte's token), the ``fffd`` cheat's answer."""
-        cut = text.find(" ", 1) if " " in text[1:] else len(text)
-        before, after = text[:cut], text[cut:]
-        ids = _ids_spelling(self.model.id, before.encode()) + [self._lead]
-        return before + "\ufffd" + after, ids + _ids_spelling(self.model.id, after.encode())
-
-    @functools.cached_property
-    def _lead(self) -> int:
-        from jobs.tokens import token_pieces
-
-        return token_pieces(self.model.id).index(b"\xe4")
-
-    def _verify(self, ver, answer, verified: str):
-        """The verifier answers ``ver`` with the bank's scores of ``verified``
-        (what it is sent of the answer; an honest verifier: the real model's),
+    def _verify(self, ver, answer):
+        """The verifier answers ``ver`` with the bank's scores of what it is
+        sent of ``answer`` (an honest verifier: the real model's),
         or, a sybil account verifying its cheat's answer, scores that call it
         plausible; returns the next round if one follows."""
         from agent.receipts import receipt_sign
@@ -222,9 +196,11 @@ class Fleet:
         from jobs.verification.records import VERIFY_MAX_TOKENS, verification_scored
 
         machine_id, key = self.keys[ver.verifier_id]
+        verified = answer["verify_text"] if answer["verify_text"] is not None else answer["text"]
         if self.sybils.get(ver.verifier_id) == ver.device_id:
             fair = TokenScore(rank=0, logprob=-1.0, mean=-1.0, var=1.0)
-            tokens = [fair] * token_count(self.model.id, verified)
+            sent = answer["verify_ids"]
+            tokens = [fair] * (len(sent) if sent else token_count(self.model.id, verified))
         else:
             tokens = token_scores_parse(answer["scores"], max_tokens=VERIFY_MAX_TOKENS)
         self.costs.verifications += 1
@@ -271,15 +247,21 @@ class Fleet:
         self._quarantine_read(dev)
 
     def _job(self, dev: SimDevice, temperature: float, *, prompt: int):
-        from bench.trustbank import PROMPTS
+        import json
+
+        from bench.trustbank import prompt_messages, prompt_schema, response_format
         from jobs.models import Attempt, Job
         from jobs.services import job_create
         from jobs.services.deadlines import claim_deadline
 
+        params = {"max_tokens": MAX_TOKENS, "temperature": temperature}
+        schema = prompt_schema(prompt)
+        if schema is not None:
+            params["response_format"] = json.dumps(response_format(schema))
         job = job_create(
             renter=self.renter, api_key=None, model=self.model, endpoint=Job.Endpoint.CHAT,
-            messages=[{"role": "user", "content": PROMPTS[prompt]}], prompt=None,
-            params={"max_tokens": 48, "temperature": temperature}, placement={}, stream=True,
+            messages=prompt_messages(prompt), prompt=None, params=params, placement={},
+            stream=True,
         )  # fmt: skip
         now = _now()
         attempt = Attempt.objects.create(
@@ -324,33 +306,6 @@ def cost_lines(costs: Costs, *, devices: int = 0, seconds: float = 0.0) -> list[
     ]
 
 
-@functools.lru_cache(maxsize=2)
-def _pieces_index(model_id: str) -> tuple[dict[bytes, int], int]:
-    from jobs.tokens import token_pieces
-
-    pieces = token_pieces(model_id)
-    index = {piece: token for token, piece in enumerate(pieces) if piece}
-    return index, max(map(len, index))
-
-
-def _ids_spelling(model_id: str, raw: bytes) -> list[int]:
-    """Token ids whose bytes joined are ``raw``: the longest token at each
-    point (a byte-level vocabulary has every single byte), as a host may
-    claim its sampler drew them."""
-    index, longest = _pieces_index(model_id)
-    ids, at = [], 0
-    while at < len(raw):
-        for size in range(min(longest, len(raw) - at), 0, -1):
-            token = index.get(raw[at : at + size])
-            if token is not None:
-                ids.append(token)
-                at += size
-                break
-        else:
-            raise ValueError(f"no token for byte {raw[at]:#x}")
-    return ids
-
-
 def _renter(tag: str):
     from django.contrib.auth import get_user_model
 
@@ -361,7 +316,8 @@ def _index(traffic: list[dict]) -> dict:
     index: dict = {}
     for answer in traffic:
         if answer["text"]:
-            index.setdefault((answer["behaviour"], answer["temperature"]), []).append(answer)
+            key = (answer["behaviour"], answer["temperature"], answer["constrained"])
+            index.setdefault(key, []).append(answer)
     return index
 
 
