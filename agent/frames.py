@@ -60,19 +60,8 @@ def request_from_offer(frame: dict[str, Any], device: int) -> GenerationRequest:
     if not isinstance(continue_from, str):
         raise ValueError("continue_from must be a string")
     response_format = frame.get("response_format")
-    if response_format is not None and (
-        not isinstance(response_format, dict)
-        or response_format.get("type") not in ("json_object", "json_schema")
-        or (
-            response_format["type"] == "json_schema"
-            and not isinstance(
-                (response_format.get("json_schema") or {}).get("schema"), dict
-            )
-        )
-    ):
-        raise ValueError(
-            "response_format must be a json_object or a json_schema with a schema"
-        )
+    if response_format is not None:
+        response_format_check(response_format)
     logprobs = frame.get("logprobs")
     if logprobs is not None and (
         not isinstance(logprobs, int)
@@ -121,6 +110,39 @@ def request_from_verify(
     except ValueError as exc:
         raise ValueError(f"verify: {exc}") from None
     return request, answer, token_ids
+
+
+def response_format_check(value: Any) -> None:
+    """Raise ``ValueError`` unless ``value`` is a ``json_object``, a
+    ``json_schema`` with a schema, or a ``json_sequence`` (since 2026-12-07):
+    a schema, ``prefix``/``suffix``/``separator`` strings, ``min_items`` and
+    ``max_items`` counts (``max_items`` absent: unbounded), ``text_unless`` a
+    non-empty string or absent."""
+    kind = value.get("type") if isinstance(value, dict) else None
+    spec = value.get(kind) if kind in ("json_schema", "json_sequence") else None
+    if kind == "json_object":
+        return
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        raise ValueError(
+            "response_format must be a json_object, or a json_schema or "
+            "json_sequence with a schema"
+        )
+    if kind == "json_schema":
+        return
+    texts = [spec.get(k, "") for k in ("prefix", "suffix", "separator")]
+    least, most = spec.get("min_items", 1), spec.get("max_items")
+    unless = spec.get("text_unless")
+    if (
+        not all(isinstance(t, str) for t in texts)
+        or type(least) is not int
+        or least < 0
+        or (most is not None and (type(most) is not int or most < max(least, 1)))
+        or (unless is not None and (not isinstance(unless, str) or not unless))
+    ):
+        raise ValueError(
+            "response_format.json_sequence: prefix, suffix and separator must be "
+            "strings, min_items <= max_items counts, text_unless a non-empty string"
+        )
 
 
 def frame_parse(message: str | bytes) -> dict[str, Any] | None:

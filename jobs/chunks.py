@@ -31,7 +31,8 @@ class ChunkWriter:
         self.first = True
         self.offset = len(request.prompt or "")  # the next token's text_offset
         # a request with tools: its text is parsed into tool calls (jobs.toolcalls)
-        self.tool_format = request.params.get("tool_format") if self.chat else None
+        # in the format its job was given for its model
+        self.tool_format = (job.params or {}).get("tool_format") if self.chat else None
         self.tools = ToolAnswer(self.tool_format) if self.tool_format else None
 
     def logprobs(self, entries: list[dict] | None) -> dict | None:
@@ -74,8 +75,9 @@ class ChunkWriter:
         the finish reason, at the end: ``tool_calls`` for a request with tools
         whose answer called)."""
         if self.tools is not None and finish_reason is not None:
+            held = "".join(d["content"] for d in self.tools.end())
             finish_reason = self.tools.finish_reason(finish_reason)
-            return self._delta_chunk({}, finish_reason)
+            return self._delta_chunk({"content": held} if held else {}, finish_reason)
         if self.chat:
             delta: dict = {"content": text} if text or finish_reason is None else {}
             if self.first:
@@ -139,6 +141,7 @@ class ChunkWriter:
             if self.tool_format:
                 tools = ToolAnswer(self.tool_format)
                 tools.deltas(text)
+                tools.end()
                 message = tools.message()
                 finish_reason = tools.finish_reason(finish_reason)
             choice = {

@@ -7,18 +7,20 @@
 from __future__ import annotations
 
 import json
-
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hosts.regions import region_codes
+from modeldata.template import ChatTemplate
 
 from .errors import ApiError
 from .formats import logprobs_parse, response_format_parse, response_format_stored
 from .schematext import json_text_checked
 from .toolcalls.requests import (
+    ToolRequest,
     message_tool_fields,
     messages_rendered,
+    native_rendered,
     tool_results_checked,
     tools_parse,
 )
@@ -39,7 +41,11 @@ MIN_VRAM_GB_MAX = 4096
 
 @dataclass
 class CompletionRequest:
-    """A checked request: model, chat ``messages`` or raw ``prompt``, sampling params."""
+    """A checked request: model, chat ``messages`` or raw ``prompt``, sampling
+    params. A chat request keeps its ``conversation`` (the checked messages,
+    tool fields included) and ``tools``, which ``request_for_model`` renders
+    in the model's own tool-call format once the model is known; until then
+    ``messages`` and ``params`` hold the generic format's."""
 
     model: str
     endpoint: str
@@ -49,6 +55,34 @@ class CompletionRequest:
     stream: bool
     include_usage: bool
     placement: dict = field(default_factory=dict)
+    conversation: list[dict] | None = None
+    tools: ToolRequest | None = None
+
+
+def request_for_model(
+    request: CompletionRequest, *, tool_call_format: str, template: ChatTemplate | None
+) -> CompletionRequest:
+    """``request`` as its model is sent it: a conversation with tools or
+    calls, for a model whose catalog ``tool_call_format`` is served natively
+    (``toolcalls.native``), becomes the ``prompt`` its own ``template``
+    renders, its answer parsed and constrained in that format; any other
+    request is returned as it is. Raises ApiError 400 when the template
+    refuses the conversation."""
+    if request.conversation is None:
+        return request
+    native = native_rendered(
+        request.conversation,
+        request.tools,
+        tool_call_format=tool_call_format,
+        template=template,
+    )
+    if native is None:
+        return request
+    params = dict(request.params)
+    if native.format is not None:
+        params["tool_format"] = native.format
+        params["response_format"] = response_format_stored(native.response_format)
+    return replace(request, messages=None, prompt=native.prompt, params=params)
 
 
 def _bad(param: str, message: str) -> ApiError:
@@ -318,6 +352,7 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
             )
     _unsupported_refused(body)
     tools = tools_parse(body)  # jobs.toolcalls: function calling
+    conversation = messages
     if messages is not None:
         messages = messages_rendered(messages, tools)
     params = {
@@ -352,4 +387,6 @@ def completion_request_parse(body: Any, *, endpoint: str) -> CompletionRequest:
         stream=stream,
         include_usage=bool((options or {}).get("include_usage", False)),
         placement=_placement(body.get("placement")),
+        conversation=conversation,
+        tools=tools,
     )

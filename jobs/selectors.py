@@ -380,6 +380,7 @@ def _unplaced_why(
 FEATURE_FIELDS = {
     "json_object": "response_format json_object",
     "json_schema": "response_format json_schema or tools (function calling)",
+    "json_sequence": "tools (function calling) in the model's own tool-call format",
     "logprobs": "logprobs",
 }
 

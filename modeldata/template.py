@@ -9,6 +9,7 @@ too); the coordinator renders it the same way to count a prompt's tokens.
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any
 
 import jinja2
@@ -43,6 +44,7 @@ class ChatTemplate:
         )
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
+        env.filters["tojson"] = _tojson
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateError as exc:
@@ -65,9 +67,15 @@ class ChatTemplate:
         )
 
     def render(
-        self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
-        """Return the prompt text for ``messages`` (OpenAI chat shape).
+        """Return the prompt text for ``messages`` (OpenAI chat shape, an
+        assistant's ``tool_calls`` and ``tool`` messages included), with
+        ``tools`` (OpenAI's function list) for a template that shows them.
 
         With ``add_generation_prompt`` the text ends where the assistant's answer
         begins. Raises ``ChatTemplateError`` when the template rejects the input.
@@ -75,6 +83,7 @@ class ChatTemplate:
         try:
             return self._template.render(
                 messages=messages,
+                tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
@@ -95,6 +104,24 @@ def message_flatten(message: dict[str, Any]) -> dict[str, Any]:
         ]
         return {**message, "content": "".join(texts)}
     return message
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    """Templates' ``tojson`` as Hugging Face's and llama.cpp's renderers
+    define it (keys in order, no HTML escapes), not Jinja's."""
+    return json.dumps(
+        value,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=separators,
+        sort_keys=sort_keys,
+    )
 
 
 def _raise_exception(message: str) -> None:

@@ -45,10 +45,14 @@ class GenerationRequest:
     ``continue_from`` is text the answer must continue exactly (possibly
     mid-word); the engine's output is what comes *after* it.
 
-    ``response_format`` (None: plain text) is ``{"type": "json_object"}`` or
-    ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``:
-    the answer — ``continue_from`` and the output together — must be JSON
-    (an object), matching the schema. ``logprobs`` (None: not asked) is how
+    ``response_format`` (None: plain text) is ``{"type": "json_object"}``,
+    ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``
+    or ``{"type": "json_sequence", "json_sequence": {"name", "schema",
+    "prefix", "suffix", "separator", "min_items", "max_items",
+    "text_unless"}}`` (documents of the schema between literals: a model's
+    own tool-call format): the answer — ``continue_from`` and the output
+    together — must be JSON (an object) matching the schema, or that
+    sequence. ``logprobs`` (None: not asked) is how
     many alternatives per token (0–20) the engine reports with each token's
     log-probability (``Piece``). Both need the engine's ``features``.
     """
@@ -91,10 +95,10 @@ class GenerationRequest:
         return [str(item) for item in value if item]
 
 
-FEATURES = ("json_object", "json_schema", "logprobs")
+FEATURES = ("json_object", "json_schema", "json_sequence", "logprobs")
 """What an engine may do beyond text (announced in ``hello.features``):
-``json_object`` / ``json_schema``, a ``response_format`` served by constrained
-decoding, also across a continuation; ``logprobs``, each token's
+``json_object`` / ``json_schema`` / ``json_sequence``, a ``response_format``
+served by constrained decoding, also across a continuation; ``logprobs``, each token's
 log-probability and its top alternatives (``Piece``)."""
 
 

@@ -44,21 +44,74 @@ is not JSON), as OpenAI reports it."""
 
 def grammar_of(response_format: dict[str, Any]) -> str:
     """The GBNF grammar of a ``response_format`` (``json_object``: any JSON
-    object; ``json_schema``: its schema), by llama-cpp-python's converter.
-    Raises GenerationError when the converter cannot take the schema (the
+    object; ``json_schema``: its schema; ``json_sequence``: its documents,
+    ``sequence_grammar``), by llama-cpp-python's converter. Raises
+    GenerationError when the converter cannot take the schema (the
     coordinator admits only the subset it can: docs/protocol-notes.md)."""
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-    if response_format.get("type") == "json_object":
-        schema: Any = {"type": "object"}
-    else:
-        schema = response_format["json_schema"]["schema"]
+    kind = response_format.get("type")
     try:
+        if kind == "json_sequence":
+            return sequence_grammar(response_format["json_sequence"])
+        schema: Any = (
+            {"type": "object"}
+            if kind == "json_object"
+            else response_format["json_schema"]["schema"]
+        )
         return json_schema_to_gbnf(json.dumps(schema))
     except Exception as exc:
         raise GenerationError(
             f"response_format: the schema has no grammar: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def sequence_grammar(spec: dict[str, Any]) -> str:
+    """The GBNF grammar of a ``json_sequence`` (docs/protocol-notes.md,
+    2026-12-07): ``min_items`` to ``max_items`` documents, each ``prefix``,
+    JSON text matching ``schema``, ``suffix``, joined by ``separator``; with
+    ``text_unless``, any text that does not begin with it instead. The
+    documents' rules are llama-cpp-python's converter's (``document``);
+    only the literals around them are added here."""
+    from llama_cpp.llama_grammar import DOTALL, SchemaConverter, _build_repetition
+
+    converter = SchemaConverter(
+        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+    )
+    schema = converter.resolve_refs(spec["schema"], "stdin")
+    document = converter.visit(schema, "document")
+    literal = converter._format_literal
+    prefix, suffix = spec.get("prefix") or "", spec.get("suffix") or ""
+    parts = [
+        literal(prefix) if prefix else "",
+        document,
+        literal(suffix) if suffix else "",
+    ]
+    item = converter._add_rule("document-item", " ".join(p for p in parts if p))
+    separator = spec.get("separator") or ""
+    calls = _build_repetition(
+        item,
+        spec.get("min_items", 1),
+        spec.get("max_items"),
+        separator_rule=literal(separator) if separator else None,
+    )
+    unless = spec.get("text_unless")
+    if unless:
+        converter._add_rule("text-any", f"{DOTALL}*")
+        calls = f"({calls}) | ({_not_starting(unless, literal)})?"
+    converter._add_rule("root", calls)
+    return converter.format_grammar()
+
+
+def _not_starting(text: str, literal: Callable[[str], str]) -> str:
+    """GBNF of the non-empty texts that do not begin with ``text``: a proper
+    prefix of it, or its first characters up to one that differs and then
+    anything (rule ``text-any``)."""
+    head, rest = text[0], text[1:]
+    other = f"[^\\U{ord(head):08X}] text-any"
+    if not rest:
+        return other
+    return f"{other} | {literal(head)} ({_not_starting(rest, literal)})?"
 
 
 class GrammarMask:

@@ -332,9 +332,9 @@ def offer_frame(
         frame["response_format"] = response_format
     if job.params.get("logprobs") is not None:
         frame["logprobs"] = job.params["logprobs"]
-    if job.endpoint == Job.Endpoint.CHAT:
+    if job.messages is not None:
         frame["messages"] = job.messages
-    else:
+    else:  # a completion, or a chat its model's template rendered (tools)
         frame["prompt"] = job.prompt
     return frame
 

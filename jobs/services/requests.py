@@ -19,12 +19,13 @@ from django.utils import timezone
 
 from ballast.ratelimits import limit_full, limit_hit
 from billing.money import nano_to_usd_str
+from catalog.modeldata import model_tokenizer
 from catalog.models import CatalogModel
 from catalog.selectors import catalog_model_active
 
 from ..errors import ApiError, rate_limited
 from ..models import ApiKey, Job, Rental
-from ..requests import CompletionRequest
+from ..requests import CompletionRequest, request_for_model
 from ..tokens import prompt_token_count, prompt_tokens_least, prompt_tokens_most
 from .caps import key_spend_cap_check
 from .credit import credit_available_nano, credit_lock, jobs_open_of
@@ -157,6 +158,12 @@ def job_submit(
     Raises ApiError as ``job_open``.
     """
     model = request_model(request)
+    tokenizer = model_tokenizer(model.id)  # tools in the model's own format
+    request = request_for_model(
+        request,
+        tool_call_format=model.tool_call_format,
+        template=tokenizer.template if tokenizer is not None else None,
+    )
     rental = _request_rental(request, renter=api_key.user)
     request_fits(model, request)
     worst_case = request.params["max_tokens"] * model.price_completion_nano

@@ -11,10 +11,18 @@ stopped, so the deltas go on with no piece repeated or lost.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
+from functools import partial
 
 from . import generic
+from .native import LAYOUTS
+from .sequence import SequenceParser
 
-PARSERS = {generic.NAME: generic.CallParser}
+PARSERS: dict[str, Callable] = {
+    generic.NAME: generic.CallParser,
+    **{name: partial(SequenceParser, layout) for name, layout in LAYOUTS.items()},
+}
+"""A new parser of each tool-call format a job's ``params.tool_format`` names."""
 
 
 def call_id() -> str:
@@ -37,8 +45,16 @@ class ToolAnswer:
         "type", "function": {"name", "arguments": ""}}]}`` (a call's first
         piece) or ``{"tool_calls": [{"index", "function": {"arguments"}}]}``;
         ``[]`` when the piece completes nothing yet (a name being written)."""
+        return self._deltas(self.parser.feed(text))
+
+    def end(self) -> list[dict]:
+        """The ``delta`` objects the answer's end completes: text a parser
+        held back (it might have begun a call), as content."""
+        return self._deltas(self.parser.end())
+
+    def _deltas(self, events: list[tuple]) -> list[dict]:
         out = []
-        for event in self.parser.feed(text):
+        for event in events:
             if event[0] == "content":
                 self.content.append(event[1])
                 out.append({"content": event[1]})

@@ -14,9 +14,10 @@ content and calls as the text arrives (docs/tools.md).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from .calls import CallEvents, call_schema, defs_hoisted
 from .scanner import JsonScanner, Path, ScanError
 
 NAME = "generic_json"
@@ -53,18 +54,8 @@ def constraint(functions: list[Function], choice: Choice) -> dict:
     for i, function in enumerate(functions):
         if choice.mode == "named" and function.name != choice.name:
             continue
-        parameters = _defs_hoisted(function.parameters, f"f{i}_", defs)
-        members.append(
-            {
-                "type": "object",
-                "properties": {
-                    "name": {"const": function.name},
-                    "arguments": parameters,
-                },
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-        )
+        parameters = defs_hoisted(function.parameters, f"f{i}_", defs)
+        members.append(call_schema(function.name, parameters, "arguments"))
     calls: dict[str, Any] = {
         "type": "array",
         "items": members[0] if len(members) == 1 else {"anyOf": members},
@@ -91,34 +82,6 @@ def constraint(functions: list[Function], choice: Choice) -> dict:
     if defs:
         schema["$defs"] = defs
     return schema
-
-
-def _defs_hoisted(schema: dict, prefix: str, defs: dict) -> dict:
-    """``schema`` without its ``$defs``/``definitions``, which go into
-    ``defs`` renamed with ``prefix``; every ``$ref`` to them rewritten."""
-    local = {}
-    for key in ("$defs", "definitions"):
-        for name in schema.get(key) or {}:
-            local[f"#/{key}/{name}"] = f"#/$defs/{prefix}{name}"
-
-    def rewrite(node: Any) -> Any:
-        if isinstance(node, dict):
-            out = {
-                k: rewrite(v)
-                for k, v in node.items()
-                if k not in ("$defs", "definitions")
-            }
-            if isinstance(node.get("$ref"), str) and node["$ref"] in local:
-                out["$ref"] = local[node["$ref"]]
-            return out
-        if isinstance(node, list):
-            return [rewrite(v) for v in node]
-        return node
-
-    for key in ("$defs", "definitions"):
-        for name, sub in (schema.get(key) or {}).items():
-            defs[f"{prefix}{name}"] = rewrite(sub)
-    return rewrite(schema)
 
 
 def preamble(functions: list[Function], choice: Choice) -> str:
@@ -206,34 +169,18 @@ def result_text(*, name: str | None, tool_call_id: str | None, content: str) -> 
     return json.dumps({"tool_result": result}, ensure_ascii=False)
 
 
-@dataclass
-class Call:
-    """A call as parsed so far: ``name`` once complete, ``arguments`` the raw
-    JSON text received so far."""
-
-    name: str | None = None
-    arguments: str = ""
-    complete: bool = False
-
-
-@dataclass
-class CallParser:
-    """The answer's text, piece by piece (``feed``), as events in order:
-    ``("content", text)``, ``("call", index, name)`` (a call's first piece:
-    its name is complete), ``("arguments", index, text)`` (the next raw
-    characters of its arguments, only after its ``call`` event).
+class CallParser(CallEvents):
+    """The answer's text, piece by piece (``feed``), as ``CallEvents``'
+    events in order.
 
     Text that is not this format (a host that ignored the constraint) from
     the character where it stops being so goes on as ``content``, so nothing
     a host delivered is dropped.
     """
 
-    calls: list[Call] = field(default_factory=list)
-    verbatim: bool = False  # the text left the format: the rest is content
-    _events: list = field(default_factory=list)
-    _scanner: JsonScanner | None = None
-
-    def __post_init__(self) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.verbatim = False  # the text left the format: the rest is content
         self._scanner = JsonScanner(
             on_string=self._string,
             raw_wanted=self._is_arguments,
@@ -244,51 +191,31 @@ class CallParser:
     @property
     def complete(self) -> bool:
         """The answer is one whole document of the format (not cut short)."""
-        return not self.verbatim and self._scanner.done  # type: ignore[union-attr]
+        return not self.verbatim and self._scanner.done
 
     def feed(self, text: str) -> list[tuple]:
         """The events ``text`` (the next piece of the answer) completes."""
-        self._events = []
         if self.verbatim:
             self._content(text)
         else:
             for i, char in enumerate(text):
                 try:
-                    self._scanner.feed(char)  # type: ignore[union-attr]
+                    self._scanner.feed(char)
                 except ScanError:
                     self.verbatim = True
                     self._content(text[i:])
                     break
         return self._merged()
 
-    def _merged(self) -> list[tuple]:
-        out: list[tuple] = []
-        for event in self._events:
-            if (
-                out
-                and out[-1][0] == event[0]
-                and event[0] != "call"
-                and out[-1][:-1] == event[:-1]
-            ):
-                out[-1] = (*event[:-1], out[-1][-1] + event[-1])
-            else:
-                out.append(event)
-        return out
-
-    def _content(self, text: str) -> None:
-        if text:
-            self._events.append(("content", text))
+    def end(self) -> list[tuple]:
+        """The events the answer's end completes: none (nothing is held)."""
+        return []
 
     @staticmethod
     def _call_index(path: Path, key: str) -> int | None:
         if len(path) == 3 and path[0] == "tool_calls" and path[2] == key:
             return path[1] if isinstance(path[1], int) else None
         return None
-
-    def _call(self, index: int) -> Call:
-        while len(self.calls) <= index:
-            self.calls.append(Call())
-        return self.calls[index]
 
     def _is_arguments(self, path: Path) -> bool:
         return self._call_index(path, "arguments") is not None
@@ -298,22 +225,12 @@ class CallParser:
             self._content(text)
         index = self._call_index(path, "name")
         if index is not None:
-            call = self._call(index)
-            call.name = (call.name or "") + text  # complete at its value's end
+            self._name(index, text)
 
     def _raw(self, path: Path, text: str) -> None:
-        index = self._call_index(path, "arguments")
-        call = self._call(index)  # type: ignore[arg-type]
-        call.arguments += text
-        if call.complete:
-            self._events.append(("arguments", index, text))
+        self._arguments(self._call_index(path, "arguments"), text)  # type: ignore[arg-type]
 
     def _value_end(self, path: Path) -> None:
         index = self._call_index(path, "name")
-        if index is None:
-            return
-        call = self._call(index)
-        call.complete = True
-        self._events.append(("call", index, call.name or ""))
-        if call.arguments:  # arguments written before the name
-            self._events.append(("arguments", index, call.arguments))
+        if index is not None:
+            self._name_end(index)

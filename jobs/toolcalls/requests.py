@@ -14,10 +14,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from modeldata.template import ChatTemplate
+
 from ..errors import ApiError
 from ..schemas import schema_checked
 from ..schematext import json_text_checked
-from . import generic
+from . import generic, native
 
 MAX_TOOLS = 64
 FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -270,3 +272,47 @@ def messages_rendered(messages: list[dict], tools: ToolRequest | None) -> list[d
     else:
         out.insert(0, {"role": "system", "content": preamble})
     return out
+
+
+@dataclass(frozen=True)
+class NativeRendering:
+    """A conversation in its model's own tool-call format: the ``prompt`` its
+    template renders, and for a request whose answer is parsed into calls
+    the ``format`` (a key of ``native.LAYOUTS``) and the ``response_format``
+    it is generated under (else None, None)."""
+
+    prompt: str
+    format: str | None
+    response_format: dict | None
+
+
+def native_rendered(
+    messages: list[dict],
+    tools: ToolRequest | None,
+    *,
+    tool_call_format: str,
+    template: ChatTemplate | None,
+) -> NativeRendering | None:
+    """The conversation (checked messages) rendered in the model's own
+    format when the catalog gives it one served natively
+    (``tool_call_format`` among ``native.LAYOUTS``) and the coordinator has
+    its template, and the request has tools or its conversation calls;
+    None otherwise (the generic format: ``messages_rendered``). Raises
+    ApiError 400 when the template refuses the conversation."""
+    layout = native.LAYOUTS.get(tool_call_format)
+    calling = tools is not None or any(
+        m.get("tool_calls") or m["role"] == "tool" for m in messages
+    )
+    if layout is None or template is None or not calling:
+        return None
+    choice = tools.choice if tools is not None else None
+    prompt = native.prompt_rendered(
+        template, messages, tools.functions if choice is not None else None
+    )
+    if choice is None:
+        return NativeRendering(prompt, None, None)
+    return NativeRendering(
+        prompt,
+        tool_call_format,
+        native.constraint(tools.functions, choice, layout),  # type: ignore[union-attr]
+    )

@@ -10,7 +10,7 @@ from typing import Any
 
 from catalog.models import CatalogModel
 
-from ..models import Job, Verification
+from ..models import Verification
 from ..services.endings import job_price_nano
 
 
@@ -82,5 +82,6 @@ def _verified_text(ver: Verification) -> str:
 
 
 def is_chat(answer: VerifiedAnswer) -> bool:
-    """Whether the conversation is a chat's ``messages`` (else a ``prompt``)."""
-    return answer.endpoint == Job.Endpoint.CHAT
+    """Whether the conversation is a chat's ``messages`` (else a ``prompt``:
+    a completion's, or a chat its model's template rendered, with tools)."""
+    return answer.messages is not None

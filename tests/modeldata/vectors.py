@@ -19,7 +19,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "var" / "vocab-vectors"
+TEMPLATES = VECTORS / "templates"
+"""Real models' chat templates, as llama.cpp's tests keep them
+(``vendor/llama.cpp/models/templates/*.jinja``)."""
 SEPARATOR = "\n__ggml_vocab_test__\n"
+EXTRACTED = 2
+"""Raised when what is taken of the archive changes (1: vocabularies; 2: and
+chat templates)."""
 
 
 class VectorsUnavailable(RuntimeError):
@@ -35,13 +41,14 @@ def pinned_version() -> str:
 
 
 def vectors_fetch() -> Path:
-    """The folder of ``ggml-vocab-*`` files, downloaded and unpacked the first
-    time (a ``.complete-VERSION`` marker says it is whole).
+    """The folder of ``ggml-vocab-*`` files (and ``templates/``), downloaded
+    and unpacked the first time (a ``.complete-VERSION.N`` marker says it is
+    whole).
 
     Raises ``VectorsUnavailable`` when pip cannot download the sdist.
     """
     version = pinned_version()
-    marker = VECTORS / f".complete-{version}"
+    marker = VECTORS / f".complete-{version}.{EXTRACTED}"
     if marker.exists():
         return VECTORS
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,22 +66,32 @@ def vectors_fetch() -> Path:
             raise VectorsUnavailable(
                 f"pip download llama-cpp-python=={version} failed: {done.stderr[-1000:]}"
             )
-        VECTORS.mkdir(parents=True, exist_ok=True)
-        for old in VECTORS.glob("ggml-vocab-*"):
+        TEMPLATES.mkdir(parents=True, exist_ok=True)
+        for old in [*VECTORS.glob("ggml-vocab-*"), *TEMPLATES.glob("*.jinja")]:
             old.unlink()
         with tarfile.open(archives[0]) as archive:
             for member in archive.getmembers():
                 name = Path(member.name).name
-                if (
-                    member.isfile()
-                    and "/vendor/llama.cpp/models/" in member.name
-                    and name.startswith("ggml-vocab-")
-                ):
+                if not member.isfile():
+                    continue
+                if "/vendor/llama.cpp/models/templates/" in member.name:
+                    folder = TEMPLATES if name.endswith(".jinja") else None
+                elif "/vendor/llama.cpp/models/" in member.name:
+                    folder = VECTORS if name.startswith("ggml-vocab-") else None
+                else:
+                    folder = None
+                if folder is not None:
                     source = archive.extractfile(member)
                     assert source is not None
-                    (VECTORS / name).write_bytes(source.read())
+                    (folder / name).write_bytes(source.read())
     marker.touch()
     return VECTORS
+
+
+def template_read(name: str) -> str:
+    """The chat template ``name`` (``Qwen-Qwen2.5-7B-Instruct``) of llama.cpp's
+    tests. Raises ``VectorsUnavailable`` as ``vectors_fetch``."""
+    return (vectors_fetch() / "templates" / f"{name}.jinja").read_text()
 
 
 def vectors_read(gguf: Path) -> list[tuple[str, list[int]]]:

@@ -28,7 +28,7 @@ import llama_cpp
 import numpy as np
 
 from modeldata.reference import smollm2_gguf_path
-from tests.modeldata.vectors import vectors_fetch
+from tests.modeldata.vectors import template_read, vectors_fetch
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "var" / "models"
@@ -81,7 +81,15 @@ def _write_once(path: Path, write) -> Path:
     return path
 
 
-def tiny_llama3(seed: int = 31) -> Path:
+def tiny_llama31(seed: int = 31) -> Path:
+    """``tiny_llama3``'s model with Llama 3.1 Instruct's real chat template
+    (llama.cpp's copy), which takes ``tools`` and writes calls as
+    ``{"name": ..., "parameters": ...}``: the catalog's ``llama3`` tool-call
+    format. Raises as ``tiny_llama3``."""
+    return tiny_llama3(seed, template=template_read("meta-llama-Llama-3.1-8B-Instruct"))
+
+
+def tiny_llama3(seed: int = 31, *, template: str = LLAMA3_TEMPLATE) -> Path:
     """The tiny Llama 3 model's GGUF file (F16 matrices, F32 norms; about
     41 MB, most of it the two 128256 × 64 embeddings), built the first time
     for this seed.
@@ -93,14 +101,12 @@ def tiny_llama3(seed: int = 31) -> Path:
     files cannot be downloaded.
     """
     vocab_file = vectors_fetch() / "ggml-vocab-llama-bpe.gguf"
-    key = _key(
-        "tiny-llama3", seed, TINY_SHAPE, LLAMA3_TEMPLATE, vocab_file.stat().st_size
-    )
+    key = _key("tiny-llama3", seed, TINY_SHAPE, template, vocab_file.stat().st_size)
     path = MODELS / f"tiny-llama3-{key}.gguf"
-    return _write_once(path, lambda tmp: _tiny_write(tmp, vocab_file, seed))
+    return _write_once(path, lambda tmp: _tiny_write(tmp, vocab_file, seed, template))
 
 
-def _tiny_write(path: Path, vocab_file: Path, seed: int) -> None:
+def _tiny_write(path: Path, vocab_file: Path, seed: int, template: str) -> None:
     reader = gguf.GGUFReader(vocab_file)
     writer = gguf.GGUFWriter(path, "llama")
     writer.add_name("Tiny Llama3")
@@ -124,7 +130,7 @@ def _tiny_write(path: Path, vocab_file: Path, seed: int) -> None:
         sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(key, field.contents(), kind, sub_type=sub)
     writer.add_eos_token_id(LLAMA3_EOT)
-    writer.add_chat_template(LLAMA3_TEMPLATE)
+    writer.add_chat_template(template)
     vocab_size = len(reader.fields["tokenizer.ggml.tokens"].contents())
     rng = np.random.default_rng(seed)
 
