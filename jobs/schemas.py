@@ -282,7 +282,7 @@ class _SchemaWalk:
                 f"'{path}.properties' must be an object of at most "
                 f"{SCHEMA_MAX_MEMBERS} schemas",
             )
-        literals_checked(list(props), f"{path}.properties")
+        literals_checked(dict.fromkeys(props), f"{path}.properties")
         if "" in props:
             raise _bad(f"{path}.properties", f"'{path}.properties' has an empty name")
         if "properties" in node:

@@ -57,9 +57,18 @@ def json_text_checked(value: Any, param: str) -> None:
 
 
 def literals_checked(value: Any, path: str) -> None:
-    """ApiError 400 naming ``path`` when a string of ``value`` (a property
-    name, or an ``enum``/``const`` value, keys and members included) holds a
-    character of ``GRAMMAR_UNSAFE``, a control character or one past U+FFFF."""
+    """ApiError 400 naming ``path`` when a string of ``value`` (an object
+    keyed by the property names, or an ``enum``/``const`` value, keys and
+    members included) holds a character of ``GRAMMAR_UNSAFE``, a control
+    character or one past U+FFFF, or when an object of it has the key
+    ``$ref`` (grammar converters, llama.cpp's too, read every ``$ref`` key
+    as a reference: the host's engine fails the job)."""
+    if _ref_keyed(value):
+        raise _bad(
+            path,
+            f"'{path}': '$ref' as a property name or a key inside a value is not "
+            "supported (the engines' schema converters read it as a reference)",
+        )
     for text in _strings(value):
         if any(_unsafe(c) for c in text):
             raise _bad(
@@ -68,6 +77,20 @@ def literals_checked(value: Any, path: str) -> None:
                 "control character or one past U+FFFF, which the engines' "
                 "grammars cannot spell; use another character",
             )
+
+
+def _ref_keyed(value: Any) -> bool:
+    """Whether an object in JSON ``value`` has the key ``$ref``."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 def _unsafe(char: str) -> bool:

@@ -5,7 +5,8 @@ do is refused at admission, ``jobs.schemas``).
 
 Generated schemas, with what broke hosts before: text (double quotes,
 backslashes, control characters, braces, NUL, lone surrogates, emoji) in
-property names and ``enum``/``const`` literals, recursive definitions named
+property names and ``enum``/``const`` literals, ``$ref`` as a property name
+or a key inside a ``const``, recursive definitions named
 as pydantic names them or like a grammar's own rules, ``items: {}``, ``$ref``
 at the root or inside: each
 one ``schema_checked`` admits is converted (``constrained.grammar_of``) and
@@ -30,6 +31,9 @@ texts = st.text(
     min_size=1,
     max_size=6,
 )
+names = st.one_of(st.just("$ref"), texts)
+"""Property names and keys inside literals: ``$ref`` too (llama.cpp's
+converter reads every ``$ref`` key as a reference)."""
 leaves = st.one_of(
     st.fixed_dictionaries({"type": st.sampled_from(["integer", "number", "boolean"])}),
     st.fixed_dictionaries(
@@ -37,14 +41,14 @@ leaves = st.one_of(
         optional={"maxLength": st.integers(0, 8)},
     ),
     st.fixed_dictionaries({"enum": st.lists(st.one_of(texts, st.integers()), min_size=1, max_size=4)}),
-    st.fixed_dictionaries({"const": st.one_of(texts, st.dictionaries(texts, texts, max_size=2))}),
+    st.fixed_dictionaries({"const": st.one_of(texts, st.dictionaries(names, texts, max_size=2))}),
     st.sampled_from(DEF_NAMES).map(lambda name: {"$ref": f"#/$defs/{name}"}),
     st.just({}),
 )
 
 
 def _objects(children: Any) -> Any:
-    return st.dictionaries(texts, children, min_size=1, max_size=3).flatmap(
+    return st.dictionaries(names, children, min_size=1, max_size=3).flatmap(
         lambda props: st.fixed_dictionaries(
             {
                 "type": st.just("object"),

@@ -167,12 +167,20 @@ def test_a_schema_that_refers_to_itself_inside_an_object_is_admitted():
         ({"const": {"k": 'a"'}}, "response_format.json_schema.schema.const"),
         ({"enum": ["a\u0000b"]}, "response_format.json_schema.schema"),
         ({"const": "\ud800"}, "response_format.json_schema.schema"),
+        (
+            {"type": "object", "properties": {"$ref": {"type": "string"}}},
+            "response_format.json_schema.schema.properties",
+        ),
+        ({"const": {"$ref": "x"}}, "response_format.json_schema.schema.const"),
+        ({"enum": [{"$ref": "#/$defs/zz"}]}, "response_format.json_schema.schema.enum"),
     ],
 )
 def test_text_no_grammar_can_hold_is_a_400_naming_where(schema, param):
     """What the reference agent failed on (an honest device blamed, the
     renter served a fragment): a double quote in a literal the grammar spells,
-    a NUL, a lone surrogate."""
+    a NUL, a lone surrogate, ``$ref`` as a property name (llama.cpp's
+    converter read it as a reference); and ``$ref`` inside a ``const`` or
+    ``enum`` value (a 500 before: read as a reference to nothing)."""
     with pytest.raises(ApiError) as refused:
         chat_parse(response_format=_spec({"name": "t", "schema": schema}))
     assert refused.value.status == 400 and refused.value.param == param
