@@ -1,7 +1,8 @@
 """Function calling in a model's own tool-call format, on real processes
-(issue 33 item 2): the tiny Llama 3 model with Llama 3.1's real chat
-template (``tests/models/build.py``: random weights) is added to the catalog,
-which finds its format (``llama3``); a real agent serves it in llama.cpp.
+(issue 33 item 2): a tiny model of random weights (``tests/models/build.py``)
+with Llama 3.1's real chat template on Llama 3's tokenizer, or Qwen 2.5's on
+Qwen 2's, is added to the catalog, which finds its format (``llama3``,
+``hermes``); a real agent serves it in llama.cpp.
 The coordinator renders the functions by the model's own template and sends
 the format's constraint; under ``tool_choice`` required or named, the
 renter gets OpenAI ``tool_calls`` whose arguments parse and fit the schema,
@@ -19,11 +20,15 @@ from openai import OpenAI
 
 from ballast.stack import manage
 from tests.modeldata.vectors import VectorsUnavailable
-from tests.models.build import tiny_llama31
+from tests.models.build import tiny_llama31, tiny_qwen25
 
 from .env import children_rows
 
-TINY = "tiny-llama31"
+# model id, its file, its format, what its template shows the functions in
+MODELS = {
+    "llama3": ("tiny-llama31", tiny_llama31, "Given the following functions"),
+    "hermes": ("tiny-qwen25", tiny_qwen25, "<tools>\n"),
+}
 PARAMETERS = {
     "type": "object",
     "properties": {
@@ -69,10 +74,9 @@ def e2e_env(e2e_env):
     return e2e_env
 
 
-@pytest.fixture(scope="module")
-def tiny_file() -> Path:
+def _built(build) -> Path:
     try:
-        return tiny_llama31()
+        return build()
     except VectorsUnavailable as exc:
         pytest.skip(f"llama.cpp's vocabulary files cannot be downloaded: {exc}")
 
@@ -86,31 +90,35 @@ def _fits(name: str, arguments: str) -> dict:
     return value
 
 
-def test_a_llama3_model_calls_in_its_own_format(stack, renter_key, machine, tiny_file):
+@pytest.mark.parametrize("format", list(MODELS))
+def test_a_model_calls_in_its_own_format(stack, renter_key, machine, format):
+    model, build, shown = MODELS[format]
+    tiny_file = _built(build)
     added = manage(
-        "catalog_add", str(tiny_file), "--id", TINY,
+        "catalog_add", str(tiny_file), "--id", model,
         "--price-in", "0.1", "--price-out", "0.1",
         env=stack.env,
     )  # fmt: skip
-    assert "tool calls: llama3" in added
+    assert f"tool calls: {format}" in added
     stack.start_agent(
         "agent-tiny", machine("rig-tiny"),
-        "--model", TINY, "--model-path", str(tiny_file),
+        "--model", model, "--model-path", str(tiny_file),
     )  # fmt: skip
-    stack.wait_for_capacity(renter_key, TINY, timeout_s=180)
+    stack.wait_for_capacity(renter_key, model, timeout_s=180)
     client = OpenAI(base_url=stack.url + "/v1", api_key=renter_key, max_retries=0)
     asked = {
-        "model": TINY,
+        "model": model,
         "messages": ASK,
         "tools": TOOLS,
         "temperature": 0,
-        "max_tokens": 80,
+        "max_tokens": 100,
+        "parallel_tool_calls": False,
     }
 
     whole = client.chat.completions.create(**asked, tool_choice="required")
     choice = whole.choices[0]
     assert choice.finish_reason == "tool_calls", choice
-    (call,) = choice.message.tool_calls  # Llama 3.1 writes one call per answer
+    (call,) = choice.message.tool_calls
     assert call.id.startswith("call_") and call.type == "function"
     _fits(call.function.name, call.function.arguments)
 
@@ -135,11 +143,11 @@ def test_a_llama3_model_calls_in_its_own_format(stack, renter_key, machine, tiny
     assert _fits("get_weather", calls[0]["arguments"])["unit"] in ("C", "F")
 
     # the host was sent the prompt the model's own template renders, the
-    # functions shown in its first user message, and the format's constraint
+    # functions shown where it shows them, and the format's constraint
     rows = children_rows(
         stack.env,
-        f"SELECT prompt, params FROM jobs_job WHERE model_id = '{TINY}' ORDER BY created_at",
+        f"SELECT prompt, params FROM jobs_job WHERE model_id = '{model}' ORDER BY created_at",
     )
-    assert rows and all("Given the following functions" in prompt for prompt, _ in rows)
+    assert rows and all(shown in prompt for prompt, _ in rows)
     params = [json.loads(p) if isinstance(p, str) else p for _, p in rows]
-    assert [p["tool_format"] for p in params] == ["llama3", "llama3"]
+    assert [p["tool_format"] for p in params] == [format, format]

