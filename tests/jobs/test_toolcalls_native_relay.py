@@ -112,3 +112,41 @@ async def test_calls_in_the_models_format_are_continued_exactly(
     assert job.failed_over and job.status == Job.Status.SUCCEEDED
     assert job.messages is None and job.prompt == prompt
     await second.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stream", [True, False])
+async def test_text_that_might_have_begun_a_call_reaches_the_renter_at_the_end(
+    hermes, api_key, machine_token, stream
+):
+    """Under ``auto`` an answer that stops while it could still have become
+    a ``<tool_call>`` is text: held back while it might begin a call, given
+    as content with the last chunk, never dropped."""
+    host = await host_online(machine_token, "able", features=SEQUENCE)
+    request = chat_request(
+        api_key, messages=MESSAGES, tools=[WEATHER], tool_choice="auto", stream=stream
+    )
+    offer = await host.recv_type("offer", timeout=30)
+    assert offer["response_format"]["json_sequence"]["text_unless"] == "<tool_call>\n"
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "<tool")
+    await host.token(offer["job"], "_c")
+    await host.done(offer["job"], 3)
+    response = await request
+    if stream:
+        events = [e for e in sse_events(await read_body(response)) if e != "[DONE]"]
+        deltas = [e["choices"][0]["delta"] for e in events]
+        assert [d.get("content") for d in deltas if d.get("content")] == ["<tool_c"]
+        assert events[-1]["choices"][0] == {
+            "index": 0,
+            "delta": {"role": "assistant", "content": "<tool_c"},  # the only chunk
+            "finish_reason": "stop",
+            "logprobs": None,
+        }
+    else:
+        choice = json.loads(response.content)["choices"][0]
+        assert choice["message"]["content"] == "<tool_c"
+        assert "tool_calls" not in choice["message"]
+        assert choice["finish_reason"] == "stop"
+    await host.close()
