@@ -136,6 +136,11 @@ def _eligible_where(
         "NOT m.host_paused",
         # rule 3: a free slot by the coordinator's own claims; the model loaded
         "d.slots_used < d.slots_total",
+        # ... and none while it scores a verification sent on this connection
+        # (its engine is busy: a job offered now would miss its first-token
+        # deadline, an honest host's failure; docs/design-notes.md rule 3)
+        "NOT EXISTS (SELECT 1 FROM jobs_verification v WHERE v.verifier_id = d.id"
+        " AND v.status = 'offered' AND v.sent_at >= m.connected_at)",
         "dm.model_id = %s",
         "dm.loaded",
         # rule 4: under the temperature limit; free VRAM for one request

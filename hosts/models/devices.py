@@ -146,6 +146,7 @@ class Device(models.Model):
         placed: tuple[str, int] = ("", 0),
         pinned: CatalogModel | None = None,
         weights: str = "",
+        verifying: bool = False,
     ) -> bool:
         """Whether this device may take ``job`` now: DESIGN.md "Picking a device",
         rules 1–6, for one row (``jobs.selectors.devices_eligible`` is the same
@@ -164,7 +165,10 @@ class Device(models.Model):
         lease. A spot check reaches a quarantined or rented device; a rental's
         job only its rented device. ``pinned``: the job's catalog entry, whose
         weights the device must run (``CatalogModel.weights_match``) by
-        ``weights``, the digest its device-model row declares.
+        ``weights``, the digest its device-model row declares. ``verifying``:
+        a verification sent to the device on its machine's current connection
+        is still open (its engine is scoring: no free slot, as one a job takes;
+        rule 3).
         """
         machine = self.machine
         placement = job.placement or {}
@@ -177,6 +181,7 @@ class Device(models.Model):
             and loaded  # rule 3
             and (pinned is None or pinned.weights_match(weights))  # the catalog's
             and self.slots_used < self.slots_total
+            and not verifying
             and (self.temp_c is None or self.temp_c < settings.BALLAST_MAX_GPU_TEMP_C)
             and self.vram_free_mb is not None  # rule 4
             and self.vram_free_mb >= vram_per_request_mb

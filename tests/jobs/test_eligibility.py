@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from hosts.models import Device, DeviceModel, Machine
-from jobs.models import Attempt, Job
+from jobs.models import Attempt, Job, Verification
 from jobs.selectors import devices_eligible, placement_filter, requirement_unmet
 from jobs.services import job_dispatch
 from tests.devices import device_measured
@@ -203,11 +203,37 @@ def test_a_spot_check_never_waits_behind_queued_renter_jobs(live_device, job, ca
     assert dispatch.attempt is not None and dispatch.attempt.device_id == device.id
 
 
+def test_a_device_scoring_a_verification_is_offered_no_job(
+    live_device, job, catalog, renter
+):
+    """A verifier's engine is busy while it scores (minutes for a long
+    answer): a job offered then missed its first-token deadline, an honest
+    host's failure (fresh-eyes review 3). Until its scores arrive it takes
+    none; a verification sent before its machine's current connection (the
+    agent restarted: lost) holds nothing."""
+    device = live_device()
+    now = timezone.now()
+    Machine.objects.filter(id=device.machine_id).update(connected_at=now)
+    ver = Verification.objects.create(
+        job=job_queued(renter, catalog), device=device, verifier=device,
+        status="offered", offered_at=now, sent_at=now,
+    )  # fmt: skip
+    assert eligible(job(), catalog) == []
+    Verification.objects.filter(id=ver.id).update(status="scored")
+    assert eligible(job(), catalog) == [device]
+    Verification.objects.filter(id=ver.id).update(status="offered")
+    Machine.objects.filter(id=device.machine_id).update(
+        connected_at=now + timedelta(seconds=1)
+    )
+    assert eligible(job(), catalog) == [device]
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog):
     """``jobs.selectors.devices_eligible`` (one query) and
     ``Device.is_eligible_for`` (one row) pick the same devices, over fleets of
-    random devices (each rule's field varied) and jobs (placement, spot check,
+    random devices (each rule's field varied, a verification open on some)
+    and jobs (placement, spot check,
     rental, devices already tried, what the output needs of the engine, kinds
     and measured speeds under ``placement.gpu``/``min_vram_gb``); and the Q of
     ``placement_filter`` (the 503's) places the same devices as the row's
@@ -264,6 +290,7 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
                 placed_name="NVIDIA H100", placed_vram_mb=81920
             )
         machine = Machine.objects.filter(id=device.machine_id)
+        machine.update(connected_at=now - timedelta(hours=1))
         if rng.random() < 0.12:
             machine.update(connected=False)
         if rng.random() < 0.12:
@@ -276,6 +303,14 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
             machine.update(paused=True)
         if rng.random() < 0.12:
             machine.update(agent_accepts_serverless=False)
+        if rng.random() < 0.12:  # verifying: sent now, before, or answered
+            sent, status = rng.choice(
+                [(now, "offered"), (now - timedelta(days=1), "offered"), (now, "scored")]
+            )
+            Verification.objects.create(
+                job=job_queued(renter, catalog), device=device, verifier=device,
+                status=status, offered_at=sent, sent_at=sent,
+            )  # fmt: skip
         if rng.random() < 0.25:
             Rental.objects.create(
                 renter=renter,
@@ -336,6 +371,9 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
         tried = Attempt.objects.filter(job=the_job, device=device).exists()
         row = DeviceModel.objects.filter(device=device, model_id=catalog.id).first()
         placed = (row.placed_name, row.placed_vram_mb) if row else ("", 0)
+        verifying = Verification.objects.filter(
+            verifier=device, status="offered", sent_at__gte=device.machine.connected_at
+        ).exists()  # (every machine here has connected_at)
         if device.is_eligible_for(
             the_job,
             vram_per_request_mb=catalog.vram_per_request_mb,
@@ -344,6 +382,7 @@ def test_the_query_and_the_one_row_rule_agree(seed, live_device, renter, catalog
             rented=rented,
             tried=tried,
             placed=placed,
+            verifying=verifying,
         ):
             by_row.add(device.id)
         if device.placement_meets(placement, placed=placed):
