@@ -100,7 +100,7 @@ def after_empty_answer(
     against a host; the attempt is not scored either way).
 
     ``explained``: the request itself explains it (``attempts.
-    empty_answer_explained``: a stop sequence, a tiny ``max_tokens``);
+    empty_answer_explained``: a tiny ``max_tokens``);
     ``delivered``: the renter has text of this job (the attempt was the
     continuation: the model ended where the answer stood); ``single_device``:
     the job runs on one device only. Then the answer is complete as it is; so

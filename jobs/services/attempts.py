@@ -24,6 +24,7 @@ from ..tokens import (
     canonical_split_expected,
     token_count,
     token_count_inflated,
+    token_ids_held,
     token_ids_spell,
 )
 from ..verification.exemptions import verified_text
@@ -79,8 +80,10 @@ def segment_tokens(
     ``tokens.token_count_inflated``, judged by the host's ``token_ids`` where
     it sent them (``tokens.token_ids_spell``, over the ``continue_from`` the
     segment continued) and otherwise against the recount where a
-    ``canonical`` split is expected (``tokens.canonical_split_expected``);
-    more than the job's ``budget`` (its ``max_tokens``: no segment's offer
+    ``canonical`` split is expected (``tokens.canonical_split_expected``),
+    less the last ids that stand for no text sent (``tokens.token_ids_held``:
+    a character ``max_tokens`` cut, held back by the agent); more than the
+    job's ``budget`` (its ``max_tokens``: no segment's offer
     allows more) and than the recount is inflated however it is spelled (an
     honest sampler draws no more tokens than it was allowed).
     """
@@ -98,8 +101,13 @@ def segment_tokens(
         )
     )
     over_budget = budget is not None and reported > max(budget, recount or 0)
+    held = (  # (a character cut by max_tokens: its tokens are no finer split)
+        token_ids_held(model_id, ids=token_ids, text=text, continue_from=continue_from)
+        if spelled and token_ids
+        else 0
+    )
     inflated = over_budget or token_count_inflated(
-        reported=reported,
+        reported=reported - held,
         text=text,
         recount=recount,
         spelled=spelled,
@@ -131,12 +139,15 @@ def _continued_from(attempt: Attempt) -> str:
 
 
 def empty_answer_explained(params: dict) -> bool:
-    """Whether the request itself may explain an answer with no text (DESIGN.md
-    "Money": a failure the renter caused never counts against a host): a stop
-    sequence that can match at the start, or ``max_tokens`` too few to complete
-    one character (a UTF-8 character is up to 4 bytes, a token at least one).
-    Such an empty answer is the answer (``failover.after_empty_answer``)."""
-    return bool(params.get("stop")) or (params.get("max_tokens") or 4) < 4
+    """Whether the request itself explains an answer with no text (DESIGN.md
+    "Money": a failure the renter caused never counts against a host):
+    ``max_tokens`` too few to complete one character (a UTF-8 character is up
+    to 4 bytes, a token at least one). Such an empty answer is the answer
+    (``failover.after_empty_answer``). A ``stop`` sequence explains nothing by
+    itself: that one matched at the start is the host's word (its ids of the
+    cut tokens are not sent), so another device is asked as for any empty
+    answer, and a second empty one is the answer."""
+    return (params.get("max_tokens") or 4) < 4
 
 
 @transaction.atomic(savepoint=False)  # inside a job's end: no savepoint of its own

@@ -162,19 +162,19 @@ async def test_it_fails_over_before_the_first_token(
 async def test_an_empty_done_the_request_explains_is_the_answer(
     catalog, api_key, machine_token, fast_deadlines
 ):
-    """A request with a stop sequence can make an honest model answer nothing
-    (``empty_answer_explained``): that is the answer (200, empty, ``stop``,
-    nothing billed), not the device's failure, and no other device is asked."""
+    """A ``max_tokens`` too small for one character makes an honest model
+    answer nothing (``empty_answer_explained``): that is the answer (200,
+    empty, nothing billed), not the device's failure, and no other device is
+    asked."""
     bad = await host_online(machine_token, "bad", score=90)
     good = await host_online(machine_token, "good", score=60)
-    request = chat_request(api_key, stop=["\n"])
+    request = chat_request(api_key, max_tokens=2)
     offer = await bad.recv_type("offer")
     await _empty_done(bad, offer)
     response = await request
     assert response.status_code == 200
     events = sse_events(await read_body(response))
     assert sse_text(events) == ""
-    assert _finish_reason(events) == "stop"
     assert await good.ws.receive_nothing(), "no second device is asked"
     attempts = await _attempts(response["x-ballast-job-id"])
     assert [a.outcome for a in attempts] == ["empty_answer"]
@@ -185,6 +185,38 @@ async def test_an_empty_done_the_request_explains_is_the_answer(
     assert bad_device.slots_used == 0
     assert bad_device.score == 90, "the score the test gave it, untouched"
     assert not await DeviceOutcome.objects.filter(device=bad_device).aexists()
+    await bad.close()
+    await good.close()
+
+
+async def test_an_empty_done_beside_a_stop_asks_a_second_device(
+    catalog, api_key, machine_token, fast_deadlines
+):
+    """A ``stop`` the host says matched at once is its word alone (fresh-eyes
+    review 3: any stop made a cheat's empty ``done`` the renter's answer):
+    another device is asked, and its answer is the renter's; when it too
+    answers nothing, that is the answer. Nobody is blamed either way."""
+    bad = await host_online(machine_token, "bad", score=90)
+    good = await host_online(machine_token, "good", score=60)
+    request = chat_request(api_key, stop=["\n"])
+    await _empty_done(bad, await bad.recv_type("offer"))
+    await good.answer(await good.recv_type("offer"), ["Hello", " there"])
+    response = await request
+    assert sse_text(sse_events(await read_body(response))) == "Hello there"
+    attempts = await _attempts(response["x-ballast-job-id"])
+    assert [a.outcome for a in attempts] == ["empty_answer", "succeeded"]
+    assert not await DeviceOutcome.objects.filter(device=attempts[0].device).aexists()
+    request = chat_request(api_key, stop=["\n"])  # (bad is offered first: its score)
+    await _empty_done(bad, await bad.recv_type("offer"))
+    await _empty_done(good, await good.recv_type("offer"))
+    response = await request
+    assert response.status_code == 200
+    assert sse_text(sse_events(await read_body(response))) == ""
+    attempts = await _attempts(response["x-ballast-job-id"])
+    assert [a.outcome for a in attempts] == ["empty_answer", "empty_answer"]
+    for attempt in attempts:
+        failures = DeviceOutcome.objects.filter(device=attempt.device, success=False)
+        assert not await failures.aexists()
     await bad.close()
     await good.close()
 

@@ -13,7 +13,8 @@ import asyncio
 
 import pytest
 
-from jobs.tokens import token_count, token_count_inflated
+from jobs.services.attempts import segment_tokens
+from jobs.tokens import token_count, token_count_inflated, token_ids_held, token_pieces
 
 PROMPTS = [
     "Write a short poem about the sea.",
@@ -118,3 +119,38 @@ def test_token_ids_that_spell_the_text_are_held_to_the_recount_where_a_split_is_
     assert not token_count_inflated(
         reported=0, text="\n" + " " * 12, recount=1, spelled=False, canonical=True
     )
+
+
+@pytest.mark.django_db
+def test_a_character_cut_by_max_tokens_is_no_finer_split(catalog):
+    """An honest greedy answer cut by ``max_tokens`` inside a 4-byte character
+    drawn byte by byte: the agent holds back its first bytes and counts their
+    tokens. Those tokens spell no text sent, so they are left out of the
+    count compared with the recount (fresh-eyes review 3: 'Hi 𓀀' and three
+    bytes of '𓀁', 9 ids for a recount of 6, was flagged). A finer split of
+    the text itself still is."""
+    pieces = token_pieces(catalog.id)
+
+    def ids(*parts: bytes) -> list[int]:
+        return [pieces.index(part) for part in parts]
+
+    glyph, cut = "𓀀".encode(), "𓀁".encode()[:3]
+    text = "Hi 𓀀"
+    honest = ids(b"Hi", b" ", *(glyph[i : i + 1] for i in range(4)))
+    honest += ids(*(cut[i : i + 1] for i in range(3)))
+    assert token_ids_held(catalog.id, ids=honest, text=text) == 3
+    recount = token_count(catalog.id, text)
+    assert len(honest) - recount > 2  # the tolerance alone would flag it
+    billed, flagged = segment_tokens(
+        model_id=catalog.id, text=text, reported=len(honest), token_ids=honest, budget=9
+    )
+    assert not flagged and billed <= recount
+    # the text itself split finer, the same cut character after it: flagged
+    longer = text + " x y z w"
+    finer = ids(b"H", b"i", b" ", *(glyph[i : i + 1] for i in range(4)))
+    finer += ids(b" ", b"x", b" ", b"y", b" ", b"z", b" ", b"w")
+    finer += ids(*(cut[i : i + 1] for i in range(3)))
+    assert len(finer) - 3 - token_count(catalog.id, longer) > 2
+    assert segment_tokens(
+        model_id=catalog.id, text=longer, reported=len(finer), token_ids=finer
+    )[1]
