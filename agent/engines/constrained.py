@@ -37,6 +37,14 @@ them is allowed, only the allowed ones among them stay (sampling keeps at most
 checked. About 1 ms a token instead of ~8 ms for SmolLM2's 49,152 tokens, the
 same choice at temperature 0."""
 
+JSON_CHAR = r'[^"\\]'
+"""llama-cpp-python's converter's unescaped string character (rule ``char``):
+it lets control characters through raw, which JSON forbids in a string (an
+answer with a raw newline in a value did not parse; its arguments reached
+the renter cut). ``json_strict`` narrows it to ``JSON_CHAR_STRICT``, as
+llama.cpp's own ``json.gbnf`` writes it."""
+JSON_CHAR_STRICT = r'[^"\\\x7F\x00-\x1F]'
+
 LOGPROB_FLOOR = -9999.0
 """The log-probability reported for a token the model gives no chance (-inf
 is not JSON), as OpenAI reports it."""
@@ -59,7 +67,7 @@ def grammar_of(response_format: dict[str, Any]) -> str:
             if kind == "json_object"
             else response_format["json_schema"]["schema"]
         )
-        return json_schema_to_gbnf(json.dumps(schema))
+        return json_strict(json_schema_to_gbnf(json.dumps(schema)))
     except Exception as exc:
         raise GenerationError(
             f"response_format: the schema has no grammar: {type(exc).__name__}: {exc}"
@@ -100,7 +108,20 @@ def sequence_grammar(spec: dict[str, Any]) -> str:
         converter._add_rule("text-any", f"{DOTALL}*")
         calls = f"({calls}) | ({_not_starting(unless, literal)})?"
     converter._add_rule("root", calls)
-    return converter.format_grammar()
+    return json_strict(converter.format_grammar())
+
+
+def json_strict(grammar: str) -> str:
+    """``grammar`` (the converter's GBNF) with its string characters held to
+    JSON's: no raw control character (``JSON_CHAR``). Raises GenerationError
+    when a string rule is there but not as expected (another converter)."""
+    lines = grammar.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("char ::= "):
+            if not line.startswith(f"char ::= {JSON_CHAR} |"):
+                raise GenerationError(f"unexpected string rule from the converter: {line}")
+            lines[i] = line.replace(JSON_CHAR, JSON_CHAR_STRICT, 1)
+    return "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
 
 
 def _not_starting(text: str, literal: Callable[[str], str]) -> str:

@@ -209,11 +209,15 @@ async def test_a_continuation_of_text_the_model_did_not_write_matches_too(
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("prefix", ["[", '{"nom', '{"name": 3'])
+@pytest.mark.parametrize(
+    "prefix", ["[", '{"nom', '{"name": 3', '{"name": "Ulan\nBat', '{"name": "Ulan\x01']
+)
 async def test_a_prefix_the_schema_does_not_allow_is_refused(
     llama_engine, prefix
 ) -> None:
-    """Never a continuation that cannot parse: the engine says why instead."""
+    """Never a continuation that cannot parse: the engine says why instead
+    (a raw control character in a string is no JSON: the grammar's string
+    characters are JSON's, ``constrained.json_strict``)."""
     with pytest.raises(GenerationError, match="continue_from"):
         await generate(
             llama_engine, response_format=json_schema(CITY), continue_from=prefix

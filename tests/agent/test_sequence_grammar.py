@@ -146,6 +146,11 @@ def _allows(engine: Any, spec: dict[str, Any], text: str) -> bool:
         ),
         ("<tool_call>\nSunny", False),  # begins as a call: must be one
         ('<tool_call>\n{"name": "now"', False),
+        # a raw control character inside a JSON string: no JSON (fresh-eyes
+        # review 3: the converter let one through, the arguments did not parse)
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa\nris', False),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa\tris', False),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa\\nris', True),
     ],
 )
 def test_text_unless_allows_any_text_that_does_not_begin_as_a_call(
