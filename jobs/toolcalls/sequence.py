@@ -6,7 +6,8 @@ answer is either text, or calls written one after another, each
 
 An answer is calls when it begins with the layout's ``lead`` (its prefix,
 or ``{`` when it has none): text that may still become the lead is held
-back until it does or cannot (``end`` gives it back as content).
+back until it does or cannot (``end`` gives it back as content; a literal
+cut short after a call is dropped).
 """
 
 from __future__ import annotations
@@ -61,8 +62,13 @@ class SequenceParser(CallEvents):
         return self._merged()
 
     def end(self) -> list[tuple]:
-        """The events the answer's end completes: text held back, as content."""
-        self._content(self._held)
+        """The events the answer's end completes: text held back before any
+        call (it may have been the answer's text), as content; held after a
+        call, it was the format's own literal cut short (a suffix, the next
+        call's prefix: ``max_tokens`` or a ``stop`` ended it there), which is
+        no content, as OpenAI's calls carry none."""
+        if self._state == "lead":
+            self._content(self._held)
         self._held = ""
         return self._merged()
 

@@ -135,6 +135,22 @@ def test_it_keeps_a_cut_answer_cut():
     assert answer.finish_reason("stop") == "stop"
 
 
+@pytest.mark.parametrize("cut", ["\n<too", "\n", "\n<tool_call>\n"])
+def test_a_literal_cut_short_after_a_call_is_no_content(cut):
+    """``max_tokens`` or a ``stop`` ending the answer inside the format's own
+    text after a call (the next call's prefix, the suffix) leaves no format
+    text in ``content`` (fresh-eyes review 3: ``"\n<too"`` was content beside
+    the calls)."""
+    end = HERMES.index("\n</tool_call>") + len("\n</tool_call>")  # the first call's
+    first = HERMES[:end]
+    answer, calls, content = _assembled("hermes", [first + cut])
+    assert [c["name"] for c in calls.values()] == ["get_weather"]
+    assert content == ""
+    suffix_cut = HERMES[: end - 5]  # inside the suffix
+    answer, calls, content = _assembled("hermes", [suffix_cut])
+    assert [c["name"] for c in calls.values()] == ["get_weather"] and content == ""
+
+
 FUNCTIONS = [
     Function(
         "get_weather",
