@@ -129,6 +129,10 @@ def _function(tool: Any, param: str) -> generic.Function:
             f"{param}.function.parameters",
             f"'{param}.function.parameters' must be a schema of type object",
         )
+    if "properties" not in parameters and "additionalProperties" not in parameters:
+        # an object schema lists its properties (docs/tools.md): the
+        # converter would read this one as any object at all
+        parameters = {**parameters, "properties": {}}
     return generic.Function(name, description, parameters, shown)
 
 

@@ -82,6 +82,14 @@ def test_required_named_and_single_calls_narrow_the_constraint():
     assert single["anyOf"][1]["properties"]["tool_calls"]["maxItems"] == 1
 
 
+def test_a_bare_object_schema_means_no_arguments():
+    """``{"type": "object"}`` alone is an empty object (docs/tools.md), not any
+    object: the converter read it as any (fresh-eyes review 3 of issue 33)."""
+    parsed = _parse(tools=[_tool("now", type="object")], tool_choice="required")
+    call = _schema(parsed)["properties"]["tool_calls"]["items"]
+    assert call["properties"]["arguments"] == {"type": "object", "properties": {}}
+
+
 def test_tool_choice_none_answers_plain_text():
     parsed = _parse(tools=[_tool()], tool_choice="none")
     assert "tool_format" not in parsed.params
