@@ -107,6 +107,12 @@ class Verification(models.Model):
                 condition=models.Q(status="offered"),
                 name="verification_open",
             ),
+            # the claim (jobs.selectors, rule 3): is the device scoring one?
+            models.Index(
+                fields=["verifier"],
+                condition=models.Q(status="offered"),
+                name="verification_open_verifier",
+            ),
         ]
 
     def __str__(self) -> str:
