@@ -24,7 +24,8 @@ from django.core.handlers.exception import convert_exception_to_response  # noqa
 from django.urls import path, resolve, reverse, set_script_prefix  # noqa: E402  # noqa: E402
 
 from jobs import views as job_views  # noqa: E402
-from jobs.consumers import HostRelayConsumer, RenterChatConsumer  # noqa: E402
+from jobs.consumers import RenterChatConsumer  # noqa: E402
+from trust.consumers import MachineConsumer  # noqa: E402
 
 
 class ApiHandler(ASGIHandler):
@@ -233,7 +234,7 @@ application = ProtocolTypeRouter(
         "http": http_app,
         "websocket": URLRouter(
             [
-                path("ws/host/", HostRelayConsumer.as_asgi()),
+                path("ws/host/", MachineConsumer.as_asgi()),
                 path("ws/v1/chat/", RenterChatConsumer.as_asgi()),
             ]
         ),

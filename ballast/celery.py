@@ -49,7 +49,7 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     )
     sender.add_periodic_task(
         60.0,
-        sender.signature("jobs.tasks.spot_checks_schedule"),
+        sender.signature("trust.tasks.spot_checks_schedule"),
         name="spot checks due",
     )
     sender.add_periodic_task(
@@ -63,20 +63,20 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
         name="rentals watched",
     )
     sender.add_periodic_task(
-        60.0,  # jobs.verification.checks.PLAN_EVERY_S
-        sender.signature("jobs.tasks.verifier_checks_plan"),
+        60.0,  # trust.verification.checks.PLAN_EVERY_S
+        sender.signature("trust.tasks.verifier_checks_plan"),
         name="checks of verifiers",
     )
     # a verification past BALLAST_VERIFY_DEADLINE_S counts against its verifier
     sender.add_periodic_task(
         max(5.0, min(60.0, settings.BALLAST_VERIFY_DEADLINE_S / 2)),
-        sender.signature("jobs.tasks.verifications_expire"),
+        sender.signature("trust.tasks.verifications_expire"),
         name="verifications expired",
     )
     # a run calibrates for at most BALLAST_CANARY_POOL_BUDGET_S (20 s), so runs
     # neither pile up nor hold the worker from the tasks above for long
     sender.add_periodic_task(
         max(60.0, settings.BALLAST_CANARY_POOL_BUDGET_S * 3),
-        sender.signature("jobs.tasks.canary_pool_top_up"),
+        sender.signature("trust.tasks.canary_pool_top_up"),
         name="spot-check pool",
     )

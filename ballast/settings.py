@@ -98,6 +98,8 @@ INSTALLED_APPS = [
     "catalog",
     "hosts",
     "jobs",
+    # spot checks, verification, checks of verifiers (above jobs: jobs.hooks)
+    "trust",
     "billing",
     "support",
     "accounts",
@@ -262,7 +264,7 @@ WHITENOISE_AUTOREFRESH = False  # the files of STATIC_ROOT only, as in productio
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["jobs.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EXCEPTION_HANDLER": "jobs.errors.openai_exception_handler",
+    "EXCEPTION_HANDLER": "jobs.drf.openai_exception_handler",
     # the renter API takes JSON only (a form's fields would all be strings: 415)
     "DEFAULT_PARSER_CLASSES": ["jobs.parsers.JsonParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -337,7 +339,7 @@ BALLAST_SPOT_CHECKS = env_bool("BALLAST_SPOT_CHECKS", True)
 BALLAST_LOCAL_DELIVERY = env_bool("BALLAST_LOCAL_DELIVERY", True)
 BALLAST_CANARY_RATE = env_float("BALLAST_CANARY_RATE", 0.02)
 BALLAST_SPOT_CHECK_MAX_DELAY_S = env_float("BALLAST_SPOT_CHECK_MAX_DELAY_S", 60.0)
-# the spot-check pool (jobs/canarypool.py): drawn under this secret (empty: one
+# the spot-check pool (trust/canarypool.py): drawn under this secret (empty: one
 # derived from SECRET_KEY), never-sent prompts kept per model (at least a day's
 # checks), seconds of calibration per beat run, real jobs whose shapes checks
 # copy, and a deployment's own words (a JSON file outside the repository)
@@ -349,7 +351,7 @@ BALLAST_CANARY_POOL_BUDGET_S = env_float(
 BALLAST_CANARY_SHAPE_JOBS = env_int("BALLAST_CANARY_SHAPE_JOBS", 500, minimum=1)
 BALLAST_CANARY_VOCAB_FILE = os.environ.get("BALLAST_CANARY_VOCAB_FILE", "")
 BALLAST_QUARANTINE_CHECK_EVERY_S = env_float("BALLAST_QUARANTINE_CHECK_EVERY_S", 180.0)
-# verification of real answers (jobs/verification/rate.py): the base share of
+# verification of real answers (trust/verification/rate.py): the base share of
 # answers re-scored by prefill on another owner's device, raised for a
 # device's first jobs and after a failed check (halving every
 # BALLAST_VERIFY_SUSPECT_PASSES passes); a verifier's scores due within the deadline.
@@ -363,7 +365,7 @@ BALLAST_VERIFY_SUSPECT_RATE = float(env_decimal("BALLAST_VERIFY_SUSPECT_RATE", "
 BALLAST_VERIFY_SUSPECT_PASSES = env_int("BALLAST_VERIFY_SUSPECT_PASSES", 5, minimum=1)
 # the share of a device's answers that may leave something out of verification
 # (a stop sequence's cut last token, bytes that are no character) before it is
-# verified more (jobs/verification/rate.py exempt_multiplier: its share over this);
+# verified more (trust/verification/rate.py exempt_multiplier: its share over this);
 # the share of round-1 plausible verdicts asked of a second verifier all the same
 BALLAST_VERIFY_EXEMPT_SHARE = float(env_decimal("BALLAST_VERIFY_EXEMPT_SHARE", "0.05"))
 if BALLAST_VERIFY_EXEMPT_SHARE <= 0:
@@ -371,7 +373,7 @@ if BALLAST_VERIFY_EXEMPT_SHARE <= 0:
 BALLAST_VERIFY_SECOND_SHARE = float(env_decimal("BALLAST_VERIFY_SECOND_SHARE", "0.2"))
 # (scoring 2,000 tokens takes ~30 s on a CPU, after the generation holding the engine)
 BALLAST_VERIFY_DEADLINE_S = env_float("BALLAST_VERIFY_DEADLINE_S", 300.0, minimum=1.0)
-# checks of verifiers (jobs/verification/checks.py): answers whose verdict the
+# checks of verifiers (trust/verification/checks.py): answers whose verdict the
 # reference model knows, sent to each verifying device on a clock of their own:
 # every BALLAST_VERIFIER_CHECK_NEW_EVERY_S on average until it has passed
 # BALLAST_VERIFIER_TRUST_PASSES in a row, then every BALLAST_VERIFIER_CHECK_EVERY_S

@@ -8,7 +8,7 @@ model requantized to Q4_0 by llama.cpp (``tests/models/build.py``) is served
 temperature 0: the Q4_0 engine's answer and the Q4_1 engine's; the tokens
 they share before they part; and the Q4_0 answer scored by prefill through the
 Q4_1 engine (what a verifying agent runs) and judged by
-``jobs.verification.plausibility`` at temperature 0, as verification judges it
+``trust.verification.plausibility`` at temperature 0, as verification judges it
 (``bench/verification.py``'s scoring). Prints one line per prompt and the
 totals (identical answers, tokens in common, greedy misses per token, answers
 flagged).

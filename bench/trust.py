@@ -139,9 +139,9 @@ def bank_lines(bank: dict) -> list[str]:
     """What one verification and one spot check catch of each behaviour: the
     share of the bank's answers the judge finds implausible, per temperature,
     and the share of spot checks answered right."""
-    from jobs.canaries import answer_right
-    from jobs.verification.plausibility import answer_plausible, token_scores_parse
-    from jobs.verification.records import VERIFY_MAX_TOKENS
+    from trust.canaries import answer_right
+    from trust.verification.plausibility import answer_plausible, token_scores_parse
+    from trust.verification.records import VERIFY_MAX_TOKENS
 
     cells: dict = {}
     for answer in bank["traffic"]:

@@ -261,7 +261,7 @@ async def _entry(engine, request, *, behaviour, temperature, prompt, text, count
     for what the coordinator sends it (``verified_text``, its ids when they
     number no more than ``max_tokens``, scored under the request's grammar)."""
     from jobs.tokens import token_count
-    from jobs.verification.exemptions import verified_text
+    from trust.verification.exemptions import verified_text
 
     verified = verified_text(model_id=engine.model_id, text=text, token_ids=ids, stop=None)
     sent = verified.token_ids
@@ -348,10 +348,10 @@ async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print)
 async def _canaries_build(engine, count: int, rng, log) -> list[dict]:
     """Spot checks drawn and calibrated as the pool does, each answered by every
     behaviour: ``{"expected", "distractors", "answers": {behaviour: Answer}}``."""
-    from jobs.canaries import answer_right
-    from jobs.canarygen import canary_draw
-    from jobs.canarypool import shape_default
-    from jobs.canaryvocab import vocab_load
+    from trust.canaries import answer_right
+    from trust.canarygen import canary_draw
+    from trust.canarypool import shape_default
+    from trust.canaryvocab import vocab_load
     from jobs.tokens import token_count
 
     secret = secrets.token_bytes(32)

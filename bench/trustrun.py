@@ -140,9 +140,9 @@ class Fleet:
         from hosts.services import device_outcome_record
         from jobs.models import Attempt, Job
         from jobs.services.attempts import segment_tokens
-        from jobs.services.checks import device_check_failed
+        from trust.failures import device_check_failed
         from jobs.tokens import canonical_split_expected
-        from jobs.verification.records import verification_choose
+        from trust.verification.records import verification_choose
 
         pool = self._by_behaviour.get((behaviour, temperature, constrained))
         answer = self.rng.choice(pool or self._by_behaviour[(behaviour, temperature, False)])
@@ -192,8 +192,8 @@ class Fleet:
         from agent.receipts import receipt_sign
         from jobs.models import Verification
         from jobs.tokens import token_count
-        from jobs.verification.plausibility import TokenScore, token_scores_parse
-        from jobs.verification.records import VERIFY_MAX_TOKENS, verification_scored
+        from trust.verification.plausibility import TokenScore, token_scores_parse
+        from trust.verification.records import VERIFY_MAX_TOKENS, verification_scored
 
         machine_id, key = self.keys[ver.verifier_id]
         verified = answer["verify_text"] if answer["verify_text"] is not None else answer["text"]
@@ -214,8 +214,8 @@ class Fleet:
     def check_run(self, dev: SimDevice) -> None:
         from hosts.models import DeviceOutcome
         from hosts.services import device_outcome_record, device_quarantine_release_judge
-        from jobs.canaries import answer_right
-        from jobs.services.checks import device_check_failed
+        from trust.canaries import answer_right
+        from trust.failures import device_check_failed
         from jobs.tokens import token_count_inflated
 
         self.costs.checks += 1

@@ -17,7 +17,7 @@ here, by llama.cpp directly, not by the code that judges them:
 
 Each answer is scored by prefill through the engine (``LlamaCppEngine.score``,
 what a verifying agent runs), its ``scores`` entries parsed and judged by
-``jobs.verification.plausibility`` as the coordinator does. Prints, per class
+``trust.verification.plausibility`` as the coordinator does. Prints, per class
 and asked temperature, the answers flagged implausible and the spread of z,
 misses and tokens outside the support; ``--save`` keeps the scores (JSON) so
 ``--load`` re-judges them (new thresholds) without the model.
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import machine_line  # noqa: E402
-from jobs.verification.plausibility import (  # noqa: E402
+from trust.verification.plausibility import (  # noqa: E402
     GREEDY_MISSES_BASE,
     GREEDY_MISSES_SHARE,
     OUTSIDE_BASE,

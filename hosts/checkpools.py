@@ -1,9 +1,9 @@
 """Which catalog models can be spot-checked: told to hosts by the layer that
 keeps the checks (issue 31 item 4).
 
-The pools of checks live in ``jobs`` (above ``hosts`` in the layers contract),
-so ``jobs`` registers the rule here when Django starts
-(``jobs.checkpools.models_checked``, through ``JobsConfig.ready``); the
+The pools of checks live in ``trust`` (above ``hosts`` in the layers contract),
+so ``trust`` registers the rule here when Django starts
+(``trust.checkpools.models_checked``, through ``TrustConfig.ready``); the
 machine page asks it which of a device's models have no calibrated check.
 Nothing registered, no model counts as checked (a device is then shown
 unchecked, never silently taken for checked).

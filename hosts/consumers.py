@@ -63,7 +63,9 @@ def bearer_token(scope: dict) -> str:
 class HostConsumer(DirectDispatchConsumer):
     """A machine's connection: hello, heartbeats and reports.
 
-    Hooks for the job relay that extends it: ``heartbeat_stored(result)`` after
+    Hooks for the consumers that extend it (the job relay,
+    ``jobs.consumers.HostRelayConsumer``, and the checks run beside it,
+    ``trust.consumers.MachineConsumer``): ``heartbeat_stored(result)`` after
     a heartbeat's write, ``spot_checks_poke()`` (called by the process lease's
     loop, ``hosts.liveness``), ``frame_unreadable()`` after a frame that could
     not be read (no job can be named from it), ``connection_closed()`` when the
@@ -140,10 +142,10 @@ class HostConsumer(DirectDispatchConsumer):
         """A heartbeat's changes were written (``services.machine_heartbeat``)."""
 
     def spot_checks_poke(self) -> None:
-        """Take this machine's due spot checks soon (the job relay's)."""
+        """Take this machine's due spot checks soon (the checks')."""
 
     async def frame_unreadable(self) -> None:
-        """A frame past the bound or not JSON arrived (the job relay's)."""
+        """A frame past the bound or not JSON arrived (the checks')."""
 
     # --- frames from the host ---------------------------------------------------------
     async def receive(

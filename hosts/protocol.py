@@ -378,7 +378,7 @@ def parse_cancelled(frame: dict[str, Any]) -> dict[str, Any]:
 def parse_scores(frame: dict[str, Any]) -> dict[str, Any]:
     """Check the envelope of a ``scores`` (the answer to a ``verify``): its
     ``tokens`` a list (each entry is the judge's to check:
-    ``jobs.verification.plausibility.token_scores_parse``), usage and receipt.
+    ``trust.verification.plausibility.token_scores_parse``), usage and receipt.
     The frame's size is bounded by the consumer (256 KiB).
 
     Returns ``{"tokens", "prompt_tokens", "completion_tokens", "receipt"}``.

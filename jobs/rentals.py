@@ -25,8 +25,8 @@ from hosts import emails
 from hosts.models import Device
 from hosts.services import spot_check_mark_due
 
-from .checkpools import device_checks_missing
 from .errors import ApiError
+from .hooks import hook
 from .models import Rental
 from .rentaltime import rental_live_amount_nano, rental_pause_note, rental_paused_since
 from .selectors import devices_live
@@ -57,8 +57,9 @@ def rental_create(
 
     Raises ApiError 400 (hours), 404 (no such live device), 403 (the renter's
     own device: a host cannot pay itself), 409 (already rented or quarantined;
-    ``device_unchecked``: none of its models has calibrated spot checks, so the
-    check it would wait for never comes: ``jobs.checkpools``), 402 (balance
+    ``device_unchecked``: it cannot be spot-checked, none of its models having
+    calibrated checks, so the check it would wait for never comes:
+    ``hooks.TrustHook.device_unchecked``), 402 (balance
     below the whole period's price).
     """
     now = now or timezone.now()
@@ -100,12 +101,12 @@ def rental_create(
         raise ApiError(
             409, f"device {device_id} is already rented", "device_rented", "device"
         )
-    missing = device_checks_missing(device_id=device.id)
-    if missing:
+    unchecked = hook().device_unchecked(device_id=device.id)
+    if unchecked:
         raise ApiError(
             409,
-            f"device {device_id} cannot be spot-checked yet: no calibrated checks "
-            f"for {', '.join(missing)}; a rental starts only after a passed check",
+            f"device {device_id} cannot be spot-checked yet: {unchecked}; "
+            "a rental starts only after a passed check",
             "device_unchecked",
             "device",
         )

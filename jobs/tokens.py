@@ -334,7 +334,7 @@ def _token_pieces(tokenizer: ModelTokenizer) -> list[bytes]:
 
 def token_pieces(model_id: str) -> list[bytes] | None:
     """The bytes each token id of ``model_id`` stands for (``b""`` for a
-    control token), or None without its vocabulary (``jobs.verification.
+    control token), or None without its vocabulary (``trust.verification.
     exemptions`` decodes a host's ``done.token_ids`` with them)."""
     tokenizer = model_tokenizer(model_id)
     return None if tokenizer is None else _token_pieces(tokenizer)

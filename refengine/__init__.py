@@ -6,7 +6,7 @@ checks").
 The coordinator's packages (``ballast``, ``billing``, ``hosts``, ``jobs``,
 ``catalog``, ``accounts``, ``support``) import nothing of ``agent`` nor
 ``llama_cpp`` (import-linter contract ``coordinator-no-engine``); this app may.
-Installed, it registers its engines with ``jobs.canarypool``
+Installed, it registers its engines with ``trust.canarypool``
 (``ReferenceEngines``) when Django starts; left out of ``INSTALLED_APPS`` (a
 coordinator without llama-cpp-python), no pool is calibrated by the coordinator.
 Issue 31 item 4 replaces it: the right answers established by the fleet.

@@ -8,7 +8,7 @@ class RefEngineConfig(AppConfig):
     verbose_name = "Reference engine"
 
     def ready(self) -> None:
-        from jobs.canarypool import ReferenceEngines, reference_engines_register
+        from trust.canarypool import ReferenceEngines, reference_engines_register
 
         from .engines import engine_answerer, engine_checks, reference_engine
 

@@ -1,6 +1,6 @@
 """The reference engine of a model and what the spot-check pool asks of it
-(``jobs.canarypool.ReferenceEngines``): its answer to a pool row, and the
-judge and sampler of checks of verifiers (``jobs.verification.check_calibration``).
+(``trust.canarypool.ReferenceEngines``): its answer to a pool row, and the
+judge and sampler of checks of verifiers (``trust.verification.check_calibration``).
 
 Each runs the engine in its own event loop (``asyncio.run``): call them from
 synchronous code (the Celery worker's top-up, ``canary_calibrate``).
@@ -14,10 +14,10 @@ import copy
 from agent.engines.base import Engine, GenerationRequest, GenerationResult
 from agent.engines.llamacpp import LlamaCppEngine
 from agent.engines.smollm2 import DEFAULT_MODEL_ID, smollm2_gguf_path
-from jobs.canarypool import CALIBRATION_MAX_TOKENS, Answerer
 from jobs.models import CanaryPrompt
-from jobs.verification.check_calibration import Judge, Sampler
-from jobs.verification.plausibility import (
+from trust.canarypool import CALIBRATION_MAX_TOKENS, Answerer
+from trust.verification.check_calibration import Judge, Sampler
+from trust.verification.plausibility import (
     Plausibility,
     answer_plausible,
     token_scores_parse,
@@ -57,7 +57,7 @@ def engine_answerer(engine: Engine) -> Answerer:
 
 def engine_judge(engine: Engine) -> Judge:
     """A ``Judge`` scoring with ``engine`` (loaded) by prefill, judged by
-    ``jobs.verification.plausibility.answer_plausible``."""
+    ``trust.verification.plausibility.answer_plausible``."""
 
     def judge(row: CanaryPrompt, answer: str, temperature: float) -> Plausibility:
         params = {**row.params, "temperature": temperature}

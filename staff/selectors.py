@@ -17,10 +17,10 @@ from catalog.models import CatalogModel
 from hosts.models import Device, DeviceOutcome, Machine, QuarantineDecision
 from hosts.selectors import device_score_parts, earnings_by_machine, machine_status
 from hosts.services import machine_spans, online_fraction
-from jobs.checkpools import CheckSupply, check_supply
 from jobs.models import ApiKey, Attempt, Job, Rental, SpotCheck, Verification
 from jobs.selectors import devices_live, model_capacity
 from support.models import Ticket
+from trust.checkpools import CheckSupply, check_supply
 
 from .words import outcome_words
 
@@ -36,7 +36,7 @@ class ModelFleet:
     token, host error, death mid-stream, stall), spot checks judged
     (``checks``, ``checks_failed``) and verifications scored
     (``verifications``, ``verifications_failed``: a failed verdict); now:
-    what it has to check with (``supply``: ``jobs.checkpools.CheckSupply``)."""
+    what it has to check with (``supply``: ``trust.checkpools.CheckSupply``)."""
 
     model: CatalogModel
     devices_online: int

@@ -264,9 +264,9 @@ def live_device(owner, catalog):
 
 
 def oracle_answer(row) -> tuple[str, str]:
-    """A stand-in for the reference model in calibration (``jobs.canarypool.
+    """A stand-in for the reference model in calibration (``trust.canarypool.
     Answerer``): the right answer in a sentence. The real model calibrates in
-    tests/jobs/test_canary_pool.py and the e2e test."""
+    tests/trust/test_canary_pool.py and the e2e test."""
     return f"The answer is {row.expected}.", "stop"
 
 
@@ -275,7 +275,7 @@ def canaries(catalog, settings):
     """A calibrated pool of 8 drawn prompts for the reference model (calibrated
     by ``oracle_answer``, so a host answering ``tests.jobs.helpers.
     right_answer`` passes); spot checks sent without delay, none at random."""
-    from jobs.canarypool import canary_pool_fill
+    from trust.canarypool import canary_pool_fill
     from jobs.models import CanaryPrompt
 
     settings.BALLAST_SPOT_CHECKS = True

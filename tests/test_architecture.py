@@ -3,10 +3,11 @@
 They keep the parts of DESIGN.md apart: the agent imports nothing from the
 coordinator (nor Django); the coordinator imports nothing of the agent nor
 ``llama_cpp`` (it tokenizes and renders from the catalog's data with
-``modeldata``; ``refengine`` alone runs a model); ``jobs`` sits over ``hosts``,
-over ``billing``, over ``catalog``, and a part imports only the parts below it
-(so ``hosts`` and ``billing`` never import ``jobs``, and ``catalog`` imports
-none of them).
+``modeldata``; ``refengine`` alone runs a model); ``trust`` sits over ``jobs``,
+over ``hosts``, over ``billing``, over ``catalog``, and a part imports only the
+parts below it (so ``jobs`` never imports ``trust``: it tells it what it must
+through ``jobs.hooks``; ``hosts`` and ``billing`` never import ``jobs``, and
+``catalog`` imports none of them).
 """
 
 from __future__ import annotations

@@ -220,7 +220,7 @@ def test_a_low_balance_amount_that_is_not_one_is_refused_at_start(tmp_path):
 def test_verification_settings_that_are_not_rates_are_refused_at_start(tmp_path):
     """``BALLAST_VERIFY_RATE`` (and the raised rates) are fractions 0..1, the
     deadline a number of seconds ≥ 1: anything else stops start-up naming the
-    variable (jobs/verification/rate.py)."""
+    variable (trust/verification/rate.py)."""
     code = "from django.conf import settings; print(settings.BALLAST_VERIFY_RATE)"
     cases = [
         ("BALLAST_VERIFY_RATE", "0.02", True),

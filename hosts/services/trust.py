@@ -10,7 +10,7 @@ at will. Renaming buys nothing:
   (``inherited``, 3 passed checks in a row to leave), else held out of renter
   work until it passes a check (``new_device``) when the machine had devices
   before or is under suspicion;
-- suspicion (verified more, ``jobs.verification.rate``) starts at the
+- suspicion (verified more, ``trust.verification.rate``) starts at the
   machine's last failed check, whichever device failed it, or at the first
   ``hello`` of a new machine of an owner with a quarantined device
   (``machine_suspected_since``); each device earns its way back with its own

@@ -3,9 +3,10 @@ flows" steps 3–5): offers to the host, and the frames of its attempts (claim,
 token, done, error) relayed to the coroutine that owns each job.
 
 Frames of an attempt are relayed only while the attempt is open on *this*
-connection; a token costs no database write. Spot checks due on the machine
-run here, through the ordinary job path (DESIGN.md "Components"), and the
-verifications offered to it are relayed here (``checks.ChecksRelay``).
+connection; a token costs no database write. The spot checks due on the
+machine and the verifications offered to it run on the same connection, added
+by the checks' own consumer (``trust.consumers.MachineConsumer``, this one
+extended: the socket ``ballast.asgi`` routes).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from hosts.services import HeartbeatResult
 
 from .. import services
 from ..orchestration import slots_announce
-from .checks import ChecksRelay
 
 log = logging.getLogger("ballast.jobs")
 
@@ -52,11 +52,10 @@ def _host_gone(attempt_id: str) -> dict:
     }
 
 
-class HostRelayConsumer(ChecksRelay, HostConsumer):
+class HostRelayConsumer(HostConsumer):
     """A machine's connection with the frames of its attempts."""
 
     async def connect(self) -> None:
-        self.checks_open()
         # attempt id -> {"reply": channel of the job's coroutine, "claimed": bool}
         self.open_attempts: dict[str, dict[str, Any]] = {}
         # the last attempts cancelled here: the host's frames of them that cross
@@ -95,10 +94,9 @@ class HostRelayConsumer(ChecksRelay, HostConsumer):
             task.add_done_callback(_late_replies.discard)
 
     async def heartbeat_stored(self, result: HeartbeatResult) -> None:
-        """Capacity came (wake the queued requests); due spot checks start."""
+        """Capacity came: wake the queued requests."""
         if result.models_with_capacity:
             await slots_announce(result.models_with_capacity, slots=result.slots_gained)
-        await self._spot_checks_start()
 
     def _open(self, frame: dict) -> tuple[str, dict | None]:
         attempt_id = protocol.parse_job_frame(frame)
@@ -258,9 +256,13 @@ class HostRelayConsumer(ChecksRelay, HostConsumer):
             return
         info = self.open_attempts.get(job)
         if info is None:
-            await self.verification_error(job, message)
+            await self.error_unopened(job, message)
             return  # an error for a job that already ended changes nothing
         await self._attempt_failed(job, info, message)
+
+    async def error_unopened(self, job: str, message: str) -> None:
+        """An ``error`` frame naming ``job``, no attempt open here: nothing to
+        end (a subclass may have offered it something else of that id)."""
 
     async def _parsed(self, parse, frame: dict, attempt_id: str, info: dict | None):
         """``parse(frame)``; a malformed frame for an attempt open here ends that

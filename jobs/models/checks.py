@@ -12,7 +12,7 @@ from .jobs import Job
 class CanaryPrompt(models.Model):
     """One prompt of a model's spot-check pool (DESIGN.md "Spot checks").
 
-    Draw ``index`` of ``jobs.canarygen`` (from the deployment's secret), in the
+    Draw ``index`` of ``trust.canarygen`` (from the deployment's secret), in the
     shape of a real job: ``endpoint`` with ``messages`` or ``prompt``, ``params``
     (at temperature 0) and ``stream``; ``expected`` its right answer,
     ``distractors`` the other answers its prompt names. ``status``: ``drawn``,
@@ -43,7 +43,7 @@ class CanaryPrompt(models.Model):
         max_length=12, choices=Status.choices, default=Status.DRAWN
     )
     reference_output = models.TextField(blank=True)
-    # a check of verifiers (jobs.verification.checks): the temperature it is
+    # a check of verifiers (trust.verification.checks): the temperature it is
     # scored at, the reference model's answer sampled there (plausible) and a
     # decoy answer it finds implausible there
     check_temperature = models.FloatField(null=True, blank=True)

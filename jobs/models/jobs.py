@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import models
@@ -107,9 +108,11 @@ class Job(models.Model):
             ),
         ]
 
-    # set by ``services.job_finish`` on the job it returns: the verification
-    # chosen at its end, for its coroutine to send once committed (not stored)
-    verification_chosen: Verification | None = None
+    # set by ``services.job_finish`` on the job it returns: what the checks of
+    # hosts' honesty ask to start once its end has committed
+    # (``hooks.TrustHook.job_ended``), run by its coroutine on a success (not
+    # stored)
+    ended_then: Callable[[], None] | None = None
 
     def __str__(self) -> str:
         return f"job {self.id} ({self.status})"
@@ -197,7 +200,7 @@ class Attempt(models.Model):
     receipt_valid = models.BooleanField(null=True)
     token_count_flagged = models.BooleanField(default=False)
     # what of the answer a verifier scores, by what the coordinator checked of
-    # the host's token ids (``jobs.verification.exemptions``): ``verify_text``
+    # the host's token ids (``trust.verification.exemptions``): ``verify_text``
     # None is ``output_text`` whole; ``exemption`` what was left out;
     # ``verify_token_ids`` the host's ids of it, scored instead of the text
     # tokenized again (None: not known to spell it)

@@ -12,14 +12,14 @@ from .jobs import Attempt, Job
 
 class Verification(models.Model):
     """One re-scoring of a renter's answer by prefill on another owner's device
-    (DESIGN.md "Verifying real answers"; ``jobs.verification``).
+    (DESIGN.md "Verifying real answers"; ``trust.verification``).
 
     ``job``, ``attempt`` and ``device``: the verified answer (a job of one
     fresh attempt) and the device that produced it; ``verifier``: the device
     asked (None: ``no_verifier``), ``verifier_trusted`` whether it had passed
     its checks as a verifier when asked; ``round`` 1, or 2 (the confirmation
     of an implausible round 1, on a device of a third owner). A check of a
-    verifier (``jobs.verification.checks``) has no job: ``canary`` (the
+    verifier (``trust.verification.checks``) has no job: ``canary`` (the
     spot-check pool's prompt it scores an answer of) and ``expected_plausible``
     (its answer is the reference model's, or a decoy the reference model
     finds implausible); its verdict ``passed`` or ``failed``. ``status``:

@@ -35,9 +35,8 @@ from ..failover import (
     after_failed_attempt,
     when_not_dispatched,
 )
-from ..models import Attempt, Job, Verification
+from ..models import Attempt, Job
 from ..services.deadlines import CLAIM, stage_timeout_s
-from ..verification.offers import verification_send_soon
 from .budget import OutputBudget
 from .channels import cancel_message, offer_message, slots_announce_soon
 from .events import Failed, Finished, Segment, Token, usage_of
@@ -352,9 +351,8 @@ class JobRun:
             cancel_receipt=segment.cancel_receipt,
         )
         slots_announce_soon([self.job.model_id])
-        chosen = job.verification_chosen
-        if chosen is not None and chosen.status == Verification.Status.OFFERED:
-            verification_send_soon(chosen.id.hex)  # to the verifier only
+        if job.ended_then is not None:  # (the verification drawn, sent)
+            job.ended_then()
         return job
 
     async def _complete(self) -> Finished:

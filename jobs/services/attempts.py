@@ -27,8 +27,7 @@ from ..tokens import (
     token_ids_held,
     token_ids_spell,
 )
-from ..verification.exemptions import verified_text
-from .checks import device_check_failed
+from ..hooks import TrustHook, hook
 from .deadlines import first_token_deadline
 
 log = logging.getLogger("ballast.jobs")
@@ -216,25 +215,6 @@ def attempt_end(
         canonical=_canonical(attempt.job),
         budget=budget,
     )
-    if outcome == Attempt.Outcome.SUCCEEDED and attempt.kind == Attempt.Kind.FRESH:
-        verified = verified_text(
-            model_id=attempt.job.model_id,
-            text=output_text,
-            token_ids=token_ids,
-            stop=params.get("stop"),
-        )
-        attempt.exemption = verified.exemption
-        attempt.verify_text = None if verified.text == output_text else verified.text
-        # (ids of an inflated count, or more than max_tokens, are never sent:
-        # a verifier scores at most max_tokens, its shortfall blamed on it)
-        ids = verified.token_ids
-        attempt.verify_token_ids = (
-            None
-            if attempt.token_count_flagged
-            or ids is None
-            or (budget is not None and len(ids) > budget)
-            else ids
-        )
     if done and done.get("receipt") is None:
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
@@ -250,19 +230,6 @@ def attempt_end(
         )
     if attempt.token_count_flagged:
         log.warning("attempt %s: inflated token count %s", attempt.id, reported)
-    attempt.save(
-        update_fields=[
-            "tokens_billed",
-            "token_count_flagged",
-            "completion_tokens_reported",
-            "prompt_tokens_reported",
-            "receipt",
-            "receipt_valid",
-            "exemption",
-            "verify_text",
-            "verify_token_ids",
-        ]
-    )
     job = attempt.job
     # an empty answer is no outcome of the host's either (DESIGN.md "Fair to
     # honest hosts": a prompt can make the model end at once); spot checks and
@@ -277,15 +244,20 @@ def attempt_end(
         Device.objects.filter(id=attempt.device_id, slots_used__gt=0).update(
             slots_used=F("slots_used") - 1
         )
-    if flagged:
-        device_check_failed(
-            device_id=attempt.device_id,
-            model_id=job.model_id,
-            detail=f"attempt {attempt.id}: {reported} tokens reported for "
-            f"{attempt.tokens_billed} counted",
-            now=now,
-            job_ref=str(job.id),
-        )
+    # what the checks of hosts' honesty keep of it (what a verifier would
+    # score), and a flagged count's failed check (after the slot, as above)
+    hook().attempt_ended(attempt=attempt, token_ids=token_ids, now=now)
+    attempt.save(
+        update_fields=[
+            "tokens_billed",
+            "token_count_flagged",
+            "completion_tokens_reported",
+            "prompt_tokens_reported",
+            "receipt",
+            "receipt_valid",
+            *TrustHook.ATTEMPT_FIELDS,
+        ]
+    )
     if scored:
         device_outcome_record(
             device_id=attempt.device_id,

@@ -14,6 +14,7 @@ from ballast import metrics
 from billing.services import charge_plan, charge_post, segment_of
 from catalog.models import CatalogModel
 
+from ..hooks import hook
 from ..models import Attempt, Job
 from ..tokens import prompt_token_count
 from .attempts import attempt_end
@@ -99,9 +100,10 @@ def job_finish(
     is billed for, the text of its ended segments (what it received; a
     non-streamed answer whose renter left, what its hosts produced up to the
     cancel: DESIGN.md "Money", ``orchestration.run.JobRun._end_segment``).
-    A renter's answer may be chosen for verification (``jobs.verification.
-    records.verification_choose``): the returned job's ``verification_chosen``,
-    which its coroutine sends once this transaction has committed.
+    The checks of hosts' honesty are told (``hooks.TrustHook.job_ended``: a
+    renter's answer may be chosen for verification); what they ask to start
+    once this transaction has committed is the returned job's ``ended_then``,
+    which its coroutine runs.
     """
     now = now or timezone.now()
     # the renter with the job (its charge names it), only the job's row locked
@@ -133,10 +135,7 @@ def job_finish(
     job.finished_at = now
     job_charge(job=job, attempts=attempts, now=now)
     job.save(update_fields=_JOB_END_FIELDS)
-    # (the verification module reads these services: imported when first used)
-    from ..verification.records import verification_choose
-
-    job.verification_chosen = verification_choose(job=job, attempts=attempts, now=now)
+    job.ended_then = hook().job_ended(job=job, attempts=attempts, now=now)
     if not job.is_spot_check:
         metrics.job_ended(
             model_id=job.model_id,

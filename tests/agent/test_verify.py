@@ -1,7 +1,7 @@
 """Scoring answers by prefill (``verify`` → ``scores``), with the real model.
 
 The scorer's numbers are judged by the coordinator's pure judge
-(``jobs.verification.plausibility``) and its receipt checked by the
+(``trust.verification.plausibility``) and its receipt checked by the
 coordinator's ``billing.receipts``, as the coordinator does with a ``scores``
 frame; the cheats' answers come from the calibration program
 (``bench.verification``), made by llama.cpp directly.
@@ -16,7 +16,7 @@ import pytest
 
 from agent.engines.base import GenerationError, GenerationRequest, GenerationResult
 from bench.verification import Cheat, answers_generate, judge
-from jobs.verification.plausibility import token_scores_parse
+from trust.verification.plausibility import token_scores_parse
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = "Write a short poem about the sea."

@@ -19,10 +19,10 @@ from hosts.services import (
     machine_hello,
     machine_suspected_since,
 )
-from jobs.services.checks import device_check_failed
-from jobs.verification.rate import verification_rate
 from tests.billing.helpers import Rig
 from tests.devices import MODEL, device_online
+from trust.failures import device_check_failed
+from trust.verification.rate import verification_rate
 
 pytestmark = pytest.mark.django_db
 

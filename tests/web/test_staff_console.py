@@ -16,8 +16,8 @@ from hosts.models import Device, DeviceOutcome, QuarantineDecision
 from hosts.services import DecisionRefused, device_quarantine_by_staff
 from jobs.models import ApiKey, Job
 from jobs.services import api_key_cap_set, api_key_create
-from jobs.services.checks import device_check_failed
 from support.services import ticket_open
+from trust.failures import device_check_failed
 
 from .conftest import MODEL, attempt_make
 

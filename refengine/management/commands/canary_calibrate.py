@@ -1,13 +1,13 @@
 """``python manage.py canary_calibrate MODEL --count N`` (DESIGN.md "Spot checks").
 
-Draws new spot-check prompts of the model (``jobs.canarypool``) and calibrates
+Draws new spot-check prompts of the model (``trust.canarypool``) and calibrates
 them on the reference model now (``refengine.engines``), the agent's own llama.cpp
 engine rendering the
 model's chat template exactly as a host does, until N have joined the pool
 (at most ``--tries``, 20 × N by default); a prompt joins only if the model
 gives its right answer; then N of the calibrated prompts not tried yet are
-made checks of verifiers if they qualify (``jobs.verification.checks``). Celery beat keeps the pool
-topped up the same way (``jobs.tasks.canary_pool_top_up``); this fills it at once (a first start,
+made checks of verifiers if they qualify (``trust.verification.checks``). Celery beat keeps the pool
+topped up the same way (``trust.tasks.canary_pool_top_up``); this fills it at once (a first start,
 the demo). Prints how many joined, never a prompt or an answer.
 """
 
@@ -18,9 +18,9 @@ import asyncio
 from django.core.management.base import BaseCommand, CommandError
 
 from catalog.models import CatalogModel
-from jobs.canarypool import canary_pool_fill
-from jobs.verification.check_calibration import checks_calibrate
 from refengine.engines import engine_answerer, engine_checks, reference_engine
+from trust.canarypool import canary_pool_fill
+from trust.verification.check_calibration import checks_calibrate
 
 
 class Command(BaseCommand):
