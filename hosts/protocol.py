@@ -22,6 +22,7 @@ MAX_TEXT_CHARS = 65536
 FEATURES = ("json_object", "json_schema", "json_sequence", "logprobs")
 MAX_FEATURES = 32  # entries of ``hello.features``, known or not
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a file's digest as a heartbeat declares it
+VERIFICATION_ID = re.compile(r"[0-9a-f]{32}")  # a verify frame's job (a UUID's hex)
 # what a hello may declare a device is (``devices[].kind``; docs/protocol-notes.md
 # 2026-12-07): its word only, placement goes by what was measured
 DEVICE_KINDS = ("gpu", "cpu")
@@ -295,6 +296,16 @@ def _weights(value: Any, loaded: set[str], i: int) -> dict[str, dict[str, str]]:
 def parse_job_frame(frame: dict[str, Any]) -> str:
     """Return the ``job`` (attempt id) of a claim/token/done/error frame."""
     return _str(frame, "job", max_len=100)
+
+
+def parse_verification_frame(frame: dict[str, Any]) -> str:
+    """Return the ``job`` of a ``scores`` frame: the ``job`` of the ``verify``
+    it answers, 32 hex digits (FrameError otherwise: nothing else names a
+    verification)."""
+    value = _str(frame, "job", max_len=100)
+    if not VERIFICATION_ID.fullmatch(value):
+        raise FrameError("scores: job must be the verify frame's job (32 hex digits)")
+    return value
 
 
 def parse_token(frame: dict[str, Any]) -> str:

@@ -97,7 +97,7 @@ class ChecksRelay:
         (``verification_scored``); a malformed one is refused against this
         verifier (and answered with an ``error`` frame). A round 2 it calls
         for is sent to its own verifier. Nothing here can fail a renter's job."""
-        ver_id = protocol.parse_job_frame(frame)
+        ver_id = protocol.parse_verification_frame(frame)
         # (the database decides what is open to this machine: a verify sent
         # before a reconnect is still answered)
         self.verifications.discard(ver_id)

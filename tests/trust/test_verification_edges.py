@@ -165,6 +165,25 @@ async def test_late_scores_are_answered_with_an_error_and_change_nothing(
     await verifier.close()
 
 
+@pytest.mark.parametrize("job", ["not-a-uuid", "0" * 31, 7])
+async def test_scores_naming_no_verification_get_an_error_frame(verifying, api_key, job):
+    """A ``scores`` whose ``job`` is not a verify frame's (fresh-eyes review
+    3: a non-UUID raised in the database lookup, no error frame): an error
+    frame naming the field; the open verification stays open."""
+    verified, verifier = await verified_and_verifier()
+    await served(api_key, verified)
+    _, verify = await verify_to([verifier])
+    frame = verifier.scores_frame(verify, scores_of(verify, PLAUSIBLE))
+    await verifier.send({**frame, "job": job})
+    message = (await verifier.recv_type("error"))["message"]
+    assert "job" in message, message
+    assert (await Verification.objects.aget(id=verify["job"])).status == "offered"
+    await verifier.send(frame)
+    assert (await verification_until(verify["job"])).verdict == "plausible"
+    await verified.close()
+    await verifier.close()
+
+
 @pytest.mark.parametrize("second", ["plausible", "implausible"])
 async def test_every_round_takes_the_answers_verdict(verifying, api_key, second):
     """Two implausible verdicts fail the host; one each way with no third

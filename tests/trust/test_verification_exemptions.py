@@ -220,7 +220,7 @@ async def test_an_answer_under_a_schema_is_verified_under_it_with_its_ids(
     """A ``json_schema`` answer with the host's ids goes to a verifier whose
     engine declares ``json_schema`` (never to one that cannot apply the
     grammar, however well ranked), with the ids and the ``response_format``
-    to score them under; without ids it is not verified."""
+    to score them under; without ids, as its text under the grammar."""
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
     verified = await host_online(
@@ -241,11 +241,16 @@ async def test_an_answer_under_a_schema_is_verified_under_it_with_its_ids(
     await able.send(able.scores_frame(verify, scores_of(verify, PLAUSIBLE)))
     assert (await verification_until(verify["job"])).verdict == "plausible"
 
+    # without ids (fresh-eyes review 3: a cheat leaving them out was never
+    # verified): its text, tokenized again, scored under the same grammar
     request = chat_request(api_key, stream=False, response_format=fmt)
     offer = await verified.recv_type("offer")
     await verified.answer(offer, ["".join(HELLO)])  # no token_ids
     assert (await request).status_code == 200
-    assert await Verification.objects.acount() == 1
+    host, verify = await verify_to([plain, able])
+    assert host is able and "token_ids" not in verify
+    assert verify["response_format"]["json_schema"]["schema"] == schema
+    assert verify["answer"] == "".join(HELLO)
     for host in (verified, plain, able):
         await host.close()
 

@@ -18,7 +18,6 @@ from django.utils import timezone
 
 from billing.receipts import receipt_verify
 from hosts.services import device_outcome_record
-from jobs.formats import response_format_of
 from jobs.models import Attempt, Job, Verification
 from jobs.tokens import token_count
 
@@ -49,16 +48,20 @@ V = Verification
 def verifiable(job: Job, attempts: list[Attempt]) -> bool:
     """Whether a finished job's answer may be verified: a renter's job (not a
     spot check) that succeeded with output in one fresh attempt (no
-    continuation), without a ``response_format`` unless the host's token ids
-    are known (the verifier then scores those tokens under the same grammar:
-    text tokenized again is not what a grammar made the sampler draw), within ``VERIFY_MAX_TOKENS``, at a
+    continuation), within ``VERIFY_MAX_TOKENS``, at a
     temperature of 0 or from ``VERIFY_MIN_TEMPERATURE`` to
     ``VERIFY_MAX_TEMPERATURE`` (None is 1), with text left to verify once
     what the coordinator saw in the host's token ids is left out (a stop
     sequence's cut last token, bytes that are no character:
     ``exemptions.verified_text``, ``Attempt.verify_text``; never on the host's
     ``finish_reason`` or a U+FFFD it wrote), and not of a rental (its renter
-    rents that device: its prompts go to no one else)."""
+    rents that device: its prompts go to no one else). An answer under a
+    ``response_format`` is verified under the same grammar, as the tokens its
+    host drew when it sent their ids, else as its text tokenized again: a
+    host that leaves its ids out is not spared verification (fresh-eyes
+    review 3: a cheat's constrained answers never were), and an honest one
+    sends them (docs/protocol-notes.md, 2026-12-07: a grammar's splits are
+    not the tokenizer's)."""
     params = job.params or {}
     temperature = params.get("temperature")
     temperature = 1.0 if temperature is None else float(temperature)
@@ -71,10 +74,6 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
         and attempts[0].kind == Attempt.Kind.FRESH
         and attempts[0].outcome == Attempt.Outcome.SUCCEEDED
         and attempts[0].verify_text != ""
-        and (
-            response_format_of(params) is None
-            or attempts[0].verify_token_ids is not None
-        )
         and 0 < job.tokens_billed <= VERIFY_MAX_TOKENS
         and (temperature == 0 or VERIFY_MIN_TEMPERATURE <= temperature)
         and temperature <= VERIFY_MAX_TEMPERATURE
