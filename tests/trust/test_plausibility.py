@@ -42,7 +42,7 @@ def test_greedy_answers_are_judged_by_their_misses() -> None:
 def test_an_answer_outside_the_support_is_implausible_at_any_temperature() -> None:
     n = 40
     allowed = math.floor(OUTSIDE_BASE + OUTSIDE_SHARE * n)
-    for temperature in (0, 0.7, 1.0):
+    for temperature in (0, 0.2, 0.7, 1.0, 1.8):
         tokens = [
             TokenScore(rank=0 if i >= allowed + 1 else 99, mean=-1.0, var=1.0,
                        logprob=-1.0 if i >= allowed + 1 else None)
@@ -68,6 +68,16 @@ def test_sampled_answers_are_judged_by_z() -> None:
     assert "below" in verdict.detail
     # the same tokens at temperature 0 are judged by rank, not z
     assert not answer_plausible(temperature=0, tokens=low).plausible
+
+
+def test_outside_the_calibrated_temperatures_only_the_support_judges() -> None:
+    """z is calibrated from 0.5 to 1 (``Z_TEMPERATURES``): an answer sampled
+    at 0.2 or 1.8 (verified with its host's ids since fresh-eyes review 3)
+    is judged by the support alone, which the temperature does not move."""
+    low = [TokenScore(rank=3, logprob=-3.0, mean=-2.0, var=1.0)] * 64
+    for temperature in (0.2, 1.8):
+        verdict = answer_plausible(temperature=temperature, tokens=low)
+        assert verdict.z < Z_MIN and verdict.plausible, verdict
 
 
 def test_a_short_answer_is_not_condemned_by_a_tiny_variance() -> None:

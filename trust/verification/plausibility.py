@@ -19,7 +19,8 @@ p_T, None outside the sampler's support), and the position's ``mean`` and
   ``z = Σ (logprob − mean) / sqrt(Σ var + Z_VAR_FLOOR)`` (in-support tokens) is
   about standard normal; an answer sampled hotter than asked, or by another
   model, scores its tokens lower than the model expects: implausible when
-  ``z < Z_MIN`` over at least ``Z_MIN_TOKENS`` tokens. Also implausible at any temperature: more than
+  ``z < Z_MIN`` over at least ``Z_MIN_TOKENS`` tokens, at the temperatures
+  it is calibrated for (``Z_TEMPERATURES``). Also implausible at any temperature: more than
   ``OUTSIDE_BASE + OUTSIDE_SHARE × n`` tokens outside the support, which the
   sampler never draws.
 
@@ -55,6 +56,11 @@ Z_MIN_TOKENS = 8
 and, at temperature 0, the misses): one unlikely token an honest sampler drew
 weighs too much in so short an answer (an honest 4-token answer at T 0.7
 came to z −4.49 in a 900-request run of the honest-host property test)."""
+Z_TEMPERATURES = (0.5, 1.0)
+"""The temperatures ``z`` is calibrated for (honest answers' z at T 0.1 came
+within 0.01 of ``Z_MIN``): an answer sampled outside them (0 < T < 0.5, or
+T > 1) is judged by the support alone, which does not depend on the
+temperature (the sampler's top-k, top-p and min-p cut the raw distribution)."""
 Z_VAR_FLOOR = 1.0
 """Added to Σ var (nats²) under the square root: a short or nearly certain
 answer's z is not blown up by a tiny variance."""
@@ -170,6 +176,7 @@ def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausib
             raise ValueError(f"z is not finite ({z}): scores no model gives")
     outside_max = OUTSIDE_BASE + OUTSIDE_SHARE * n
     greedy = temperature <= 0
+    z_judged = Z_TEMPERATURES[0] <= temperature <= Z_TEMPERATURES[1]
     misses_max = GREEDY_MISSES_BASE + GREEDY_MISSES_SHARE * n
     if n == 0:
         plausible, detail = True, "no token to judge"
@@ -185,7 +192,7 @@ def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausib
             f"{misses} of {n} tokens not the model's top at temperature 0 "
             f"(most {misses_max:g})"
         )
-    elif not greedy and n >= Z_MIN_TOKENS and z < Z_MIN:
+    elif z_judged and n >= Z_MIN_TOKENS and z < Z_MIN:
         plausible = False
         detail = (
             f"z {z:.2f} below {Z_MIN:g} at temperature {temperature:g} "

@@ -35,12 +35,12 @@ log = logging.getLogger("ballast.jobs")
 # the longest answer verified, in billed tokens: its ``scores`` frame (about
 # 90 bytes an entry) stays within the host frame bound (256 KiB)
 VERIFY_MAX_TOKENS = 2048
-# the temperatures the judge is calibrated for (docs/trust.md): an answer sampled
-# hotter is not verified (retokenizing its text splits it otherwise than the
-# sampler drew it too often for the judge's margins)
+# the temperatures an answer is verified at as its text tokenized again (no
+# ids of its host): retokenizing a hotter answer splits it otherwise than the
+# sampler drew it too often for the judge's margins; with the host's ids, an
+# answer at any temperature is (judged by the support alone outside
+# ``plausibility.Z_TEMPERATURES``)
 VERIFY_MAX_TEMPERATURE = 1.0
-# nor one sampled between 0 and this: uncalibrated, and honest answers' z came
-# within 0.01 of the threshold at T 0.1 (the fresh-eyes review, 60 answers)
 VERIFY_MIN_TEMPERATURE = 0.5
 V = Verification
 
@@ -50,7 +50,10 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
     spot check) that succeeded with output in one fresh attempt (no
     continuation), within ``VERIFY_MAX_TOKENS``, at a
     temperature of 0 or from ``VERIFY_MIN_TEMPERATURE`` to
-    ``VERIFY_MAX_TEMPERATURE`` (None is 1), with text left to verify once
+    ``VERIFY_MAX_TEMPERATURE`` (None is 1), or at any temperature when its
+    host's token ids are known (``Attempt.verify_token_ids``: the tokens
+    drawn are judged, fresh-eyes review 3: answers at 0.3 or 1.5 were never
+    checked), with text left to verify once
     what the coordinator saw in the host's token ids is left out (a stop
     sequence's cut last token, bytes that are no character:
     ``exemptions.verified_text``, ``Attempt.verify_text``; never on the host's
@@ -75,8 +78,11 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
         and attempts[0].outcome == Attempt.Outcome.SUCCEEDED
         and attempts[0].verify_text != ""
         and 0 < job.tokens_billed <= VERIFY_MAX_TOKENS
-        and (temperature == 0 or VERIFY_MIN_TEMPERATURE <= temperature)
-        and temperature <= VERIFY_MAX_TEMPERATURE
+        and (
+            temperature == 0
+            or VERIFY_MIN_TEMPERATURE <= temperature <= VERIFY_MAX_TEMPERATURE
+            or attempts[0].verify_token_ids is not None
+        )
         and job.rental_id is None
     )
 
