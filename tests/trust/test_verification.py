@@ -63,6 +63,9 @@ async def test_a_chosen_answer_goes_to_another_owners_verifier_only_and_pays_it(
         1,
     )
     assert ver.n == len(tokens) and ver.scored_at is not None
+    # paid, but no success on its score: its scores prove no work the
+    # coordinator can check (a refuser verifying kept its score up)
+    assert not await DeviceOutcome.objects.filter(device__machine=other.machine).aexists()
     job = await Job.objects.aget(id=ver.job_id)
     earning = await Earning.objects.select_related("device").aget(
         device__machine=other.machine

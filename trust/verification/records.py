@@ -187,13 +187,10 @@ def verification_scored(
             ver.save(update_fields=["paid_nano"])
         return None
     verifier_pay(ver, verified, tokens=paid, now=now)
-    device_outcome_record(
-        device_id=ver.verifier_id,
-        success=True,
-        reason="verified",
-        model_id=verified.model_id,
-        now=now,
-    )
+    # no success on the verifier's score: scores of an answer nobody knows
+    # the truth of prove no work done (fresh-eyes review 3: a host refusing
+    # renters' jobs kept its score up by verifying); only a check of
+    # verifiers passed counts (``checks.check_judged``), a failure always
     return verdict_follow(ver, plausible=judged.plausible, now=now)
 
 
