@@ -16,7 +16,7 @@ from catalog.models import CatalogModel
 
 from ..hooks import hook
 from ..models import Attempt, Job
-from ..tokens import prompt_token_count
+from ..tokens import prompt_token_count, prompt_tokens_most
 from .attempts import attempt_end
 from .caps import key_spend_add
 from .requests import key_empty_answer_record
@@ -125,6 +125,7 @@ def job_finish(
     job.prompt_tokens = renter_prompt_tokens(
         [(a.kind, a.prompt_tokens_reported) for a in attempts],
         lambda: prompt_token_count(job.model_id, job.messages, job.prompt),
+        most=prompt_tokens_most(job.model_id, job.messages, job.prompt),
         counted_without_report=bool(output_text),  # a failure after output
     )
     job.status = status
@@ -225,13 +226,17 @@ def renter_prompt_tokens(
     reports: list[tuple[str, int | None]],
     count: Callable[[], int | None],
     *,
+    most: int | None = None,
     counted_without_report: bool = False,
 ) -> int:
     """The renter's prompt in tokens, for ``usage.prompt_tokens`` (not billed).
 
     ``reports``: (attempt kind, its host's reported prompt tokens or None) in
-    offer order; ``count``: the model's tokenizer's count, or None. A fresh
-    attempt's report; a continuation's prompt also holds the text it continues,
+    offer order; ``count``: the model's tokenizer's count, or None; ``most``:
+    a bound no honest count passes (``tokens.prompt_tokens_most``), None when
+    unknown. A fresh attempt's report within ``most`` (past it, the host's
+    word is not shown: counted instead; fresh-eyes review 3: 2,147,483,647
+    reached a renter); a continuation's prompt also holds the text it continues,
     so with only continuations reporting the prompt is counted (their report
     when no tokenizer is known); with no report, counted only with
     ``counted_without_report`` (a job whose renter got output), else 0.
@@ -239,7 +244,10 @@ def renter_prompt_tokens(
     reported = [tokens for _, tokens in reports if tokens is not None]
     for kind, tokens in reports:
         if kind == Attempt.Kind.FRESH and tokens is not None:
-            return tokens
+            if most is None or tokens <= most:
+                return tokens
+            reported = [t for t in reported if t <= most]
+            break
     if not reported and not counted_without_report:
         return 0
     counted = count()

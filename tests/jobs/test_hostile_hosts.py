@@ -8,9 +8,11 @@ import asyncio
 import json
 
 import pytest
+from channels.db import database_sync_to_async
 
 from hosts.models import Benchmark, Device, FailedCapability
 from jobs.models import Attempt
+from jobs.tokens import prompt_token_count
 from tests.hostsim import MODEL, HostSim
 
 from .helpers import chat_request, host_online
@@ -183,4 +185,35 @@ async def test_the_frame_bound_counts_bytes_not_characters(catalog, machine_toke
         text_data=json.dumps({"type": "heartbeat", "devices": [], "pad": "é" * 200_000})
     )
     assert "256 KiB" in (await host.recv_type("error"))["message"]
+    await host.close()
+
+
+async def test_a_prompt_count_no_prompt_can_have_is_not_shown_to_the_renter(
+    catalog, api_key, machine_token
+):
+    """``usage.prompt_tokens`` is the host's report only within what the
+    prompt's bytes allow (``prompt_tokens_most``); past it, the coordinator's
+    own count (fresh-eyes review 3: a host's 2,147,483,647 reached the
+    renter)."""
+    host = await host_online(machine_token, "rig")
+    request = chat_request(api_key, stream=False)
+    offer = await host.recv_type("offer")
+    await host.claim(offer["job"])
+    await host.token(offer["job"], "Hello")
+    await host.send(
+        {
+            "type": "done",
+            "job": offer["job"],
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 2**31 - 1, "completion_tokens": 1},
+            "receipt": host.receipt(offer["job"], 1),
+        }
+    )
+    response = await request
+    assert response.status_code == 200
+    usage = json.loads(response.content)["usage"]
+    counted = await database_sync_to_async(prompt_token_count)(
+        MODEL, [{"role": "user", "content": "Say hello"}], None
+    )
+    assert usage["prompt_tokens"] == counted, usage
     await host.close()
