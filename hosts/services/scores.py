@@ -64,8 +64,13 @@ class ScoreInputs:
 
 
 # the device's last outcomes, newest first (as ``DeviceOutcome.Meta.ordering``)
+# a device's last outcomes: its own and its machine's retired devices' (a
+# device renamed by its agent continues its predecessor's record: fresh-eyes
+# review 3, a refuser renamed its device to start again at 60)
 _LAST_OUTCOMES_SQL = (
-    "SELECT success FROM hosts_deviceoutcome WHERE device_id = %s"
+    "SELECT success FROM hosts_deviceoutcome WHERE device_id IN ("
+    "SELECT d.id FROM hosts_device d WHERE d.id = %s OR (d.retired_at IS NOT NULL"
+    " AND d.machine_id = (SELECT machine_id FROM hosts_device WHERE id = %s)))"
     f" ORDER BY created_at DESC, id DESC LIMIT {WINDOW}"
 )
 # with (device, first-token ms) of the model's successful outcomes since a
@@ -84,7 +89,8 @@ def device_score_inputs(
 ) -> ScoreInputs:
     """Read the device's score inputs at ``now`` (``ScoreInputs``).
 
-    The last 50 outcomes (newest first); the online fraction
+    The last 50 outcomes (newest first) of the device and of its machine's
+    retired devices (a renamed device's record goes on); the online fraction
     (``device_online_fraction``); for ``model_id`` — '' means the model of the
     device's latest outcome that names one — ``statistics.median`` of the
     first-token times of the successful outcomes of the hour before ``now``, over
@@ -104,10 +110,10 @@ def device_score_inputs(
     since = connection.ops.adapt_datetimefield_value(now - TTFT_WINDOW)
     with connection.cursor() as cursor:  # fixed statements: every outcome reads them
         if model_id:  # the last outcomes and the hour's first tokens, one statement
-            cursor.execute(_INPUTS_SQL, [device_id, model_id, since])
+            cursor.execute(_INPUTS_SQL, [device_id, device_id, model_id, since])
             rows = cursor.fetchall()
         else:
-            cursor.execute(_LAST_OUTCOMES_SQL, [device_id])
+            cursor.execute(_LAST_OUTCOMES_SQL, [device_id, device_id])
             rows = [(0, success, None) for (success,) in cursor.fetchall()]
     last = [bool(success) for part, success, _ in rows if part == 0]
     hour = [(of, ttft) for part, of, ttft in rows if part == 1]

@@ -18,7 +18,9 @@ at will. Renaming buys nothing:
 - a failed check reverses the held earnings of every device the machine has
   had (``billing.services.holds.earnings_reverse_held``, by machine).
 
-The score stays per device (DESIGN.md "Reliability score").
+The score stays per device (DESIGN.md "Reliability score"), over its last
+outcomes and its machine's retired devices' (``scores.device_score_inputs``):
+a renamed device goes on from its predecessor's record, not from 60.
 """
 
 from __future__ import annotations

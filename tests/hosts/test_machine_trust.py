@@ -89,6 +89,20 @@ def test_it_keeps_a_renamed_device_of_a_quarantined_one_quarantined(
     assert _hello(device, 0)[0].quarantined, "back to index 0: still quarantined"
 
 
+def test_a_renamed_device_goes_on_from_its_predecessors_record(live_device, checks_on):
+    """Its machine's retired devices' outcomes are the renamed device's too
+    (fresh-eyes review 3: a refuser whose score neared 50 renamed its device
+    to start again at 60)."""
+    device = live_device()
+    for success in [False] * 40 + [True] * 10:
+        device_outcome_record(device_id=device.id, success=success, model_id=MODEL)
+    low = Device.objects.get(id=device.id).score
+    assert low < 50
+    renamed = _hello(device, 1)[1]
+    _check(renamed, passed=True)
+    assert Device.objects.get(id=renamed.id).score <= low + 2, "not back at 60"
+
+
 def test_a_device_new_to_a_machine_takes_no_work_before_it_passes_a_check(
     live_device, checks_on
 ):
