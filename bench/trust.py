@@ -16,7 +16,7 @@ from the real model (``bench.trustbank``; built once, in minutes, and kept in
 What runs for real, per simulated job (``bench.trustfleet`` lists the functions):
 the job and its attempt stored (``jobs.services.job_create``), the outcome on the
 device's score, the token count checked, the spot-check draw and verdict, the
-verification draw (``jobs.verification.records.verification_choose``), each
+verification draw (``trust.verification.records.verification_choose``), each
 verifier's scores judged and paid (``verification_scored``: rounds until two agree), a
 failed check's consequences, quarantine. Not run: the websockets, the relay, the
 renter's billing (``docs/trust.md``).

@@ -4,7 +4,7 @@ For a set of real-traffic prompts at temperatures 0, 0.7 and 1, each host
 behaviour's answer is generated with SmolLM2-135M-Instruct through the agent's
 llama.cpp engine and scored by prefill on that engine (``Engine.score``: what a
 verifying device returns in its ``scores`` frame); for spot checks, prompts
-drawn by the coordinator's generator (``jobs.canarygen``, an unknown secret)
+drawn by the coordinator's generator (``trust.canarygen``, an unknown secret)
 and calibrated as the pool calibrates them, answered by each behaviour.
 
 Behaviours (what a host does; nothing here knows what catches it):

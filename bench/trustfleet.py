@@ -4,11 +4,11 @@ week of traffic through the coordinator's own trust code.
 Each simulated job goes through the functions production runs, in-process on a
 scratch database: the spot-check draw at ``BALLAST_CANARY_RATE`` per dispatched
 job (as ``jobs.services.dispatch.device_claim`` marks one due), the canary's
-verdict (``jobs.canaries.answer_right``, ``jobs.tokens.token_count_inflated``),
+verdict (``trust.canaries.answer_right``, ``jobs.tokens.token_count_inflated``),
 the job's outcome (``hosts.services.device_outcome_record``), the count check
-(``token_count_inflated`` → ``jobs.services.checks.device_check_failed``), the
-verification draw (``jobs.verification.rate.verification_rate``) and its verdict
-(``jobs.verification.plausibility.answer_plausible`` over scores the real model
+(``token_count_inflated`` → ``trust.failures.device_check_failed``), the
+verification draw (``trust.verification.rate.verification_rate``) and its verdict
+(``trust.verification.plausibility.answer_plausible`` over scores the real model
 computed by prefill, two verifiers) with its consequences, quarantine
 (``hosts.services.scores``). What is scripted is the hosts: what each one answers
 is drawn from a bank of answers the real model wrote (``bench.trustbank``).

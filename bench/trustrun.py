@@ -4,14 +4,14 @@ Per real job (``Fleet.job_serve``): the job stored as a renter's
 (``jobs.services.job_create``) and its one attempt ended as the host's answer
 ends it; the device's outcome (``hosts.services.device_outcome_record``); the
 count checked (``jobs.tokens.token_count_inflated`` → a failed check,
-``jobs.services.checks.device_check_failed``); the verification drawn at the
-device's rate (``jobs.verification.records.verification_choose``) and, when one
+``trust.failures.device_check_failed``); the verification drawn at the
+device's rate (``trust.verification.records.verification_choose``) and, when one
 is offered, scored by the verifiers with the bank's real scores and a signed
 receipt (``verification_scored``; rounds until two verdicts agree,
-``jobs.verification.verdicts``).
+``trust.verification.verdicts``).
 Per dispatched job, the spot-check draw at ``BALLAST_CANARY_RATE`` (as
 ``jobs.services.dispatch`` marks one due); a check's verdict is the two tests
-``jobs.spotchecks.spot_check_verdict`` makes (``answer_right``, the count), its
+``trust.spotchecks.spot_check_verdict`` makes (``answer_right``, the count), its
 consequences those of ``spot_check_judge`` (a pass recorded and the quarantine
 release judged; a failure ``device_check_failed``).
 """
