@@ -111,6 +111,13 @@ def schema_checked(schema: Any, *, param: str) -> dict:
     return defs_renamed(cleaned)
 
 
+_NAME_MAPS = ("properties", "$defs", "definitions")
+"""The keywords whose value maps names to schemas."""
+_SCHEMA_PLACES = (*_NAME_MAPS, "items", "additionalProperties")
+"""The keywords a ``$ref`` may go through from a schema to a schema (or a
+map of them)."""
+
+
 class _SchemaWalk:
     """One pass over a schema: checks each subschema, returns the cleaned copy."""
 
@@ -179,11 +186,17 @@ class _SchemaWalk:
                 path, f"'{path}' must point into the schema's $defs ('#/$defs/Name')"
             )
         target: Any = self.root
+        at_schema = True  # (else at a map of names to schemas: properties, $defs)
         for part in ref[2:].split("/"):
             if not isinstance(target, dict) or part not in target:
                 raise _bad(path, f"'{path}' points to nothing in the schema: {ref}")
+            if at_schema and part not in _SCHEMA_PLACES:
+                raise _bad(path, f"'{path}' does not point to a schema: {ref}")
+            at_schema = not at_schema or part not in _NAME_MAPS
             target = target[part]
-        if not isinstance(target, dict):
+        if not isinstance(target, dict) or not at_schema:
+            # (a map of properties is a dict but no schema: llama.cpp's
+            # converter fails on it, and every honest host with it)
             raise _bad(path, f"'{path}' does not point to a schema: {ref}")
         return ref
 

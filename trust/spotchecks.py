@@ -168,7 +168,9 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
     reversed, quarantine judged, a rental on it stopped. Pass: a quarantined device
     may be released (3 in a row); a pending rental goes live. A candidate's
     answer (reason ``calibration``) is a vote on the candidate, never an
-    outcome of the device (``trust.canaryfleet.candidate_vote``).
+    outcome of the device (``trust.canaryfleet.candidate_vote``). A check
+    never offered to its device is no verdict (``passed`` stays None) and
+    another is marked due.
     """
     now = now or timezone.now()
     check = (
@@ -177,6 +179,15 @@ def spot_check_judge(*, job_id: str, now: datetime | None = None) -> SpotCheck:
         .get(job_id=job_id)
     )
     if check.passed is not None:
+        return check
+    if not check.job.attempts.exists():
+        # never offered (its device went offline, or stayed busy until the
+        # queue's deadline): no answer of the device's to judge; a new one
+        # is due (fresh-eyes review 3: an agent's graceful stop with a check
+        # waiting was a failed check, its held earnings reversed)
+        check.detail, check.judged_at = "not run: never offered to the device", now
+        check.save(update_fields=["detail", "judged_at"])
+        spot_check_mark_due(device_id=check.device_id, reason=check.reason, now=now)
         return check
     passed, detail = spot_check_verdict(job=check.job, check=check)
     if check.reason == SpotCheck.Reason.CALIBRATION:

@@ -43,6 +43,11 @@ leaves = st.one_of(
     st.fixed_dictionaries({"enum": st.lists(st.one_of(texts, st.integers()), min_size=1, max_size=4)}),
     st.fixed_dictionaries({"const": st.one_of(texts, st.dictionaries(names, texts, max_size=2))}),
     st.sampled_from(DEF_NAMES).map(lambda name: {"$ref": f"#/$defs/{name}"}),
+    st.sampled_from(DEF_NAMES).flatmap(  # inside a definition: a schema, or a map
+        lambda name: st.sampled_from(
+            [f"#/$defs/{name}/properties", f"#/$defs/{name}/properties/children"]
+        ).map(lambda ref: {"$ref": ref})
+    ),
     st.just({}),
 )
 

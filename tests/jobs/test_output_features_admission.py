@@ -173,6 +173,14 @@ def test_a_schema_that_refers_to_itself_inside_an_object_is_admitted():
         ),
         ({"const": {"$ref": "x"}}, "response_format.json_schema.schema.const"),
         ({"enum": [{"$ref": "#/$defs/zz"}]}, "response_format.json_schema.schema.enum"),
+        (  # a map of properties is no schema (every honest host failed on it)
+            {
+                "type": "object",
+                "properties": {"c": {"$ref": "#/$defs/A/properties"}},
+                "$defs": {"A": {"type": "object", "properties": {"n": {"type": "string"}}}},
+            },
+            "response_format.json_schema.schema.properties.c.$ref",
+        ),
     ],
 )
 def test_text_no_grammar_can_hold_is_a_400_naming_where(schema, param):

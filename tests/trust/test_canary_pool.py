@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 from django.db import IntegrityError, connection, transaction
 
 from agent.engines.scripted import ScriptedEngine
+from hosts.models import Device, DeviceOutcome
 from hosts.services import machine_create
 from jobs.models import CanaryPrompt, Job, SpotCheck
 from jobs.services import job_create
@@ -30,6 +31,7 @@ from trust.canarypool import (
     canary_pool_need,
     canary_pool_top_up,
 )
+from trust.spotchecks import spot_check_judge
 
 pytestmark = pytest.mark.django_db
 
@@ -226,3 +228,21 @@ def test_no_file_of_the_repository_holds_a_prompt_with_its_answer(catalog, setti
             near = corpus[max(0, at - 300) : at + len(question) + 300]
             assert row.expected not in near.replace(question, ""), (question, row.expected)
             at = corpus.find(question, at + 1)
+
+
+def test_a_check_never_offered_to_its_device_is_no_verdict(catalog, settings):
+    """A spot check whose job ended with no attempt (its device went offline,
+    an agent's graceful stop with the check waiting) is no failure of the
+    device (fresh-eyes review 3: it was, held earnings reversed): no verdict,
+    no outcome, and another check is due."""
+    settings.BALLAST_CANARY_POOL_AHEAD = 2
+    settings.BALLAST_SPOT_CHECKS = True
+    _top_up()
+    device = _device("a@example.com", "a")
+    check = _checked(device, canary_pick(device=device, model_id=catalog.id))
+    Job.objects.filter(id=check.job_id).update(status=Job.Status.FAILED)
+    Device.objects.filter(id=device.id).update(spot_check_due_at=None)
+    judged = spot_check_judge(job_id=str(check.job_id))
+    assert judged.passed is None and "never offered" in judged.detail
+    assert not DeviceOutcome.objects.filter(device=device).exists()
+    assert Device.objects.get(id=device.id).spot_check_due_at is not None

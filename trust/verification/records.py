@@ -35,12 +35,13 @@ log = logging.getLogger("ballast.jobs")
 # the longest answer verified, in billed tokens: its ``scores`` frame (about
 # 90 bytes an entry) stays within the host frame bound (256 KiB)
 VERIFY_MAX_TOKENS = 2048
-# the temperatures an answer is verified at as its text tokenized again (no
-# ids of its host): retokenizing a hotter answer splits it otherwise than the
-# sampler drew it too often for the judge's margins; with the host's ids, an
-# answer at any temperature is (judged by the support alone outside
-# ``plausibility.Z_TEMPERATURES``)
+# the hottest answer verified as its text tokenized again (no ids of its
+# host): retokenizing a hotter answer splits it otherwise than the sampler
+# drew it too often for the judge's margins; with the host's ids an answer
+# at any temperature is
 VERIFY_MAX_TEMPERATURE = 1.0
+# the coolest non-greedy temperature a check of verifiers is drawn at (z is
+# calibrated from here: plausibility.Z_TEMPERATURES)
 VERIFY_MIN_TEMPERATURE = 0.5
 V = Verification
 
@@ -48,12 +49,12 @@ V = Verification
 def verifiable(job: Job, attempts: list[Attempt]) -> bool:
     """Whether a finished job's answer may be verified: a renter's job (not a
     spot check) that succeeded with output in one fresh attempt (no
-    continuation), within ``VERIFY_MAX_TOKENS``, at a
-    temperature of 0 or from ``VERIFY_MIN_TEMPERATURE`` to
-    ``VERIFY_MAX_TEMPERATURE`` (None is 1), or at any temperature when its
-    host's token ids are known (``Attempt.verify_token_ids``: the tokens
-    drawn are judged, fresh-eyes review 3: answers at 0.3 or 1.5 were never
-    checked), with text left to verify once
+    continuation), within ``VERIFY_MAX_TOKENS``, at a temperature up to
+    ``VERIFY_MAX_TEMPERATURE`` (None is 1), or above it when its host's
+    token ids are known (``Attempt.verify_token_ids``: the tokens drawn are
+    judged; fresh-eyes review 3: answers at 0.3 or 1.5 were never checked;
+    outside ``plausibility.Z_TEMPERATURES`` the support alone judges), with
+    text left to verify once
     what the coordinator saw in the host's token ids is left out (a stop
     sequence's cut last token, bytes that are no character:
     ``exemptions.verified_text``, ``Attempt.verify_text``; never on the host's
@@ -79,8 +80,7 @@ def verifiable(job: Job, attempts: list[Attempt]) -> bool:
         and attempts[0].verify_text != ""
         and 0 < job.tokens_billed <= VERIFY_MAX_TOKENS
         and (
-            temperature == 0
-            or VERIFY_MIN_TEMPERATURE <= temperature <= VERIFY_MAX_TEMPERATURE
+            temperature <= VERIFY_MAX_TEMPERATURE
             or attempts[0].verify_token_ids is not None
         )
         and job.rental_id is None
@@ -245,8 +245,10 @@ def verification_refused(
 def verifications_expire(*, now: datetime | None = None) -> int:
     """Expire the verifications offered more than ``BALLAST_VERIFY_DEADLINE_S``
     ago without scores (Celery beat); returns how many. Against the verifier
-    when its ``verify`` was sent; one never sent (its coordinator process
-    stopped first) expires against nobody. A confirming round that expired is
+    when its ``verify`` was sent on the connection it still has; one never
+    sent (its coordinator process stopped first), or sent on a connection
+    that closed since (the agent stopped or restarted: fresh-eyes review 3),
+    expires against nobody. A confirming round that expired is
     asked of another verifier, sent from here (``offers.verification_send``)."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.BALLAST_VERIFY_DEADLINE_S)
@@ -271,8 +273,14 @@ def _verification_expire(ver_id, now: datetime) -> tuple[int, str | None]:
     )
     if ver is None:
         return 0, None
-    if ver.sent_at is None:
-        ver.status, ver.detail, ver.scored_at = V.Status.EXPIRED, "never sent", now
+    machine = ver.verifier.machine if ver.verifier_id else None
+    lost = ver.sent_at is not None and machine is not None and (
+        not machine.connected
+        or (machine.connected_at is not None and machine.connected_at > ver.sent_at)
+    )  # its connection closed since (an agent restarted): lost, no one's fault
+    if ver.sent_at is None or lost:
+        detail = "never sent" if ver.sent_at is None else "its verifier's connection closed"
+        ver.status, ver.detail, ver.scored_at = V.Status.EXPIRED, detail, now
         ver.save(update_fields=["status", "detail", "scored_at"])
         return 1, round_after_failure(ver, now)
     detail = f"no scores within {settings.BALLAST_VERIFY_DEADLINE_S:g} s"

@@ -57,7 +57,8 @@ def verifier_pick(
     verifier–host pair is broken while others are available), then an owner
     drawn with ``secrets`` weighted by its best device's ``verifier_weight``
     (many devices buy no more say), then one of its devices by the same
-    weight; None when no device qualifies."""
+    weight; devices not scoring a verification already first; None when no
+    device qualifies."""
     passes = settings.BALLAST_VERIFIER_TRUST_PASSES if trusted_only else 0
     model = CatalogModel.objects.filter(id=model_id).first()
     if model is None:
@@ -66,9 +67,17 @@ def verifier_pick(
         verifiers_eligible(model=model, now=now, passes=passes)
         .filter(features_filter(features))
         .exclude(machine__owner_id__in=list(exclude_owners))
+        .annotate(
+            scoring=Exists(
+                Verification.objects.filter(verifier=OuterRef("pk"), status="offered")
+            )
+        )
         .select_related("machine")
         .order_by("-score", "id")[:VERIFIERS_CONSIDERED]
     )
+    # one scoring already is busy (and offered no job meanwhile: a spot check
+    # waits behind its queue): the idle ones first (fresh-eyes review 3)
+    candidates = [d for d in candidates if not d.scoring] or candidates
     if not candidates:
         return None
     by_owner: dict[int, list[Device]] = {}
