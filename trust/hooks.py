@@ -8,6 +8,7 @@ import functools
 from collections.abc import Callable
 from datetime import datetime
 
+from hosts.services import device_outcome_record
 from jobs.hooks import TrustHook
 from jobs.models import Attempt, Job, Verification
 
@@ -69,9 +70,11 @@ class Trust(TrustHook):
     def job_ended(
         self, *, job: Job, attempts: list[Attempt], now: datetime
     ) -> Callable[[], None] | None:
-        """Draw whether the job's answer is verified
+        """Judge its empty answers (``empty_answers_judged``); draw whether
+        the job's answer is verified
         (``verification.records.verification_choose``); one offered to a
         verifier is sent to it once the job's end has committed."""
+        empty_answers_judged(job=job, attempts=attempts, now=now)
         chosen = verification_choose(job=job, attempts=attempts, now=now)
         if chosen is None or chosen.status != Verification.Status.OFFERED:
             return None
@@ -82,3 +85,38 @@ class Trust(TrustHook):
         checks (``checkpools.device_checks_missing``)."""
         missing = device_checks_missing(device_id=device_id)
         return f"no calibrated checks for {', '.join(missing)}" if missing else ""
+
+
+def empty_answers_judged(*, job: Job, attempts: list[Attempt], now: datetime) -> int:
+    """An empty answer judged by what the model does with its prompt (DESIGN.md
+    "Fair to honest hosts"; issue 32): at temperature 0 the model's first
+    token is the same on every device, so a fresh attempt that ended empty
+    while another device's fresh attempt of the job answered with text was
+    its host's refusal, a failure on its score (not a failed check: a near
+    tie of the end-of-turn token may fall otherwise on other hardware).
+    Sampled, an empty answer may be the draw's: nobody is blamed. Returns
+    how many were judged failures; in the job's end's transaction."""
+    greedy = (job.params or {}).get("temperature") == 0
+    answered = any(
+        a.kind == Attempt.Kind.FRESH and a.outcome == Attempt.Outcome.SUCCEEDED
+        and a.output_chars > 0
+        for a in attempts
+    )  # fmt: skip
+    if job.is_spot_check or not greedy or not answered:
+        return 0
+    refused = [
+        a for a in attempts
+        if a.kind == Attempt.Kind.FRESH and a.outcome == Attempt.Outcome.EMPTY_ANSWER
+    ]  # fmt: skip
+    for attempt in refused:
+        device_outcome_record(
+            device_id=attempt.device_id,
+            success=False,
+            reason="empty_answer_contradicted",
+            model_id=job.model_id,
+            now=now,
+            job_ref=str(job.id),
+            detail=f"attempt {attempt.id}: no text at temperature 0, where "
+            "another device's answer had some",
+        )
+    return len(refused)

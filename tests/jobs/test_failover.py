@@ -221,6 +221,33 @@ async def test_an_empty_done_beside_a_stop_asks_a_second_device(
     await good.close()
 
 
+@pytest.mark.parametrize("temperature, blamed", [(0, True), (0.7, False)])
+async def test_an_empty_done_another_device_contradicts_at_temperature_0_is_a_failure(
+    catalog, api_key, machine_token, fast_deadlines, temperature, blamed
+):
+    """At temperature 0 every device draws the same first token: an empty
+    answer where another device answered with text was its host's refusal
+    (fresh-eyes review 4: refusing by an empty done cost nothing). A failure
+    on its score, not a failed check; sampled, nobody is blamed."""
+    bad = await host_online(machine_token, "bad", score=90)
+    good = await host_online(machine_token, "good", score=60)
+    request = chat_request(api_key, temperature=temperature)
+    await _empty_done(bad, await bad.recv_type("offer"))
+    await good.answer(await good.recv_type("offer"), ["Hello", " there"])
+    response = await request
+    assert sse_text(sse_events(await read_body(response))) == "Hello there"
+    attempts = await _attempts(response["x-ballast-job-id"])
+    failures = DeviceOutcome.objects.filter(
+        device=attempts[0].device, success=False, reason="empty_answer_contradicted"
+    )
+    assert await failures.aexists() is blamed
+    assert not await DeviceOutcome.objects.filter(
+        device=attempts[0].device, source="spot_check"
+    ).aexists(), "no failed check"
+    await bad.close()
+    await good.close()
+
+
 async def test_an_unexplained_empty_done_asks_a_second_device_and_blames_nobody(
     catalog, api_key, machine_token, fast_deadlines
 ):
