@@ -14,11 +14,14 @@ tells, from any coordinator process.
 Open sockets are capped per key and per client address (past a cap: a 429
 error message and close 4429), and a socket that has sent no request within
 ``BALLAST_HELLO_TIMEOUT_S`` is closed (a 408 error message, close 4408).
+A socket opened while the database or Redis cannot be reached answers its
+first request with a 503 to retry and closes (1013, try again later).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from contextlib import aclosing
 
@@ -31,10 +34,14 @@ from ballast.consumers import (
 )
 from ballast.db import db_call
 from ballast.sockets import SocketCap
+
+CLOSE_TRY_LATER = 1013
+"""The close code of a socket opened while the coordinator could not admit it
+(RFC 6455 "Try Again Later")."""
 from hosts.consumers import bearer_token
 
 from ..chunks import ChunkWriter
-from ..errors import ApiError, error_body, failure_error
+from ..errors import LAYER_UNAVAILABLE, ApiError, error_body, failure_error
 from ..orchestration import Failed, Finished, JobRun, Token, job_channel_open
 from ..requests import completion_request_parse
 from ..services import api_key_authenticate, api_key_group, job_open, unauthorized
@@ -45,22 +52,20 @@ class RenterChatConsumer(DirectDispatchConsumer):
 
     async def connect(self) -> None:
         self.plain_key = bearer_token(self.scope)
-        key = await db_call(api_key_authenticate)(plain=self.plain_key)
         self.task: asyncio.Task | None = None
         self.key_group = ""
-        if key is not None:
-            # joined before the accept and re-checked after: a revoke that
-            # committed in between is seen by one or the other
-            self.key_group = api_key_group(key.id)
-            await self.channel_layer.group_add(self.key_group, self.channel_name)
-            key = await db_call(api_key_authenticate)(plain=self.plain_key)
-        full = None
-        if key is not None:
-            full = await self.sockets_take(
-                SocketCap("key", str(key.id), "BALLAST_SOCKETS_PER_KEY")
-            )
+        self.unavailable: ApiError | None = None
+        try:
+            key, full = await self._admitted()
+        except Exception as exc:  # the database or Redis away (restarting)
+            # answered at the socket's first request, a 503 to retry, as the
+            # HTTP API answers (a 500 handshake was a cut connection)
+            key, full = None, None
+            self.unavailable = failure_error(exc, "renter websocket connect")
         await self.accept()
-        if key is None:
+        if self.unavailable is not None:
+            self.greeting_deadline_start()
+        elif key is None:
             await self._refused()
         elif full is not None:
             await self._error(
@@ -74,6 +79,25 @@ class RenterChatConsumer(DirectDispatchConsumer):
             await self.refuse(CLOSE_TOO_MANY)
         else:
             self.greeting_deadline_start()
+
+    async def _admitted(self):
+        """(the socket's live key or None, the socket cap that is full or
+        None). Raises what the database or the channel layer raise."""
+        key = await db_call(api_key_authenticate)(plain=self.plain_key)
+        if key is None:
+            return None, None
+        # joined before the accept and re-checked after: a revoke that
+        # committed in between is seen by one or the other
+        group = api_key_group(key.id)
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.key_group = group
+        key = await db_call(api_key_authenticate)(plain=self.plain_key)
+        if key is None:
+            return None, None
+        full = await self.sockets_take(
+            SocketCap("key", str(key.id), "BALLAST_SOCKETS_PER_KEY")
+        )
+        return key, full
 
     async def greeting_deadline(self, message: dict) -> None:
         """``BALLAST_HELLO_TIMEOUT_S`` after the accept: a socket that has sent
@@ -90,7 +114,8 @@ class RenterChatConsumer(DirectDispatchConsumer):
     async def disconnect(self, code: int) -> None:
         await self._task_stop()
         if getattr(self, "key_group", ""):
-            await self.channel_layer.group_discard(self.key_group, self.channel_name)
+            with contextlib.suppress(*LAYER_UNAVAILABLE):  # (its entry lapses)
+                await self.channel_layer.group_discard(self.key_group, self.channel_name)
 
     async def _task_stop(self) -> None:
         """Cancel the running request, if any (its job billed for what was delivered)."""
@@ -108,6 +133,10 @@ class RenterChatConsumer(DirectDispatchConsumer):
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None
     ) -> None:
+        if self.unavailable is not None:
+            await self._error(self.unavailable)
+            await self.refuse(CLOSE_TRY_LATER)
+            return
         if self.task is not None and not self.task.done():
             await self._error(
                 ApiError(429, "one request at a time per connection", "busy")

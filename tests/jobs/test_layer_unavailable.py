@@ -45,3 +45,34 @@ async def test_a_request_while_redis_is_down_is_a_503_with_retry_after(
     assert response["Retry-After"] == "1"
     assert response.json()["error"]["code"] == "service_unavailable"
     assert not await Job.objects.aexists()  # nothing stored, nothing to bill
+
+
+async def test_a_renter_socket_opened_while_redis_is_down_answers_503(
+    catalog, api_key, monkeypatch
+):
+    """Redis away while the socket's count is taken (``sockets_take``; the
+    chaos run met it during a Redis restart): the socket is accepted (a 500
+    handshake was a cut connection), its first request is answered with a
+    503 to retry, and it closes with 1013 (try again later)."""
+    import redis
+    from channels.testing import WebsocketCommunicator
+
+    from ballast import consumers
+    from ballast.asgi import application
+
+    def away(caps):
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1. Connection refused.")
+
+    monkeypatch.setattr(consumers, "socket_take", away)
+    ws = WebsocketCommunicator(
+        application,
+        "/ws/v1/chat/",
+        headers=[(b"authorization", f"Bearer {api_key}".encode())],
+    )
+    assert (await ws.connect(timeout=10))[0]
+    await ws.send_json_to({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    error = await ws.receive_json_from(timeout=10)
+    assert (error["status"], error["error"]["code"]) == (503, "service_unavailable")
+    assert error["retry_after"] == 1
+    assert (await ws.receive_output(timeout=5))["code"] == 1013
+    assert not await Job.objects.aexists()
