@@ -136,11 +136,13 @@ class Fleet:
         """The host answers from the bank (under a ``response_format`` when the
         job is ``constrained`` and the bank has its behaviour's); the attempt
         ends as ``jobs.services.attempts.attempt_end`` ends it: billed and
-        count-checked by ``segment_tokens``, what a verifier is sent kept."""
+        count-checked by ``segment_tokens``, then told to trust's receiver
+        (``jobs.hooks``: what a verifier is sent, a flagged count's failed
+        check)."""
         from hosts.services import device_outcome_record
         from jobs.models import Attempt, Job
+        from jobs.hooks import TrustHook, hook
         from jobs.services.attempts import segment_tokens
-        from trust.failures import device_check_failed
         from jobs.tokens import canonical_split_expected
         from trust.verification.records import verification_choose
 
@@ -164,19 +166,18 @@ class Fleet:
             completion_tokens_reported=reported,
             tokens_billed=billed,
             token_count_flagged=flagged,
-            exemption=answer["exemption"],
-            verify_text=answer["verify_text"],
-            verify_token_ids=None if flagged else answer["verify_ids"],
         )
         Job.objects.filter(id=job.id).update(
             status=Job.Status.SUCCEEDED, output_text=text, tokens_billed=billed
         )
+        # what a verifier is sent, and a flagged count's failed check: the
+        # coordinator's own receiver, as attempt_end calls it
+        attempt = Attempt.objects.select_related("job").get(id=attempt.id)
+        hook().attempt_ended(attempt=attempt, token_ids=ids, now=_now())
+        attempt.save(update_fields=list(TrustHook.ATTEMPT_FIELDS))
         self.costs.job_tokens += billed
         device_outcome_record(device_id=dev.id, success=True, model_id=self.model.id)
         if flagged:
-            device_check_failed(
-                device_id=dev.id, model_id=self.model.id, detail="count", now=_now()
-            )
             return
         job.refresh_from_db()
         attempt.refresh_from_db()
