@@ -45,8 +45,10 @@ from trust.verification.plausibility import (  # noqa: E402
     GREEDY_MISSES_SHARE,
     OUTSIDE_BASE,
     OUTSIDE_SHARE,
+    REFERENCE_THRESHOLDS,
     Z_MIN,
     Plausibility,
+    Thresholds,
     answer_plausible,
     token_scores_parse,
 )
@@ -218,10 +220,17 @@ async def answers_score(
     return scored
 
 
-def judge(temperature: float, entries: list[dict[str, Any]], max_tokens: int) -> Plausibility:
-    """The coordinator's verdict on one answer's ``scores`` entries."""
+def judge(
+    temperature: float,
+    entries: list[dict[str, Any]],
+    max_tokens: int,
+    thresholds: Thresholds = REFERENCE_THRESHOLDS,
+) -> Plausibility:
+    """The coordinator's verdict on one answer's ``scores`` entries, by the
+    model's ``thresholds`` (SmolLM2 Q4_1's, the reference model's, unless
+    told)."""
     tokens = token_scores_parse(entries, max_tokens=max_tokens)
-    return answer_plausible(temperature=temperature, tokens=tokens)
+    return answer_plausible(temperature=temperature, tokens=tokens, thresholds=thresholds)
 
 
 async def calibrate(n_prompts: int, max_tokens: int) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from agent.engines.llamacpp import LlamaCppEngine
 from agent.engines.smollm2 import DEFAULT_MODEL_ID, smollm2_gguf_path
 from jobs.models import CanaryPrompt
 from trust.canarypool import CALIBRATION_MAX_TOKENS, Answerer
+from trust.verification.calibration import thresholds_of
 from trust.verification.check_calibration import Judge, Sampler
 from trust.verification.plausibility import (
     Plausibility,
@@ -57,7 +58,9 @@ def engine_answerer(engine: Engine) -> Answerer:
 
 def engine_judge(engine: Engine) -> Judge:
     """A ``Judge`` scoring with ``engine`` (loaded) by prefill, judged by
-    ``trust.verification.plausibility.answer_plausible``."""
+    ``trust.verification.plausibility.answer_plausible`` with the row's
+    model's thresholds (``checks_calibrate`` asks none of a model without
+    them: ``ValueError``)."""
 
     def judge(row: CanaryPrompt, answer: str, temperature: float) -> Plausibility:
         params = {**row.params, "temperature": temperature}
@@ -67,7 +70,12 @@ def engine_judge(engine: Engine) -> Judge:
         scores = asyncio.run(engine.score(request, answer))
         entries = [token.frame() for token in scores.tokens]
         tokens = token_scores_parse(entries, max_tokens=len(entries))
-        return answer_plausible(temperature=temperature, tokens=tokens)
+        thresholds = thresholds_of(row.model_id)
+        if thresholds is None:
+            raise ValueError(f"verification of {row.model_id} is not calibrated")
+        return answer_plausible(
+            temperature=temperature, tokens=tokens, thresholds=thresholds
+        )
 
     return judge
 

@@ -140,7 +140,26 @@ def catalog(db):
     )
     if not ModelData.objects.filter(model=model).exists():
         ModelData.objects.create(model=model, vocab_json=reference_vocab_json())
+    reference_calibrated(model)
     return model
+
+
+def reference_calibrated(model: CatalogModel) -> None:
+    """SmolLM2's verification thresholds for ``model``'s pinned weights, as
+    ``trust`` migration 0001 writes them for the catalog's entry (the
+    fixture's entry pins no weights; transactional tests flush the row)."""
+    from django.utils import timezone
+
+    from trust.verification.calibration import calibration_set
+    from trust.verification.plausibility import REFERENCE_THRESHOLDS
+
+    calibration_set(
+        model=model,
+        thresholds=REFERENCE_THRESHOLDS,
+        samples=120,
+        source="reference",
+        now=timezone.now(),
+    )
 
 
 @pytest.fixture

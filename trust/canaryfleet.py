@@ -17,27 +17,22 @@ answer that did not arrive, or with a token count not believed, is no vote.
 What is judged is what stays stable across GPUs and engines: the expected
 answer's presence (``trust.canaries.answer_right``), not a byte-exact text.
 
-Trusted (``devices_trusted``): marked a reference device by staff
-(``Device.reference``), or an established clean record: first seen at least
-``TRUST_DAYS`` days ago, at least ``TRUST_OUTCOMES`` outcomes recorded, never a
-failed spot check. Live with the model loaded from its pinned weights, not
-quarantined, paused, retired or rented.
+Trusted: ``trust.trusted.devices_trusted`` (staff's reference devices, or an
+established clean record), which verification's calibration samples share.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from catalog.models import CatalogModel
-from hosts.liveness import live_q
-from hosts.models import Device, DeviceOutcome
+from hosts.models import Device
 from hosts.services import spot_check_mark_due
-from jobs.models import CanaryPrompt, Job, Rental, SpotCheck
-from jobs.selectors import model_loaded
+from jobs.models import CanaryPrompt, Job, SpotCheck
 
 from .canarypool import (
     BATCH,
@@ -45,54 +40,14 @@ from .canarypool import (
     canary_pool_need,
     reference_engine_kept,
 )
+from .trusted import TRUST_DAYS, TRUST_OUTCOMES, devices_trusted  # noqa: F401
 
 log = logging.getLogger("ballast.spotchecks")
 
 QUORUM = 2
 """Different owners whose trusted devices must answer a candidate right."""
-TRUST_DAYS = 7
-"""Days since a device was first seen, at least, for a clean record."""
-TRUST_OUTCOMES = 50
-"""Outcomes recorded of a device, at least, for a clean record."""
 NO_VOTE = ("no answer", "unbelievable token count")
 """Starts of a verdict's detail that are no vote on the candidate's answer."""
-
-
-def devices_trusted(*, model: CatalogModel, now: datetime) -> QuerySet[Device]:
-    """The devices trusted to establish a check's answer of ``model`` now
-    (module docstring), best score first."""
-    failed_check = DeviceOutcome.objects.filter(
-        device=OuterRef("pk"), source=DeviceOutcome.Source.SPOT_CHECK, success=False
-    )
-    rented = Rental.objects.filter(
-        device=OuterRef("pk"), status__in=Rental.OPEN_STATUSES
-    )
-    return (
-        Device.objects.filter(
-            live_q(now, prefix="machine__"),
-            model_loaded(model),
-            slots_total__gt=0,
-            retired_at__isnull=True,
-            quarantined=False,
-            paused=False,
-            machine__paused=False,
-            machine__retired_at__isnull=True,
-        )
-        .exclude(Exists(rented))
-        .annotate(outcome_count=Count("outcomes"))
-        .filter(
-            Q(reference=True)
-            | (
-                Q(
-                    first_seen_at__lte=now - timedelta(days=TRUST_DAYS),
-                    outcome_count__gte=TRUST_OUTCOMES,
-                )
-                & ~Exists(failed_check)
-            )
-        )
-        .select_related("machine")
-        .order_by("-score", "id")
-    )
 
 
 def fleet_candidates_ask(*, now: datetime | None = None) -> int:

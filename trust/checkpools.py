@@ -29,6 +29,7 @@ from hosts.models import DeviceModel
 from jobs.models import CanaryPrompt
 
 from .canarypool import reference_engine_kept
+from .verification.calibration import CalibrationState, calibration_state
 from .verification.verifiers import verifiers_eligible
 
 
@@ -80,7 +81,10 @@ class CheckSupply:
     reference answer and a decoy judged at a temperature: its verification
     is calibrated); ``verifiers``: devices that may verify its answers now,
     ``verifiers_trusted`` of them passed ``BALLAST_VERIFIER_TRUST_PASSES``
-    checks of verifiers (``trust.verification.verifiers.verifiers_eligible``)."""
+    checks of verifiers (``trust.verification.verifiers.verifiers_eligible``);
+    ``calibration``: its verification's thresholds, calibrated for its pinned
+    weights or not, and the honest samples kept
+    (``trust.verification.calibration.calibration_state``)."""
 
     checked: bool
     checks_unused: int
@@ -89,14 +93,16 @@ class CheckSupply:
     checks_of_verifiers: int
     verifiers: int
     verifiers_trusted: int
+    calibration: CalibrationState
 
     @property
     def verification_calibrated(self) -> bool:
-        return bool(self.checks_of_verifiers)
+        """Whether its answers are verified (judged by its own thresholds)."""
+        return self.calibration.calibrated
 
 
 def check_supply(*, model: CatalogModel, now: datetime) -> CheckSupply:
-    """The model's ``CheckSupply`` now (four queries)."""
+    """The model's ``CheckSupply`` now (seven queries)."""
     calibrated = Q(status=CanaryPrompt.Status.CALIBRATED)
     pool = CanaryPrompt.objects.filter(calibrated, model_id=model.id).aggregate(
         calibrated=Count("id"),
@@ -115,4 +121,5 @@ def check_supply(*, model: CatalogModel, now: datetime) -> CheckSupply:
         checks_of_verifiers=pool["checks"],
         verifiers=verifiers.count(),
         verifiers_trusted=trusted.count(),
+        calibration=calibration_state(model=model),
     )

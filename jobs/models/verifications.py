@@ -28,7 +28,9 @@ class Verification(models.Model):
     ``misses``, ``outside``, ``plausible``, ``detail``), ``refused`` (an
     ``error``, a malformed ``scores`` or a bad receipt: against the verifier),
     ``expired`` (no ``scores`` within ``BALLAST_VERIFY_DEADLINE_S``: against
-    the verifier when it was sent), ``no_verifier``. ``verdict``: what followed
+    the verifier when it was sent), ``no_verifier``, ``uncalibrated`` (drawn
+    while its model's verification had no calibration: not verified,
+    ``trust.verification.calibration``). ``verdict``: what followed
     for the verified device (``VERDICTS``). ``paid_nano``: the verifier's
     earning (nano-USD; from ``platform_checks``). The id (hex) is the
     ``verify`` frame's opaque ``job``. Staff see these in the admin; no host
@@ -41,6 +43,8 @@ class Verification(models.Model):
         REFUSED = "refused"
         EXPIRED = "expired"
         NO_VERIFIER = "no_verifier"
+        # drawn, but its model's verification is not calibrated: not verified
+        UNCALIBRATED = "uncalibrated"
 
     class Verdict(models.TextChoices):
         NONE = "", "none yet"
@@ -50,6 +54,8 @@ class Verification(models.Model):
         CLEARED = "cleared"  # round 2 plausible: nothing follows
         FAILED = "failed"  # round 2 implausible too: a failed check of the device
         PASSED = "passed"  # a check of a verifier: judged as the reference model does
+        # a trusted host's answer scored for its model's calibration: nothing follows
+        SAMPLE = "sample"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     job = models.ForeignKey(

@@ -13,11 +13,18 @@ from trust.verification.plausibility import (
     GREEDY_MISSES_SHARE,
     OUTSIDE_BASE,
     OUTSIDE_SHARE,
+    REFERENCE_THRESHOLDS,
     Z_MIN,
+    Plausibility,
     TokenScore,
-    answer_plausible,
     token_scores_parse,
 )
+from trust.verification.plausibility import answer_plausible as judged
+
+
+def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausibility:
+    """The judge with SmolLM2's thresholds (the constants these tests name)."""
+    return judged(temperature=temperature, tokens=tokens, thresholds=REFERENCE_THRESHOLDS)
 
 
 def greedy_tokens(n: int, misses: int) -> list[TokenScore]:

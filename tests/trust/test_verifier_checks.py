@@ -34,7 +34,7 @@ from trust.verification.check_calibration import (
     clearly,
 )
 from trust.verification.checks import verifier_checks_plan, verifier_checks_take_due
-from trust.verification.plausibility import token_scores_parse
+from trust.verification.plausibility import REFERENCE_THRESHOLDS, token_scores_parse
 from trust.verification.records import VERIFY_MAX_TOKENS, verification_scored
 
 from .verifying import IMPLAUSIBLE, PLAUSIBLE
@@ -199,8 +199,10 @@ def test_checks_are_calibrated_on_the_real_model(catalog, settings):
             assert row.decoy_output != row.check_output
             if t == 0:
                 assert row.check_output == row.reference_output
-            assert clearly(judge(row, row.check_output, t), temperature=t, plausible=True)
-            assert clearly(judge(row, row.decoy_output, t), temperature=t, plausible=False)
+            ref = REFERENCE_THRESHOLDS
+            honest, decoy = judge(row, row.check_output, t), judge(row, row.decoy_output, t)
+            assert clearly(honest, temperature=t, plausible=True, thresholds=ref)
+            assert clearly(decoy, temperature=t, plausible=False, thresholds=ref)
     finally:
         asyncio.run(engine.close())
 

@@ -16,15 +16,8 @@ from collections.abc import Callable
 from jobs.models import CanaryPrompt, Job
 from jobs.tokens import token_count
 
-from .plausibility import (
-    GREEDY_MISSES_BASE,
-    GREEDY_MISSES_SHARE,
-    OUTSIDE_BASE,
-    OUTSIDE_SHARE,
-    Z_MIN,
-    Z_MIN_TOKENS,
-    Plausibility,
-)
+from .calibration import thresholds_of
+from .plausibility import Z_MIN_TOKENS, Plausibility, Thresholds
 from .records import VERIFY_MAX_TEMPERATURE, VERIFY_MIN_TEMPERATURE
 
 CHECK_TEMPERATURES = (0.0, 0.7, 1.0)
@@ -54,16 +47,19 @@ flipped at up to 4 % of tokens in the calibration, docs/trust.md)."""
 CHECK_MARGIN_SHARE = 0.05
 
 
-def clearly(judged: Plausibility, *, temperature: float, plausible: bool) -> bool:
+def clearly(
+    judged: Plausibility, *, temperature: float, plausible: bool, thresholds: Thresholds
+) -> bool:
     """Whether the reference model's ``judged`` verdict is ``plausible`` (or
     not) with the margin ``CHECK_MARGIN_BASE + CHECK_MARGIN_SHARE × n`` past
-    each of the judge's tolerances (``plausibility``; a plausible answer's
-    misses and outside tokens within the tolerance less the margin, none when
-    that is below 0)."""
+    each of the judge's tolerances (the model's ``thresholds``; a plausible
+    answer's misses and outside tokens within the tolerance less the margin,
+    none when that is below 0)."""
     n = judged.n
     margin = CHECK_MARGIN_BASE + CHECK_MARGIN_SHARE * n
-    misses_max = GREEDY_MISSES_BASE + GREEDY_MISSES_SHARE * n
-    outside_max = OUTSIDE_BASE + OUTSIDE_SHARE * n
+    misses_max = thresholds.misses_max(n)
+    outside_max = thresholds.outside_max(n)
+    z_min = thresholds.z_min
     greedy = temperature <= 0
     if plausible:
         return (
@@ -72,13 +68,13 @@ def clearly(judged: Plausibility, *, temperature: float, plausible: bool) -> boo
             and (
                 judged.misses <= max(0.0, misses_max - margin)
                 if greedy
-                else n < Z_MIN_TOKENS or judged.z >= Z_MIN + margin
+                else n < Z_MIN_TOKENS or judged.z >= z_min + margin
             )
         )
     return judged.outside >= outside_max + margin or (
         judged.misses >= misses_max + margin
         if greedy
-        else n >= Z_MIN_TOKENS and judged.z <= Z_MIN - margin
+        else n >= Z_MIN_TOKENS and judged.z <= z_min - margin
     )
 
 
@@ -127,14 +123,19 @@ def decoys(row: CanaryPrompt, *, sample: Sampler, others: list[str]) -> list[str
 
 
 def check_calibrate(
-    *, row: CanaryPrompt, judge: Judge, sample: Sampler, others: list[str]
+    *,
+    row: CanaryPrompt,
+    judge: Judge,
+    sample: Sampler,
+    others: list[str],
+    thresholds: Thresholds,
 ) -> bool:
     """Make a calibrated pool row a check of verifiers: draw its temperature
     (``traffic_temperature``), sample the model's own answer there
     (``check_output``; at 0 the greedy ``reference_output``), keep it when the
     reference model finds that ``clearly`` plausible and one of its ``decoys`` (``others``:
     other prompts' answers; none longer than the row's ``max_tokens``)
-    ``clearly`` implausible. Stores ``check_temperature`` (tried),
+    ``clearly`` implausible (by the model's ``thresholds``). Stores ``check_temperature`` (tried),
     ``check_output`` and ``decoy_output`` (blank: no check); returns whether
     it became one."""
     temperature = traffic_temperature(row.model_id)
@@ -155,13 +156,21 @@ def check_calibrate(
     if (
         len(honest) >= CHECK_MIN_CHARS
         and fits(honest)
-        and clearly(judge(row, honest, temperature), temperature=temperature, plausible=True)
+        and clearly(
+            judge(row, honest, temperature),
+            temperature=temperature,
+            plausible=True,
+            thresholds=thresholds,
+        )
     ):
         for decoy in decoys(row, sample=sample, others=others):
             if decoy == honest or not fits(decoy):
                 continue
             if clearly(
-                judge(row, decoy, temperature), temperature=temperature, plausible=False
+                judge(row, decoy, temperature),
+                temperature=temperature,
+                plausible=False,
+                thresholds=thresholds,
             ):
                 row.decoy_output = decoy
                 break
@@ -180,7 +189,12 @@ def checks_calibrate(
     """Calibrate checks from the model's pool rows not tried yet
     (``check_calibrate``, other rows' answers drawn with ``secrets`` as
     ``others``) until ``deadline`` (``time.monotonic()``) or ``tries`` rows
-    were tried; returns how many became checks."""
+    were tried; returns how many became checks. None while the model's
+    verification is not calibrated (``calibration.thresholds_of``): a check's
+    verdict is judged by its thresholds."""
+    thresholds = thresholds_of(model_id)
+    if thresholds is None:
+        return 0
     calibrated = CanaryPrompt.objects.filter(
         model_id=model_id, status=CanaryPrompt.Status.CALIBRATED
     )
@@ -193,5 +207,7 @@ def checks_calibrate(
         others = [text for pk, text in answers if pk != row.id and text]
         rng = random.Random(secrets.randbits(64))
         rng.shuffle(others)
-        made += check_calibrate(row=row, judge=judge, sample=sample, others=others)
+        made += check_calibrate(
+            row=row, judge=judge, sample=sample, others=others, thresholds=thresholds
+        )
     return made

@@ -24,9 +24,15 @@ p_T, None outside the sampler's support), and the position's ``mean`` and
   ``OUTSIDE_BASE + OUTSIDE_SHARE × n`` tokens outside the support, which the
   sampler never draws.
 
-The constants are calibrated on the reference model (SmolLM2-135M-Instruct,
-honest answers at T 0, 0.7 and 1 scored by prefill): ``bench/verification.py``
-reruns the calibration; its table is in docs/trust.md.
+The tolerances are a model's own (``Thresholds``: DESIGN.md "Verifying real
+answers", "what honest answers score is calibrated per model and
+quantization"): the constants below are SmolLM2-135M-Instruct Q4_1's
+(``REFERENCE_THRESHOLDS``, honest answers at T 0, 0.7 and 1 scored by prefill:
+``bench/verification.py`` reruns that calibration, its table is in
+docs/trust.md); another catalog entry's come from its honest answers
+(``trust.verification.calibration``), and an entry without them is not judged.
+``Z_MIN_TOKENS`` and ``Z_VAR_FLOOR`` are the statistic's, the same for every
+model.
 """
 
 from __future__ import annotations
@@ -72,6 +78,53 @@ at most a few thousand entries every sum stays finite."""
 
 KEYS = frozenset({"rank", "logprob", "mean", "var"})
 """The keys of one ``scores`` entry, exactly."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """One catalog entry's tolerances (its pinned weights and quantization):
+    at most ``greedy_misses_base + greedy_misses_share × n`` of n tokens below
+    the top at temperature 0; at most ``outside_base + outside_share × n``
+    outside the support; z (dimensionless) below ``z_min`` implausible at
+    temperatures from ``z_low`` to ``z_high`` (None: z judges no temperature,
+    the support alone does)."""
+
+    greedy_misses_base: float
+    greedy_misses_share: float
+    outside_base: float
+    outside_share: float
+    z_min: float
+    z_low: float | None
+    z_high: float | None
+
+    def misses_max(self, n: int) -> float:
+        """Tokens below the top a greedy answer of ``n`` tokens may have."""
+        return self.greedy_misses_base + self.greedy_misses_share * n
+
+    def outside_max(self, n: int) -> float:
+        """Tokens outside the support an answer of ``n`` tokens may have."""
+        return self.outside_base + self.outside_share * n
+
+    def z_judges(self, temperature: float) -> bool:
+        """Whether ``z`` judges an answer sampled at ``temperature``."""
+        return (
+            self.z_low is not None
+            and self.z_high is not None
+            and self.z_low <= temperature <= self.z_high
+        )
+
+
+REFERENCE_THRESHOLDS = Thresholds(
+    greedy_misses_base=GREEDY_MISSES_BASE,
+    greedy_misses_share=GREEDY_MISSES_SHARE,
+    outside_base=OUTSIDE_BASE,
+    outside_share=OUTSIDE_SHARE,
+    z_min=Z_MIN,
+    z_low=Z_TEMPERATURES[0],
+    z_high=Z_TEMPERATURES[1],
+)
+"""SmolLM2-135M-Instruct Q4_1's thresholds (the constants above; its catalog
+entry's calibration, written by ``trust`` migration 0001)."""
 
 
 @dataclass(frozen=True)
@@ -157,27 +210,52 @@ def token_scores_parse(raw: Any, *, max_tokens: int) -> list[TokenScore]:
     return scores
 
 
-def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausibility:
-    """Judge an answer's ``tokens`` (scored under ``temperature``, the verified
-    request's; <= 0 is greedy) by the rules of this module's docstring. An
-    answer with no token scored is plausible (nothing to judge).
+@dataclass(frozen=True)
+class AnswerStats:
+    """What a verifier's scores say of an answer, before any threshold:
+    ``n`` tokens scored, ``z`` (0.0 with none in the support), ``misses``
+    (rank > 0), ``outside`` (outside the support)."""
 
+    n: int
+    z: float
+    misses: int
+    outside: int
+
+
+def answer_stats(tokens: list[TokenScore]) -> AnswerStats:
+    """``tokens``' statistics (the module docstring's z, misses, outside).
     Raises ``ValueError`` when ``z`` is not finite (numbers past what
     ``token_scores_parse`` admits)."""
     n = len(tokens)
     misses = sum(1 for token in tokens if token.rank > 0)
     inside = [token for token in tokens if token.logprob is not None]
-    outside = n - len(inside)
     z = 0.0
     if inside:
         gap = sum(t.logprob - t.mean for t in inside)  # type: ignore[operator]
         z = gap / math.sqrt(sum(max(0.0, t.var) for t in inside) + Z_VAR_FLOOR)
         if not math.isfinite(z):
             raise ValueError(f"z is not finite ({z}): scores no model gives")
-    outside_max = OUTSIDE_BASE + OUTSIDE_SHARE * n
+    return AnswerStats(n=n, z=z, misses=misses, outside=n - len(inside))
+
+
+def answer_plausible(
+    *, temperature: float, tokens: list[TokenScore], thresholds: Thresholds
+) -> Plausibility:
+    """Judge an answer's ``tokens`` (scored under ``temperature``, the verified
+    request's; <= 0 is greedy) by the rules of this module's docstring with
+    its model's ``thresholds`` (never another model's: an entry without
+    calibration is not judged, ``trust.verification.calibration``). An
+    answer with no token scored is plausible (nothing to judge).
+
+    Raises ``ValueError`` when ``z`` is not finite (numbers past what
+    ``token_scores_parse`` admits)."""
+    stats = answer_stats(tokens)
+    n, z, misses, outside = stats.n, stats.z, stats.misses, stats.outside
+    outside_max = thresholds.outside_max(n)
     greedy = temperature <= 0
-    z_judged = Z_TEMPERATURES[0] <= temperature <= Z_TEMPERATURES[1]
-    misses_max = GREEDY_MISSES_BASE + GREEDY_MISSES_SHARE * n
+    z_judged = thresholds.z_judges(temperature)
+    misses_max = thresholds.misses_max(n)
+    z_min = thresholds.z_min
     if n == 0:
         plausible, detail = True, "no token to judge"
     elif outside > outside_max:
@@ -192,10 +270,10 @@ def answer_plausible(*, temperature: float, tokens: list[TokenScore]) -> Plausib
             f"{misses} of {n} tokens not the model's top at temperature 0 "
             f"(most {misses_max:g})"
         )
-    elif z_judged and n >= Z_MIN_TOKENS and z < Z_MIN:
+    elif z_judged and n >= Z_MIN_TOKENS and z < z_min:
         plausible = False
         detail = (
-            f"z {z:.2f} below {Z_MIN:g} at temperature {temperature:g} "
+            f"z {z:.2f} below {z_min:g} at temperature {temperature:g} "
             f"({n} tokens)"
         )
     else:

@@ -23,9 +23,16 @@ from jobs.tokens import token_count
 
 from ..failures import device_check_failed
 from .answers import verified_answer
+from .calibration import calibration_sample_add, sample_open, thresholds_of
 from .checks import check_judged
 from .offers import verification_send
-from .plausibility import Plausibility, TokenScore, answer_plausible
+from .plausibility import (
+    AnswerStats,
+    Plausibility,
+    TokenScore,
+    answer_plausible,
+    answer_stats,
+)
 from .rate import verification_draw, verification_due
 from .verdicts import round_after_failure, verdict_follow
 from .verifiers import scores_cover_answer, verification_open, verifier_pay
@@ -93,13 +100,18 @@ def verification_choose(
     """At the end of ``job`` (``services.job_finish``, in its transaction, with
     its attempts): draw whether its answer is verified, at its device's
     ``verification_rate``, and if so store round 1 (``offered`` to a verifier,
-    or ``no_verifier``). Returns that row, or None (not verifiable, not drawn).
-    The one place a verification of a real answer begins."""
+    or ``no_verifier``); while its model's verification is not calibrated
+    (``calibration.thresholds_of``), a calibration ``sample`` of a trusted
+    device's answer or ``uncalibrated`` (``calibration.sample_open``).
+    Returns that row, or None (not verifiable, not drawn). The one place a
+    verification of a real answer begins."""
     if not verifiable(job, attempts):
         return None
     attempt = attempts[0]
     if not verification_due(device_id=attempt.device_id, draw=verification_draw()):
         return None
+    if thresholds_of(job.model_id) is None:
+        return sample_open(job=job, attempt=attempt, now=now)
     return verification_open(job=job, attempt=attempt, round=1, now=now)
 
 
@@ -143,8 +155,12 @@ def verification_scored(
     id the ``verify`` carried), a receipt that does not verify (over the
     verification's id, the count and the answer's text, with the verifier
     machine's pinned key). Else scored (``answer_plausible`` at the job's
-    temperature), the verifier paid for the prefill (``verifier_pay``) and a
-    success on its score, and the verdict followed (``verdict_follow``).
+    temperature with its model's thresholds, ``calibration.thresholds_of``),
+    the verifier paid for the prefill (``verifier_pay``), and the verdict
+    followed (``verdict_follow``). A calibration ``sample`` is not judged:
+    its statistics are kept (``calibration.calibration_sample_add``), the
+    verifier paid, nothing follows; nor is an answer whose model lost its
+    calibration meanwhile (its weights re-pinned): ``unconfirmed``, paid.
     Returns the id (hex) of a round 2 to send, else None. Raises
     ``VerificationNotOpen`` (changing nothing) when the verification is not
     offered to this machine or no longer open (refused, past its deadline)."""
@@ -174,13 +190,30 @@ def verification_scored(
         return _verifier_failed(
             ver, V.Status.REFUSED, "the receipt does not verify", now
         )
+    thresholds = thresholds_of(verified.model_id)
     try:
-        judged = answer_plausible(temperature=verified.temperature, tokens=tokens)
+        stats = answer_stats(tokens)
+        judged = (
+            answer_plausible(
+                temperature=verified.temperature, tokens=tokens, thresholds=thresholds
+            )
+            if thresholds is not None and ver.verdict != V.Verdict.SAMPLE
+            else None
+        )
     except ValueError as exc:  # numbers no model gives (a z that is not finite)
         return _verifier_failed(ver, V.Status.REFUSED, str(exc), now)
-    _judged_store(ver, judged, now)
     # paid for the answer's tokens as its host was (never more than it billed)
     paid = min(len(tokens), recount if verified.billed is None else verified.billed)
+    if judged is None:  # a calibration sample, or a model no longer calibrated
+        _unjudged_store(ver, stats, verified.model_id, now)
+        verifier_pay(ver, verified, tokens=paid, now=now)
+        ver.save()
+        if ver.verdict == V.Verdict.SAMPLE:
+            calibration_sample_add(
+                ver=ver, stats=stats, temperature=verified.temperature, now=now
+            )
+        return None
+    _judged_store(ver, judged, now)
     if ver.canary_id is not None:
         if check_judged(ver, judged, now):
             verifier_pay(ver, verified, tokens=paid, now=now)
@@ -200,6 +233,19 @@ def _judged_store(ver: Verification, judged: Plausibility, now: datetime) -> Non
     ver.outside, ver.plausible = judged.outside, judged.plausible
     ver.detail = judged.detail[:300]
     ver.scored_at = now
+
+
+def _unjudged_store(
+    ver: Verification, stats: AnswerStats, model_id: str, now: datetime
+) -> None:
+    ver.status, ver.plausible, ver.scored_at = V.Status.SCORED, None, now
+    ver.n, ver.z, ver.misses, ver.outside = stats.n, stats.z, stats.misses, stats.outside
+    if ver.verdict == V.Verdict.SAMPLE:
+        ver.detail = f"a calibration sample of {model_id}: z {stats.z:.2f}"
+    else:
+        ver.verdict = V.Verdict.UNCONFIRMED
+        ver.detail = f"not judged: verification of {model_id} is not calibrated"
+    ver.detail += f", {stats.misses} of {stats.n} below the top, {stats.outside} outside"
 
 
 def _verifier_failed(

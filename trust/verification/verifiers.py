@@ -42,13 +42,16 @@ def verifier_pick(
     trusted_only: bool = False,
     host_owner_id: int | None = None,
     features: tuple[str, ...] = (),
+    among: QuerySet[Device] | None = None,
 ) -> Device | None:
     """A device to verify an answer of ``model_id``: live, in its machine's
     latest ``hello``, the model loaded from the weights its catalog entry
     pins (``jobs.selectors.model_loaded``), its machine declaring ``verifies``,
     not paused, quarantined or retired, not rented (a rental's device is its
     renter's), on a machine of none of ``exclude_owners`` (user ids), with
-    ``trusted_only`` one that passed its checks (``checks.trusted``), its
+    ``trusted_only`` one that passed its checks (``checks.trusted``), with
+    ``among`` one of those devices (a calibration sample's: trusted ones,
+    ``calibration``), its
     machine declaring every one of ``features`` (the answer's constraint: a
     verifier scores under the grammar it was drawn under), with a
     slot (a device that takes jobs, so spot checks reach it too). Among the
@@ -63,9 +66,11 @@ def verifier_pick(
     model = CatalogModel.objects.filter(id=model_id).first()
     if model is None:
         return None
+    eligible = verifiers_eligible(model=model, now=now, passes=passes)
+    if among is not None:
+        eligible = eligible.filter(id__in=among.values("id"))
     candidates = list(
-        verifiers_eligible(model=model, now=now, passes=passes)
-        .filter(features_filter(features))
+        eligible.filter(features_filter(features))
         .exclude(machine__owner_id__in=list(exclude_owners))
         .annotate(
             scoring=Exists(
@@ -215,14 +220,23 @@ def verifier_pay(
 
 
 def verification_open(
-    *, job: Job, attempt: Attempt, round: int, now: datetime, exclude_owners=()
+    *,
+    job: Job,
+    attempt: Attempt,
+    round: int,
+    now: datetime,
+    exclude_owners=(),
+    among: QuerySet[Device] | None = None,
+    verdict: str = "",
 ) -> Verification:
     """Store a verification of ``attempt`` (of ``job``) in ``round`` with a
     verifier picked among other owners' devices (``verifier_pick``: never the
     verified host's owner, nor any of ``exclude_owners``; from round 2 on a
     trusted verifier, ``checks.trusted``, while one qualifies; not one that
-    recently verified that owner while others qualify); ``no_verifier`` when
-    there is none."""
+    recently verified that owner while others qualify; with ``among``, one of
+    those devices); ``no_verifier`` when there is none. ``verdict``: the
+    row's to begin with (``sample``: a calibration sample's,
+    ``calibration.sample_open``)."""
     owner_id = attempt.device.machine.owner_id
     exclude = {owner_id, *exclude_owners}
     constraint = response_format_of(job.params or {})
@@ -236,6 +250,7 @@ def verification_open(
             trusted_only=True,
             host_owner_id=owner_id,
             features=features,
+            among=among,
         )
     verifier = verifier or verifier_pick(
         model_id=job.model_id,
@@ -243,6 +258,7 @@ def verification_open(
         now=now,
         host_owner_id=owner_id,
         features=features,
+        among=among,
     )
     return Verification.objects.create(
         job=job,
@@ -251,6 +267,7 @@ def verification_open(
         verifier=verifier,
         verifier_trusted=verifier is not None and trusted(verifier),
         round=round,
+        verdict=verdict,
         status=Verification.Status.OFFERED
         if verifier
         else Verification.Status.NO_VERIFIER,
