@@ -21,9 +21,11 @@ LOCAL_INBOX_MESSAGES = 5000
 # to its ``undelivered`` (a sender that picked the connection as it closed)
 CLOSED_READER_S = 10.0
 # close codes (docs/protocol-notes.md "Access"): no hello (host) or request
-# (renter) within BALLAST_HELLO_TIMEOUT_S; too many open sockets
+# (renter) within BALLAST_HELLO_TIMEOUT_S; too many open sockets; opened while
+# the database or Redis could not be reached (RFC 6455 "Try Again Later")
 CLOSE_NO_GREETING = 4408
 CLOSE_TOO_MANY = 4429
+CLOSE_TRY_LATER = 1013
 
 
 class DirectDispatchConsumer(AsyncWebsocketConsumer):

@@ -16,12 +16,15 @@ import logging
 import secrets
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
+from redis import RedisError
 
 from ballast import local
 from ballast.consumers import (
     CLOSE_NO_GREETING,
     CLOSE_TOO_MANY,
+    CLOSE_TRY_LATER,
     DirectDispatchConsumer,
 )
 from ballast.db import db_call, db_call_retried, lock_conflict
@@ -80,21 +83,37 @@ class HostConsumer(DirectDispatchConsumer):
         its machine's and its address's caps (full: an ``error`` frame and
         close 4429), accept, send the ``challenge`` the ``hello`` must sign
         (docs/protocol-notes.md) and close it (4408) if no ``hello`` came
-        within ``BALLAST_HELLO_TIMEOUT_S``."""
+        within ``BALLAST_HELLO_TIMEOUT_S``. While the database or Redis cannot
+        be reached (restarting), the socket is accepted, told so in an
+        ``error`` frame and closed 1013 (try again later), not failed with an
+        HTTP 500."""
         token = bearer_token(self.scope)
-        machine = await db_call(services.machine_authenticate)(token=token)
+        subprotocols = self.scope.get("subprotocols") or []
+        subprotocol = (
+            protocol.PROTOCOL_NAME if protocol.PROTOCOL_NAME in subprotocols else None
+        )
+        try:
+            machine = await db_call(services.machine_authenticate)(token=token)
+            full = (
+                None
+                if machine is None
+                else await self.sockets_take(
+                    SocketCap("machine", str(machine.id), "BALLAST_SOCKETS_PER_MACHINE")
+                )
+            )
+        except (DatabaseError, RedisError, OSError) as exc:
+            log.warning("host websocket connect: %s: %s", type(exc).__name__, exc)
+            await self.accept(subprotocol=subprotocol)
+            await self.send_error(
+                "the coordinator cannot admit connections right now (its database "
+                "or Redis is restarting); reconnect in a few seconds"
+            )
+            await self.refuse(CLOSE_TRY_LATER)
+            return
         if machine is None:
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
-        full = await self.sockets_take(
-            SocketCap("machine", str(machine.id), "BALLAST_SOCKETS_PER_MACHINE")
-        )
-        subprotocols = self.scope.get("subprotocols") or []
-        await self.accept(
-            subprotocol=protocol.PROTOCOL_NAME
-            if protocol.PROTOCOL_NAME in subprotocols
-            else None
-        )
+        await self.accept(subprotocol=subprotocol)
         if full is not None:
             await self.send_error(
                 f"too many open connections: at most {full.cap} per {full.kind} "

@@ -107,44 +107,46 @@ pydantic's ``Page_int_``), one like a rule of its own (``space``,
 ``string``) took that rule's place."""
 
 
+def refs_moved(node: Any, moves: dict[str, str]) -> Any:
+    """A copy of (checked) subschema ``node`` with every ``$ref`` that names
+    a definition in ``moves`` (``{"#/$defs/A": "#/$defs/B"}``), or a place
+    inside one (``#/$defs/A/properties/city``), pointing to its new place.
+    Only schema places are walked: an ``enum`` or ``const`` value is copied
+    as it is."""
+    if not isinstance(node, dict):
+        return node  # (true/false of additionalProperties)
+    out = dict(node)
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        for old, new in moves.items():
+            if ref == old or ref.startswith(old + "/"):
+                out["$ref"] = new + ref[len(old) :]
+                break
+    for key in ("items", "additionalProperties"):
+        if key in node:
+            out[key] = refs_moved(node[key], moves)
+    for key in ("anyOf", "prefixItems"):
+        if key in node:
+            out[key] = [refs_moved(sub, moves) for sub in node[key]]
+    for key in ("properties", *DEFS):
+        if key in node:
+            out[key] = {name: refs_moved(sub, moves) for name, sub in node[key].items()}
+    return out
+
+
 def defs_renamed(schema: dict) -> dict:
     """``schema`` (checked, its refs pointing into its root ``$defs`` or
     ``definitions``) with each root definition renamed ``DEF_NAME`` (in
     order) and every ``$ref`` to it rewritten; what it means is unchanged."""
-    names: dict[str, str] = {}
+    moves: dict[str, str] = {}
     for key in DEFS:
         for name in schema.get(key, {}):
-            names[f"#/{key}/{name}"] = f"#/{key}/{DEF_NAME.format(len(names))}"
-
-    def ref_renamed(ref: str) -> str:
-        for old, new in names.items():
-            if ref == old or ref.startswith(old + "/"):
-                return new + ref[len(old) :]
-        return ref
-
-    def walk(node: Any) -> Any:
-        """A (checked) subschema with its refs renamed."""
-        if not isinstance(node, dict):
-            return node  # (true/false of additionalProperties)
-        out = dict(node)
-        if isinstance(node.get("$ref"), str):
-            out["$ref"] = ref_renamed(node["$ref"])
-        for key in ("items", "additionalProperties"):
-            if key in node:
-                out[key] = walk(node[key])
-        for key in ("anyOf", "prefixItems"):
-            if key in node:
-                out[key] = [walk(sub) for sub in node[key]]
-        for key in ("properties", *DEFS):
-            if key in node:
-                out[key] = {name: walk(sub) for name, sub in node[key].items()}
-        return out
-
-    renamed = walk(schema)
+            moves[f"#/{key}/{name}"] = f"#/{key}/{DEF_NAME.format(len(moves))}"
+    renamed = refs_moved(schema, moves)
     for key in DEFS:
         if key in renamed:
             renamed[key] = {
-                names[f"#/{key}/{name}"].rsplit("/", 1)[1]: sub
+                moves[f"#/{key}/{name}"].rsplit("/", 1)[1]: sub
                 for name, sub in renamed[key].items()
             }
     return renamed

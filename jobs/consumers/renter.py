@@ -30,14 +30,11 @@ from django.conf import settings
 from ballast.consumers import (
     CLOSE_NO_GREETING,
     CLOSE_TOO_MANY,
+    CLOSE_TRY_LATER,
     DirectDispatchConsumer,
 )
 from ballast.db import db_call
 from ballast.sockets import SocketCap
-
-CLOSE_TRY_LATER = 1013
-"""The close code of a socket opened while the coordinator could not admit it
-(RFC 6455 "Try Again Later")."""
 from hosts.consumers import bearer_token
 
 from ..chunks import ChunkWriter

@@ -117,12 +117,12 @@ async def segment_follow(
             stage = NEXT_TOKEN
             deadline = loop.time() + stage_timeout_s(stage)
         elif kind == "host.done":
+            segment.done = message["done"]
             if not segment.pieces:  # never an empty success (DESIGN.md)
                 segment.outcome = Attempt.Outcome.EMPTY_ANSWER
                 segment.error = "done without any output"
             else:
                 segment.outcome = Attempt.Outcome.SUCCEEDED
-                segment.done = message["done"]
             return
         elif kind in ("host.error", "host.gone"):
             segment.outcome = (

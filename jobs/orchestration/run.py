@@ -227,10 +227,14 @@ class JobRun:
             if self.lease_lost:
                 yield await self._fail_as(LEASE_LOST)
                 return
+            finish_reason = "stop"
             if segment.outcome == Attempt.Outcome.EMPTY_ANSWER:
+                explained = services.empty_answer_explained(self.job.params or {})
+                if explained and (segment.done or {}).get("finish_reason") == "length":
+                    finish_reason = "length"  # max_tokens cut its first character
                 decision, state = after_empty_answer(
                     state,
-                    explained=services.empty_answer_explained(self.job.params or {}),
+                    explained=explained,
                     delivered=bool(self.delivered_text),
                     single_device=bool(self.job.target_device_id),
                 )
@@ -244,7 +248,7 @@ class JobRun:
                     max_attempts=settings.BALLAST_MAX_ATTEMPTS,
                 )
             if isinstance(decision, Complete):
-                yield await self._complete()
+                yield await self._complete(finish_reason)
                 return
             if isinstance(decision, Fail):
                 yield await self._fail_as(decision)
@@ -355,11 +359,12 @@ class JobRun:
             job.ended_then()
         return job
 
-    async def _complete(self) -> Finished:
+    async def _complete(self, finish_reason: str = "stop") -> Finished:
         """End the job as answered by the text delivered (``failover.Complete``:
-        the model ended there, maybe at once; ``services.job_answered``)."""
+        the model ended there, maybe at once, or ``max_tokens`` cut its first
+        character: ``finish_reason`` ``length``; ``services.job_answered``)."""
         job = await db_call_durable(services.job_answered)(
-            job_id=self.job_id, output_text=self.delivered_text
+            job_id=self.job_id, output_text=self.delivered_text, finish_reason=finish_reason
         )
         self.finished = True
         return Finished(finish_reason=job.finish_reason, usage=usage_of(job))

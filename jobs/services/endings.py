@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ballast import metrics
+from ballast.db import row_update
 from billing.services import charge_plan, charge_post, segment_of
 from catalog.models import CatalogModel
 
@@ -63,11 +64,12 @@ def job_succeed(
 
 
 @transaction.atomic(savepoint=False)
-def job_answered(*, job_id: str, output_text: str) -> Job:
+def job_answered(*, job_id: str, output_text: str, finish_reason: str = "stop") -> Job:
     """Close a job whose last attempt's host ended it with no text, as answered
     by ``output_text``: what earlier attempts delivered (the model ended where
-    the answer stood), or nothing (it ended at once: ``failover.
-    after_empty_answer``). Succeeded, finish reason ``stop``, billed for what
+    the answer stood), or nothing (it ended at once, or ``max_tokens`` cut its
+    first character: ``finish_reason`` ``length``; ``failover.
+    after_empty_answer``). Succeeded, with ``finish_reason``, billed for what
     was delivered; an empty answer counts to its key's
     ``BALLAST_EMPTY_ANSWER_RATE`` (``requests.key_empty_answer_record``).
     Returns the finished job (unchanged when it had ended already)."""
@@ -75,7 +77,7 @@ def job_answered(*, job_id: str, output_text: str) -> Job:
         job_id=job_id,
         status=Job.Status.SUCCEEDED,
         output_text=output_text,
-        finish_reason="stop",
+        finish_reason=finish_reason,
     )
     if not output_text and job.api_key_id is not None:
         key_empty_answer_record(key_id=job.api_key_id)
@@ -135,7 +137,7 @@ def job_finish(
     job.error_message = error_message[:2000]
     job.finished_at = now
     job_charge(job=job, attempts=attempts, now=now)
-    job.save(update_fields=_JOB_END_FIELDS)
+    row_update(job, _JOB_END_FIELDS)
     job.ended_then = hook().job_ended(job=job, attempts=attempts, now=now)
     if not job.is_spot_check:
         metrics.job_ended(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..schematext import DEFS, refs_moved
 from .scanner import ScanError
 
 
@@ -93,29 +94,16 @@ def call_schema(name: str, parameters: dict, arguments_key: str) -> dict:
 
 
 def defs_hoisted(schema: dict, prefix: str, defs: dict) -> dict:
-    """``schema`` without its ``$defs``/``definitions``, which go into
-    ``defs`` renamed with ``prefix``; every ``$ref`` to them rewritten (a
-    ``$ref`` points from the root of the schema a call's is part of)."""
-    local = {}
-    for key in ("$defs", "definitions"):
-        for name in schema.get(key) or {}:
-            local[f"#/{key}/{name}"] = f"#/$defs/{prefix}{name}"
-
-    def rewrite(node: Any) -> Any:
-        if isinstance(node, dict):
-            out = {
-                k: rewrite(v)
-                for k, v in node.items()
-                if k not in ("$defs", "definitions")
-            }
-            if isinstance(node.get("$ref"), str) and node["$ref"] in local:
-                out["$ref"] = local[node["$ref"]]
-            return out
-        if isinstance(node, list):
-            return [rewrite(v) for v in node]
-        return node
-
-    for key in ("$defs", "definitions"):
+    """``schema`` (checked) without its ``$defs``/``definitions``, which go
+    into ``defs`` renamed with ``prefix``; every ``$ref`` to them, or into
+    them, rewritten (a ``$ref`` points from the root of the schema a call's
+    is part of)."""
+    moves = {
+        f"#/{key}/{name}": f"#/$defs/{prefix}{name}"
+        for key in DEFS
+        for name in schema.get(key) or {}
+    }
+    for key in DEFS:
         for name, sub in (schema.get(key) or {}).items():
-            defs[f"{prefix}{name}"] = rewrite(sub)
-    return rewrite(schema)
+            defs[f"{prefix}{name}"] = refs_moved(sub, moves)
+    return refs_moved({k: v for k, v in schema.items() if k not in DEFS}, moves)

@@ -16,6 +16,7 @@ from django.test import AsyncClient
 from django.urls import reverse
 
 from ballast.asgi import application
+from ballast.stack import port_free
 from hosts.models import Machine
 from tests.hostsim import HostSim
 from tests.jobs.helpers import chat_request, host_online
@@ -176,4 +177,31 @@ async def test_a_token_alone_cannot_take_the_machine_over(
     assert offer["messages"][0]["content"] == "for the real agent"
     await host.answer(offer, ["ok"])
     assert (await answer).status_code == 200
+    await host.close()
+
+
+async def test_a_machine_socket_opened_while_redis_is_down_is_told_to_retry(
+    catalog, machine_token, settings
+):
+    """Redis away while the socket's count is taken (a restart): the socket
+    is accepted, told why in an ``error`` frame and closed 1013 (try again
+    later); no 500 handshake, and the machine's next connection, with Redis
+    back, is welcomed."""
+    _, token = await database_sync_to_async(machine_token)()
+    redis_url = settings.REDIS_URL
+    settings.REDIS_URL = f"redis://127.0.0.1:{port_free()}/0"  # nothing listens
+    ws = WebsocketCommunicator(
+        application,
+        "/ws/host/",
+        headers=[(b"authorization", f"Bearer {token}".encode())],
+        subprotocols=["ballast.host.v1"],
+    )
+    connected, subprotocol = await ws.connect(timeout=10)
+    assert connected and subprotocol == "ballast.host.v1"
+    error = await ws.receive_json_from(timeout=10)
+    assert error["type"] == "error" and "reconnect" in error["message"], error
+    assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 1013}
+    settings.REDIS_URL = redis_url
+    host = HostSim(token)
+    assert (await host.connect())["type"] == "welcome"
     await host.close()

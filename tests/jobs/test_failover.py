@@ -159,22 +159,33 @@ async def test_it_fails_over_before_the_first_token(
     assert not await Earning.objects.filter(attempt=attempts[0]).aexists()
 
 
+@pytest.mark.parametrize("finish_reason", ["length", "stop"])
 async def test_an_empty_done_the_request_explains_is_the_answer(
-    catalog, api_key, machine_token, fast_deadlines
+    catalog, api_key, machine_token, fast_deadlines, finish_reason
 ):
     """A ``max_tokens`` too small for one character makes an honest model
     answer nothing (``empty_answer_explained``): that is the answer (200,
     empty, nothing billed), not the device's failure, and no other device is
-    asked."""
+    asked. Its finish reason is ``length`` when the host says ``max_tokens``
+    cut that character, ``stop`` when the model ended at once."""
     bad = await host_online(machine_token, "bad", score=90)
     good = await host_online(machine_token, "good", score=60)
     request = chat_request(api_key, max_tokens=2)
     offer = await bad.recv_type("offer")
-    await _empty_done(bad, offer)
+    await bad.claim(offer["job"])
+    await bad.done(offer["job"], 2 if finish_reason == "length" else 0, finish_reason=finish_reason)
     response = await request
     assert response.status_code == 200
     events = sse_events(await read_body(response))
     assert sse_text(events) == ""
+    reasons = [
+        choice["finish_reason"]
+        for event in events
+        if isinstance(event, dict)
+        for choice in event.get("choices", [])
+        if choice.get("finish_reason")
+    ]
+    assert reasons == [finish_reason]
     assert await good.ws.receive_nothing(), "no second device is asked"
     attempts = await _attempts(response["x-ballast-job-id"])
     assert [a.outcome for a in attempts] == ["empty_answer"]

@@ -162,6 +162,33 @@ def test_nested_definitions_move_to_the_root():
     assert schema["$defs"]["ballast-def-0"]["required"] == ["city"]
 
 
+def test_a_ref_into_a_definitions_part_follows_it_to_the_root():
+    """A ``$ref`` to a place inside a definition (``#/$defs/Place/properties/
+    city``) is rewritten with its definition, and a ``const`` that holds a
+    ``$defs`` key is a value, left as it is (both were a 400 naming the
+    coordinator's own path)."""
+    parameters = {
+        "type": "object",
+        "properties": {
+            "city": {"$ref": "#/$defs/Place/properties/city"},
+            "mode": {"const": {"$defs": {"x": 1}}},
+        },
+        "required": ["city", "mode"],
+        "$defs": {
+            "Place": {"type": "object", "properties": {"city": {"type": "string"}}}
+        },
+    }
+    for choice in ("required", "auto"):
+        schema = _schema(_parse(tools=[_tool("locate", **parameters)], tool_choice=choice))
+        calls = schema["properties"]["tool_calls"] if choice == "required" else (
+            schema["anyOf"][1]["properties"]["tool_calls"]
+        )
+        arguments = calls["items"]["properties"]["arguments"]["properties"]
+        assert arguments["city"] == {"$ref": "#/$defs/ballast-def-0/properties/city"}
+        assert arguments["mode"] == {"const": {"$defs": {"x": 1}}}
+        assert schema["$defs"]["ballast-def-0"]["properties"]["city"] == {"type": "string"}
+
+
 def test_the_constraint_has_a_grammar():
     """The reference engine turns it into GBNF (llama-cpp-python's converter)."""
     from agent.engines.constrained import grammar_of
