@@ -70,7 +70,7 @@ class HostConsumer(DirectDispatchConsumer):
     ``jobs.consumers.HostRelayConsumer``, and the checks run beside it,
     ``trust.consumers.MachineConsumer``): ``heartbeat_stored(result)`` after
     a heartbeat's write, ``spot_checks_poke()`` (called by the process lease's
-    loop, ``hosts.liveness``), ``frame_unreadable()`` after a frame that could
+    loop, ``hosts.liveness``), ``unreadable_frame_received()`` after a frame that could
     not be read (no job can be named from it), ``connection_closed()`` when the
     socket ends.
     """
@@ -163,7 +163,7 @@ class HostConsumer(DirectDispatchConsumer):
     def spot_checks_poke(self) -> None:
         """Take this machine's due spot checks soon (the checks')."""
 
-    async def frame_unreadable(self) -> None:
+    async def unreadable_frame_received(self) -> None:
         """A frame past the bound or not JSON arrived (the checks')."""
 
     # --- frames from the host ---------------------------------------------------------
@@ -172,13 +172,13 @@ class HostConsumer(DirectDispatchConsumer):
     ) -> None:
         if text_data is None or _utf8_size(text_data) > MAX_FRAME_BYTES:
             await self.send_error("frames must be JSON text of at most 256 KiB")
-            await self.frame_unreadable()
+            await self.unreadable_frame_received()
             return
         try:
             frame = json.loads(text_data)
         except (ValueError, RecursionError):
             await self.send_error("frame is not valid JSON")
-            await self.frame_unreadable()
+            await self.unreadable_frame_received()
             return
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             await self.send_error("frame must be a JSON object with a string 'type'")

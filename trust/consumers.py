@@ -132,7 +132,7 @@ class ChecksRelay:
         await self._verification_refused(ver_id, f"error: {message}")
         return True
 
-    async def frame_unreadable(self) -> None:
+    async def unreadable_frame_received(self) -> None:
         """A frame this connection could not read (past 256 KiB, or not JSON)
         while verifications were offered here: each is refused against this
         verifier (an honest agent's ``scores`` always fit, and no other frame

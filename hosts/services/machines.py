@@ -105,7 +105,8 @@ def machine_hello(
     A device back after more than 10 min gone, or back after being retired, gets
     a spot check due (DESIGN.md "Spot checks"). A device new to the machine
     starts in the machine's worst state (``trust.device_start_reason``: a
-    renamed device buys nothing), and a new machine of an owner with a
+    renamed device buys nothing), as does a retired one declared again when a
+    device the machine has had is quarantined, and a new machine of an owner with a
     quarantined device starts under suspicion (``trust.machine_first_hello_judge``).
     A device declaring another name, kind or memory is judged again for
     placement (``placement.device_placement_judge``).
@@ -186,9 +187,12 @@ def machine_hello(
             device.vram_total_mb,
         ):  # placed by what was measured of what it declares now
             device_placement_judge(device_id=device.id)
-        if created and start_reason:
+        returning = not created and dev["index"] in retired
+        if start_reason and (
+            created or (returning and start_reason == Device.QuarantineReason.INHERITED)
+        ):  # (a retired index declared again is a renamed device too)
             device_quarantine(device_id=device.id, reason=start_reason, now=now)
-        elif came_back or dev["index"] in retired:
+        elif came_back or returning:
             spot_check_mark_due(device_id=device.id, reason="return", now=now)
     devices_retire(
         machine_id=machine.id,

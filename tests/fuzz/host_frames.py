@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from tests.hostsim import MODEL
+from trust.consumers import MachineConsumer
 
 MAX_FRAME_BYTES = 256 * 1024  # hosts.consumers.MAX_FRAME_BYTES
 
@@ -258,6 +259,11 @@ raws = st.one_of(
     st.just(Raw(text="[" * 100_000 + "]" * 100_000)),
     st.dictionaries(st.text(max_size=6), json_values, max_size=3).map(Frame),
     st.text(max_size=12).map(lambda kind: Frame({"type": kind})),
+    # the names of the consumer's own methods, with and without the prefix of
+    # its frame handlers: only the protocol's frame types may reach one
+    st.sampled_from(
+        sorted({n.removeprefix("frame_") for n in dir(MachineConsumer)})
+    ).map(lambda kind: Frame({"type": kind})),
 )
 actions = st.one_of(
     job_frames.map(Frame),

@@ -18,6 +18,8 @@ from django.urls import reverse
 from ballast.asgi import application
 from ballast.stack import port_free
 from hosts.models import Machine
+from trust.consumers import MachineConsumer
+from tests.fuzz.host_run import KNOWN_TYPES
 from tests.hostsim import HostSim
 from tests.jobs.helpers import chat_request, host_online
 
@@ -204,4 +206,19 @@ async def test_a_machine_socket_opened_while_redis_is_down_is_told_to_retry(
     settings.REDIS_URL = redis_url
     host = HostSim(token)
     assert (await host.connect())["type"] == "welcome"
+    await host.close()
+
+
+async def test_only_the_protocols_frame_types_reach_a_handler(catalog, machine_token):
+    """A frame named after one of the consumer's own methods (``unreadable``,
+    with or without the handlers' ``frame_`` prefix) is an unknown frame
+    type, and the connection goes on (fresh-eyes review 5: ``{"type":
+    "unreadable"}`` reached an internal hook and crashed the connection)."""
+    host = await host_online(machine_token, "rig")
+    frame_types = KNOWN_TYPES | {"scores"}
+    names = {n.removeprefix("frame_") for n in dir(MachineConsumer)} - frame_types
+    for kind in sorted(n for n in names if n.isidentifier()):
+        await host.send({"type": kind})
+        error = await host.recv_type("error")
+        assert error["message"].startswith("unknown frame type"), (kind, error)
     await host.close()

@@ -89,6 +89,36 @@ def test_it_keeps_a_renamed_device_of_a_quarantined_one_quarantined(
     assert _hello(device, 0)[0].quarantined, "back to index 0: still quarantined"
 
 
+def test_a_retired_index_declared_again_inherits_the_quarantine(live_device, checks_on):
+    """Fresh-eyes review 5: a hello declaring devices 0 and 1, then 0 alone
+    (1 retired), then, once 0 was quarantined, 1 alone: device 1 came back
+    free and took renter work. A retired device declared again is a renamed
+    one: it starts quarantined (inherited) with a check due."""
+    device = live_device()
+    _hello(device, 0, 1)
+    assert _hello(device, 0)[1].retired_at is not None
+    device_quarantine(device_id=device.id, reason=QUARANTINED.FAILURES, now=None)
+    back = _hello(device, 1)[1]
+    assert back.retired_at is None
+    assert back.quarantined and back.quarantine_reason == QUARANTINED.INHERITED
+    assert back.spot_check_due_at is not None
+
+
+def test_a_retired_index_of_a_clean_machine_comes_back_with_a_check_due(
+    live_device, checks_on
+):
+    """With nothing against the machine, a device declared again after being
+    retired is not held out of work: a spot check is due (DESIGN.md "Spot
+    checks"), as before."""
+    device = live_device()
+    added = _hello(device, 0, 1)[1]
+    _check(added, passed=True)  # (a device new to the machine: checked first)
+    assert not Device.objects.get(id=added.id).quarantined
+    _hello(device, 0)
+    back = _hello(device, 0, 1)[1]
+    assert not back.quarantined and back.spot_check_due_at is not None
+
+
 def test_a_renamed_device_goes_on_from_its_predecessors_record(live_device, checks_on):
     """Its machine's retired devices' outcomes are the renamed device's too
     (fresh-eyes review 3: a refuser whose score neared 50 renamed its device
