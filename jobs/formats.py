@@ -180,3 +180,46 @@ def features_needed(params: dict) -> tuple[str, ...]:
     if params.get("logprobs") is not None:
         needs.append("logprobs")
     return tuple(needs)
+
+
+_JSON_TYPES = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
+    "null": type(None),
+}
+
+
+def answer_ruled_out(params: dict, text: str, finish_reason: str) -> str:
+    """Why a whole answer cannot be what its ``response_format`` made an
+    honest engine write, or '' (DESIGN.md "Verification": the coordinator
+    judges what it can itself). Judged only when the model ended it
+    (``finish_reason`` ``stop``) and the request has no ``stop`` sequence:
+    a grammar lets the model end only once its JSON is complete, while
+    ``max_tokens`` or a stop sequence may cut it anywhere. Under
+    ``json_object`` or ``json_schema`` (``tools`` too) the text must be JSON,
+    an object for ``json_object``, of the schema's root type where it names
+    one; ``json_sequence`` is not judged here (its parts are)."""
+    response_format = response_format_of(params)
+    if (
+        response_format is None
+        or response_format["type"] not in ("json_object", "json_schema")
+        or finish_reason != "stop"
+        or params.get("stop")
+    ):
+        return ""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return "an answer under a JSON response_format that is not JSON"
+    except RecursionError:  # (deeper than this process parses: not judged)
+        return ""
+    if response_format["type"] == "json_object":
+        wanted = "object"
+    else:
+        wanted = response_format["json_schema"]["schema"].get("type")
+    kind = _JSON_TYPES.get(wanted) if isinstance(wanted, str) else None
+    if kind is not None and not isinstance(value, kind):
+        return f"an answer whose JSON is not the {wanted} its response_format asks"
+    return ""

@@ -39,14 +39,22 @@ class TrustHook:
     ATTEMPT_FIELDS = ("exemption", "verify_text", "verify_token_ids")
 
     def attempt_ended(
-        self, *, attempt: Attempt, token_ids: list[int] | None, now: datetime
+        self,
+        *,
+        attempt: Attempt,
+        token_ids: list[int] | None,
+        now: datetime,
+        ruled_out: str = "",
     ) -> None:
         """``attempt`` ended (``services.attempts.attempt_end``, in its
         transaction): its outcome, ``tokens_billed`` and
         ``token_count_flagged`` are set, its slot is free and its row is not
         saved yet. ``token_ids``: the host's ids of its text (``done``), if
-        sent. A receiver may set ``ATTEMPT_FIELDS`` and record what follows
-        (a flagged count: a failed check of the device)."""
+        sent; ``ruled_out``: why its answer cannot be what its
+        ``response_format`` made an honest engine write
+        (``formats.answer_ruled_out``), or ''. A receiver may set
+        ``ATTEMPT_FIELDS`` and record what follows (a flagged count or an
+        answer ruled out: a failed check of the device)."""
 
     def job_ended(
         self, *, job: Job, attempts: list[Attempt], now: datetime

@@ -23,13 +23,20 @@ class Trust(TrustHook):
     """The checks of hosts' honesty, told and asked by jobs."""
 
     def attempt_ended(
-        self, *, attempt: Attempt, token_ids: list[int] | None, now: datetime
+        self,
+        *,
+        attempt: Attempt,
+        token_ids: list[int] | None,
+        now: datetime,
+        ruled_out: str = "",
     ) -> None:
         """What a verifier would score of a fresh attempt's answer
         (``verification.exemptions.verified_text``: ``exemption``,
-        ``verify_text``, ``verify_token_ids``), and a count inflated past the
-        recount: a failed check of the device (``failures.device_check_failed``;
-        a spot check's count is judged with its verdict instead)."""
+        ``verify_text``, ``verify_token_ids``); a count inflated past the
+        recount, or an answer its ``response_format`` rules out
+        (``ruled_out``): a failed check of the device
+        (``failures.device_check_failed``; a spot check's count is judged
+        with its verdict instead)."""
         job = attempt.job
         params = job.params or {}
         if (
@@ -57,7 +64,15 @@ class Trust(TrustHook):
                 or (budget is not None and len(ids) > budget)
                 else ids
             )
-        if attempt.token_count_flagged and not job.is_spot_check:
+        if ruled_out and not job.is_spot_check:
+            device_check_failed(
+                device_id=attempt.device_id,
+                model_id=job.model_id,
+                detail=f"attempt {attempt.id}: {ruled_out}",
+                now=now,
+                job_ref=str(job.id),
+            )
+        elif attempt.token_count_flagged and not job.is_spot_check:
             device_check_failed(
                 device_id=attempt.device_id,
                 model_id=job.model_id,
