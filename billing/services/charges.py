@@ -190,29 +190,25 @@ def charge_post(
         wanted.append(((Account.Kind.PLATFORM, None), plan.platform))
     accounts = accounts_for([account for account, _ in wanted])  # one read
     legs = [(account, amount) for account, (_, amount) in zip(accounts, wanted)]
-    txn = ledger_post(
+    release_at = now + timedelta(hours=settings.BALLAST_HOLD_HOURS)
+    earnings = [
+        Earning(
+            attempt_id=segment.attempt_id,
+            device_id=segment.device_id,
+            host_id=segment.host_id,
+            amount_nano=share,
+            release_at=release_at,
+        )
+        for segment, share in plan.shares
+    ]
+    return ledger_post(  # the earnings stored with it (one statement on PostgreSQL)
         kind=LedgerTransaction.Kind.CHARGE,
         key=key or f"charge:{job_id}",
         legs=legs,
         job_id=job_id,
         memo=memo or f"{plan.tokens} tokens of {model_id}",
+        stored_with=earnings,
     )
-    if txn is None:
-        return None
-    release_at = now + timedelta(hours=settings.BALLAST_HOLD_HOURS)
-    Earning.objects.bulk_create(
-        [
-            Earning(
-                attempt_id=segment.attempt_id,
-                device_id=segment.device_id,
-                host_id=segment.host_id,
-                amount_nano=share,
-                release_at=release_at,
-            )
-            for segment, share in plan.shares
-        ]
-    )
-    return txn
 
 
 @transaction.atomic

@@ -17,7 +17,9 @@ from decimal import Decimal
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ..models import Device, DeviceModel, DeviceOutcome
+from ballast.db import insert_sql, update_then, write_then_read
+
+from ..models import Device, DeviceOutcome
 from ..scoring import (
     WINDOW,
     quarantine_after_failure,
@@ -63,29 +65,57 @@ class ScoreInputs:
         )
 
 
-# the device's last outcomes, newest first (as ``DeviceOutcome.Meta.ordering``)
-# a device's last outcomes: its own and its machine's retired devices' (a
-# device renamed by its agent continues its predecessor's record: fresh-eyes
-# review 3, a refuser renamed its device to start again at 60)
-_LAST_OUTCOMES_SQL = (
+# the device's last outcomes, newest first (as ``DeviceOutcome.Meta.ordering``):
+# its own and its machine's retired devices' (a device renamed by its agent
+# continues its predecessor's record: fresh-eyes review 3, a refuser renamed
+# its device to start again at 60); ``{besides}`` leaves out the outcome being
+# recorded (``claimed``), counted apart as the newest
+_LAST_OUTCOMES = (
     "SELECT success FROM hosts_deviceoutcome WHERE device_id IN ("
     "SELECT d.id FROM hosts_device d WHERE d.id = %s OR (d.retired_at IS NOT NULL"
-    " AND d.machine_id = (SELECT machine_id FROM hosts_device WHERE id = %s)))"
-    f" ORDER BY created_at DESC, id DESC LIMIT {WINDOW}"
+    " AND d.machine_id = (SELECT machine_id FROM hosts_device WHERE id = %s))){besides}"
+    " ORDER BY created_at DESC, id DESC LIMIT {limit}"
 )
-# with (device, first-token ms) of the model's successful outcomes since a
-# time, in one statement, told apart by the first column: (0, success as 0/1,
-# NULL) for each of the device's last outcomes, (1, device, ms) for the others
+_LAST_OUTCOMES_SQL = _LAST_OUTCOMES.format(besides="", limit=WINDOW)
+# the rows of the inputs' read, told apart by the first column: (0, success as
+# 0/1, NULL) for each of the device's last outcomes, (1, device, ms) for the
+# model's successful outcomes with a first-token time since a time
+_LAST_ROWS = "SELECT 0, CASE WHEN success THEN 1 ELSE 0 END, CAST(NULL AS INTEGER)"
+_HOUR_ROWS = (
+    "SELECT 1, device_id, ttft_ms FROM {table}"
+    " WHERE model_id = %s AND success AND ttft_ms IS NOT NULL{since}"
+)
 _INPUTS_SQL = (
-    "SELECT 0, CASE WHEN success THEN 1 ELSE 0 END, NULL FROM ("
-    + _LAST_OUTCOMES_SQL
-    + ") AS last UNION ALL SELECT 1, device_id, ttft_ms FROM hosts_deviceoutcome"
-    " WHERE model_id = %s AND success AND ttft_ms IS NOT NULL AND created_at >= %s"
+    f"{_LAST_ROWS} FROM ({_LAST_OUTCOMES_SQL}) AS last UNION ALL "
+    + _HOUR_ROWS.format(table="hosts_deviceoutcome", since=" AND created_at >= %s")
 )
+# the same read with the outcome being recorded (``claimed``) as the newest,
+# the model's part only with a model (``device_score_inputs``' ``recorded``)
+_BESIDES = " AND id <> (SELECT id FROM claimed)"
+_RECORDED_LAST_SQL = (
+    f"{_LAST_ROWS} FROM claimed UNION ALL {_LAST_ROWS} FROM ("
+    + _LAST_OUTCOMES.format(besides=_BESIDES, limit=WINDOW - 1)
+    + ") AS last"
+)
+_RECORDED_INPUTS_SQL = (
+    f"{_RECORDED_LAST_SQL} UNION ALL "
+    + _HOUR_ROWS.format(table="claimed", since="")
+    + " UNION ALL "
+    + _HOUR_ROWS.format(
+        table="hosts_deviceoutcome", since=" AND created_at >= %s" + _BESIDES
+    )
+)
+# what the inputs' read needs of the outcome it records (``write_then_read``)
+_RECORDED_COLUMNS = ("id", "device_id", "success", "model_id", "ttft_ms")
 
 
 def device_score_inputs(
-    *, device_id: int, now: datetime, model_id: str = ""
+    *,
+    device_id: int,
+    now: datetime,
+    model_id: str = "",
+    recorded: DeviceOutcome | None = None,
+    device: Device | None = None,
 ) -> ScoreInputs:
     """Read the device's score inputs at ``now`` (``ScoreInputs``).
 
@@ -96,11 +126,16 @@ def device_score_inputs(
     first-token times of the successful outcomes of the hour before ``now``, over
     all devices and over this one (one query over the hour's outcomes of the
     model, in the same statement as the last outcomes). Four queries at most
-    with ``model_id``, five without. Raises Device.DoesNotExist.
+    with ``model_id``, five without. ``recorded``: an unsaved outcome of the
+    device, stored by the read's statement and counted as its newest
+    (``ballast.db.write_then_read``). ``device``: its row with its machine
+    and the machine's lease, when the caller read them in this transaction
+    (else read here: one query more). Raises Device.DoesNotExist.
     """
-    device = Device.objects.select_related("machine", "machine__lease").get(
-        id=device_id
-    )
+    if device is None:
+        device = Device.objects.select_related("machine", "machine__lease").get(
+            id=device_id
+        )
     if not model_id:
         model_id = (
             device.outcomes.exclude(model_id="")
@@ -108,13 +143,18 @@ def device_score_inputs(
             .first()
         ) or ""
     since = connection.ops.adapt_datetimefield_value(now - TTFT_WINDOW)
-    with connection.cursor() as cursor:  # fixed statements: every outcome reads them
-        if model_id:  # the last outcomes and the hour's first tokens, one statement
-            cursor.execute(_INPUTS_SQL, [device_id, device_id, model_id, since])
-            rows = cursor.fetchall()
-        else:
-            cursor.execute(_LAST_OUTCOMES_SQL, [device_id, device_id])
-            rows = [(0, success, None) for (success,) in cursor.fetchall()]
+    # fixed statements: every outcome reads them; the last outcomes and the
+    # hour's first tokens in one
+    if recorded is not None:
+        rows = _inputs_recorded(recorded, device_id, model_id, since)
+    else:
+        with connection.cursor() as cursor:
+            if model_id:
+                cursor.execute(_INPUTS_SQL, [device_id, device_id, model_id, since])
+                rows = cursor.fetchall()
+            else:
+                cursor.execute(_LAST_OUTCOMES_SQL, [device_id, device_id])
+                rows = [(0, success, None) for (success,) in cursor.fetchall()]
     last = [bool(success) for part, success, _ in rows if part == 0]
     hour = [(of, ttft) for part, of, ttft in rows if part == 1]
     model_median = device_median = None
@@ -132,11 +172,45 @@ def device_score_inputs(
     )
 
 
-def _score_write(*, device_id: int, score: int, slot_free: bool = False) -> None:
+def _inputs_recorded(
+    recorded: DeviceOutcome, device_id: int, model_id: str, since
+) -> list[tuple]:
+    """The inputs' rows (as ``_INPUTS_SQL``'s) with ``recorded`` stored in the
+    same statement as the newest outcome."""
+    insert, params = insert_sql(recorded)
+    columns = ", ".join(_RECORDED_COLUMNS)
+    write = (f"{insert} RETURNING {columns}", params)
+    if model_id:
+        read = (_RECORDED_INPUTS_SQL, [device_id, device_id, model_id, model_id, since])
+    else:
+        read = (_RECORDED_LAST_SQL, [device_id, device_id])
+    return write_then_read(write, _RECORDED_COLUMNS, read)
+
+
+def _score_write(
+    *,
+    device_id: int,
+    score: int,
+    slot_free: bool = False,
+    recent: tuple[str, int | None] | None = None,
+) -> None:
     """Store the device's score; with ``slot_free`` give back one of its slots in
-    the same write (never below zero)."""
-    with connection.cursor() as cursor:  # fixed statements: every outcome writes one
-        cursor.execute(_SCORE_SLOT_SQL if slot_free else _SCORE_SQL, [score, device_id])
+    the same write (never below zero); with ``recent`` (model id, ms or None)
+    its median first-token time on that model, on its device-model row when it
+    moved (one statement on PostgreSQL: ``ballast.db.update_then``). The device
+    row before its device-model row, the order of the claim (which locks the
+    device, then moves the row's tie-break key): no lock cycle."""
+    write = (_SCORE_SLOT_SQL if slot_free else _SCORE_SQL, [score, device_id])
+    if recent is None:
+        with connection.cursor() as cursor:  # fixed: every outcome writes one
+            cursor.execute(*write)
+        return
+    model_id, ms = recent
+    update_then(
+        (write[0] + " RETURNING id", write[1]),
+        ("id",),
+        [(_RECENT_SQL, [ms, model_id, ms])],
+    )
 
 
 _SCORE_SQL = "UPDATE hosts_device SET score = %s WHERE id = %s"
@@ -144,6 +218,12 @@ _SCORE_SLOT_SQL = (
     "UPDATE hosts_device SET score = %s,"
     " slots_used = CASE WHEN slots_used > 0 THEN slots_used - 1 ELSE 0 END"
     " WHERE id = %s"
+)
+# the device's median on a model, written only when it moved (ms are > 0)
+_RECENT_SQL = (
+    "UPDATE hosts_devicemodel SET ttft_ms_recent = %s"
+    " WHERE device_id = (SELECT id FROM claimed) AND model_id = %s"
+    " AND COALESCE(ttft_ms_recent, -1) <> COALESCE(%s, -1)"
 )
 
 
@@ -160,6 +240,7 @@ def device_outcome_record(
     slot_free: bool = False,
     job_ref: str = "",
     detail: str = "",
+    device: Device | None = None,
 ) -> int:
     """Record one outcome for the device and recompute its score; return the score.
 
@@ -173,10 +254,11 @@ def device_outcome_record(
     words (cut to 300 characters), kept on the row for staff. A
     failure is judged for quarantine at once (``device_quarantine_judge``). A
     renter's cancel is never passed here. Raises Device.DoesNotExist for an
-    unknown device.
+    unknown device. ``device``: as ``device_score_inputs``' (its row, machine
+    and lease read by the caller in this transaction).
     """
     now = now or timezone.now()
-    DeviceOutcome.objects.create(
+    recorded = DeviceOutcome(
         device_id=device_id,
         source=source,
         success=success,
@@ -186,17 +268,19 @@ def device_outcome_record(
         job_ref=str(job_ref or ""),
         detail=detail[:300],
     )
-    inputs = device_score_inputs(device_id=device_id, model_id=model_id, now=now)
+    inputs = device_score_inputs(
+        device_id=device_id,
+        model_id=model_id,
+        now=now,
+        recorded=recorded,
+        device=device,
+    )
     score = inputs.score
-    # the device row before its device-model rows, the order of the claim (which
-    # locks the device, then moves the row's tie-break key): no lock cycle
-    _score_write(device_id=device_id, score=score, slot_free=slot_free)
+    recent = None
     if model_id and ttft_ms is not None:
         median = inputs.device_median
-        recent = round(median) if median is not None else None
-        DeviceModel.objects.filter(device_id=device_id, model_id=model_id).exclude(
-            ttft_ms_recent=recent  # unchanged: no row written
-        ).update(ttft_ms_recent=recent)
+        recent = (model_id, round(median) if median is not None else None)
+    _score_write(device_id=device_id, score=score, slot_free=slot_free, recent=recent)
     if not success:
         device_quarantine_judge(device_id=device_id, score=score, now=now)
     return score

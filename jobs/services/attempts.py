@@ -1,6 +1,7 @@
 """Attempt transitions: claimed by its host, ended with an outcome (DESIGN.md
-"When a host fails", "Money"). Every state change is a compare-and-set on the
-attempt's state: frames for an attempt that already ended change nothing."""
+"When a host fails", "Money"). Every state change is settled on the attempt's
+state in the database (a compare-and-set; its end, a locked read of the open
+attempt and one write): frames for an attempt that already ended change nothing."""
 
 from __future__ import annotations
 
@@ -8,17 +9,17 @@ import logging
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce
+from django.db.models import F
 from django.utils import timezone
 
 from ballast import metrics
+from ballast.db import row_update
 from billing.models import ReceiptCheck
 from billing.services import receipt_check
 from hosts.models import Device
 from hosts.services import device_outcome_record, device_speed_record
 
-from ..formats import answer_ruled_out, response_format_of
+from ..formats import response_format_of
 from ..models import Attempt
 from ..tokens import (
     canonical_split_expected,
@@ -182,25 +183,26 @@ def attempt_end(
     ``done`` would (``billing.services.charge_plan``).
     """
     now = now or timezone.now()
-    ended = Attempt.objects.filter(id=attempt_id, state__in=Attempt.OPEN_STATES).update(
-        state=Attempt.State.ENDED,
-        outcome=outcome,
-        ended_at=now,
-        output_text=output_text,
-        output_chars=len(output_text),
-        error_message=error[:2000],
-        **({"first_token_at": first_token_at} if first_token_at else {}),
-        **(
-            {"claimed_at": Coalesce("claimed_at", Value(claimed_at))}
-            if claimed_at
-            else {}
-        ),
+    # the open attempt locked as it is read (a late frame's end waits, then
+    # finds it ended); its end is written once, below, with what it billed
+    attempt = (
+        Attempt.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("device__machine__lease", "job")
+        .filter(id=attempt_id, state__in=Attempt.OPEN_STATES)
+        .first()
     )
-    if not ended:
+    if attempt is None:
         return None
-    attempt = Attempt.objects.select_related("device__machine", "job").get(
-        id=attempt_id
-    )
+    attempt.state = Attempt.State.ENDED
+    attempt.outcome = outcome
+    attempt.ended_at = now
+    attempt.output_text = output_text
+    attempt.output_chars = len(output_text)
+    attempt.error_message = error[:2000]
+    if first_token_at:
+        attempt.first_token_at = first_token_at
+    if claimed_at and attempt.claimed_at is None:
+        attempt.claimed_at = claimed_at
     metrics.attempt_ended(outcome=outcome, kind=attempt.kind)
     reported = done["completion_tokens"] if done else None
     token_ids = done.get("token_ids") if done else None
@@ -215,16 +217,6 @@ def attempt_end(
         canonical=_canonical(attempt.job),
         budget=budget,
     )
-    ruled_out = (
-        answer_ruled_out(params, output_text, done["finish_reason"])
-        if done
-        and outcome == Attempt.Outcome.SUCCEEDED
-        and attempt.kind == Attempt.Kind.FRESH
-        else ""
-    )
-    if ruled_out:  # nothing an honest engine wrote under its response_format
-        attempt.tokens_billed = 0
-        log.warning("attempt %s: %s", attempt.id, ruled_out)
     if done and done.get("receipt") is None:
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
@@ -246,8 +238,7 @@ def attempt_end(
     # a second device's answer judge it (``failover.after_empty_answer``)
     not_the_devices = outcome in (Attempt.Outcome.CANCELLED, Attempt.Outcome.EMPTY_ANSWER)
     scored = not not_the_devices and not job.is_spot_check
-    judged_bad = attempt.token_count_flagged or bool(ruled_out)
-    flagged = judged_bad and not job.is_spot_check
+    flagged = attempt.token_count_flagged and not job.is_spot_check
     if flagged or not scored:
         # the slot first: the device's row before its device-model rows, as
         # the claim takes them (no lock cycle); a scored end gives it back
@@ -256,13 +247,12 @@ def attempt_end(
             slots_used=F("slots_used") - 1
         )
     # what the checks of hosts' honesty keep of it (what a verifier would
-    # score), and the failed check of a flagged count or of an answer its
-    # response_format rules out (after the slot, as above)
-    hook().attempt_ended(
-        attempt=attempt, token_ids=token_ids, ruled_out=ruled_out, now=now
-    )
-    attempt.save(
-        update_fields=[
+    # score), and a flagged count's failed check (after the slot, as above)
+    hook().attempt_ended(attempt=attempt, token_ids=token_ids, now=now)
+    row_update(
+        attempt,
+        [
+            *_ENDED_FIELDS,
             "tokens_billed",
             "token_count_flagged",
             "completion_tokens_reported",
@@ -270,7 +260,7 @@ def attempt_end(
             "receipt",
             "receipt_valid",
             *TrustHook.ATTEMPT_FIELDS,
-        ]
+        ],
     )
     if scored:
         device_outcome_record(
@@ -282,8 +272,9 @@ def attempt_end(
             now=now,
             slot_free=not flagged,
             job_ref=str(job.id),
+            device=attempt.device,  # (read with the attempt, its machine's lease too)
         )
-    if outcome == Attempt.Outcome.SUCCEEDED and not judged_bad:
+    if outcome == Attempt.Outcome.SUCCEEDED and not attempt.token_count_flagged:
         # the coordinator's own measure of the device (after its row above)
         device_speed_record(
             device_id=attempt.device_id,
@@ -293,6 +284,19 @@ def attempt_end(
             now=now,
         )
     return attempt
+
+
+# what every attempt's end writes (``attempt_end``), with what it billed
+_ENDED_FIELDS = (
+    "state",
+    "outcome",
+    "ended_at",
+    "output_text",
+    "output_chars",
+    "error_message",
+    "first_token_at",
+    "claimed_at",
+)
 
 
 def cancel_receipt_check(attempt: Attempt, *, output_text: str, answer: dict) -> None:

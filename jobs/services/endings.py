@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ballast import metrics
+from ballast.db import row_update
 from billing.services import charge_plan, charge_post, segment_of
 from catalog.models import CatalogModel
 
@@ -136,7 +137,7 @@ def job_finish(
     job.error_message = error_message[:2000]
     job.finished_at = now
     job_charge(job=job, attempts=attempts, now=now)
-    job.save(update_fields=_JOB_END_FIELDS)
+    row_update(job, _JOB_END_FIELDS)
     job.ended_then = hook().job_ended(job=job, attempts=attempts, now=now)
     if not job.is_spot_check:
         metrics.job_ended(
