@@ -181,10 +181,12 @@ class JobRun:
                     continue_from=continue_from,
                     waiting_channel=self.channel,
                 )
+            if state.empty_answers and (dispatch.impossible or dispatch.wait):
+                # no second opinion to be had now: the empty answer stands (a
+                # renter does not wait in the queue for one)
+                yield await self._complete()
+                return
             if dispatch.impossible or (dispatch.wait and queue_deadline <= loop.time()):
-                if state.empty_answers:  # no second opinion to be had: it stands
-                    yield await self._complete()
-                    return
                 yield await self._fail_as(
                     when_not_dispatched(
                         state,
