@@ -151,6 +151,9 @@ async def test_a_lone_implausible_verdict_changes_nothing_for_the_host(
     offer = await served(api_key, verified)
     device = await Device.objects.aget(machine=verified.machine)
     _, verify = await verify_to([lone])
+    # (spot checks on from here, due later than the test lasts)
+    verifying.BALLAST_SPOT_CHECKS = True
+    verifying.BALLAST_SPOT_CHECK_MAX_DELAY_S = 3600
     await lone.send(lone.scores_frame(verify, scores_of(verify, IMPLAUSIBLE)))
     ver = await verification_until(verify["job"], until=lambda v: v.verdict != "")
     assert ver.plausible is False and ver.verdict == "unconfirmed"
@@ -163,6 +166,8 @@ async def test_a_lone_implausible_verdict_changes_nothing_for_the_host(
     before = device.score
     await device.arefresh_from_db()
     assert device.score == before and not device.quarantined
+    # but its next spot check is due now, not by chance (fresh-eyes review 5)
+    assert device.spot_check_reason == "unconfirmed" and device.spot_check_due_at
     await verified.close()
     await lone.close()
 

@@ -11,7 +11,8 @@ plausible ones clear it; either way every verifier that said the contrary is
 outvoted (``checks.verifier_outvoted``: a failure on its score, its trust
 reset). A round that fails (an ``error``, malformed
 scores, no scores in time) is asked again of another verifier; no verifier
-left, or ``MAX_ROUNDS`` asked: ``unconfirmed``, nothing follows for anyone.
+left, or ``MAX_ROUNDS`` asked: ``unconfirmed``, nothing follows for anyone,
+but a spot check of the host marked due when a round found it implausible.
 A confirming round never goes to an owner an earlier round had; a colluder's
 lie in one is outvoted and costs it its trust, and its refusal only brings the
 next verifier.
@@ -23,6 +24,7 @@ from datetime import datetime
 
 from django.conf import settings
 
+from hosts.services import spot_check_mark_due
 from jobs.models import Verification
 
 from ..failures import device_check_failed
@@ -105,6 +107,11 @@ def round_next(ver: Verification, rounds: list[Verification], now: datetime) -> 
             return nxt.id.hex
         rounds = [*rounds, nxt]
     _verdicts_set(rounds, V.Verdict.UNCONFIRMED)
+    if any(r.status == V.Status.SCORED and r.plausible is False for r in rounds):
+        # one verifier's word fails nobody, but the host's next spot check
+        # comes now rather than by chance (fresh-eyes review 5: a cheat with one
+        # other owner online was flagged 12 times and never checked)
+        spot_check_mark_due(device_id=ver.device_id, reason="unconfirmed", now=now)
     return None
 
 
