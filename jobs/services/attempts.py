@@ -19,7 +19,7 @@ from billing.services import receipt_check
 from hosts.models import Device
 from hosts.services import device_outcome_record, device_speed_record
 
-from ..formats import response_format_of
+from ..formats import answer_ruled_out, response_format_of
 from ..models import Attempt
 from ..tokens import (
     canonical_split_expected,
@@ -217,6 +217,16 @@ def attempt_end(
         canonical=_canonical(attempt.job),
         budget=budget,
     )
+    ruled_out = (
+        answer_ruled_out(params, output_text, done["finish_reason"])
+        if done
+        and outcome == Attempt.Outcome.SUCCEEDED
+        and attempt.kind == Attempt.Kind.FRESH
+        else ""
+    )
+    if ruled_out:  # nothing an honest engine wrote under its response_format
+        attempt.tokens_billed = 0
+        log.warning("attempt %s: %s", attempt.id, ruled_out)
     if done and done.get("receipt") is None:
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
@@ -238,7 +248,8 @@ def attempt_end(
     # a second device's answer judge it (``failover.after_empty_answer``)
     not_the_devices = outcome in (Attempt.Outcome.CANCELLED, Attempt.Outcome.EMPTY_ANSWER)
     scored = not not_the_devices and not job.is_spot_check
-    flagged = attempt.token_count_flagged and not job.is_spot_check
+    judged_bad = attempt.token_count_flagged or bool(ruled_out)
+    flagged = judged_bad and not job.is_spot_check
     if flagged or not scored:
         # the slot first: the device's row before its device-model rows, as
         # the claim takes them (no lock cycle); a scored end gives it back
@@ -247,8 +258,11 @@ def attempt_end(
             slots_used=F("slots_used") - 1
         )
     # what the checks of hosts' honesty keep of it (what a verifier would
-    # score), and a flagged count's failed check (after the slot, as above)
-    hook().attempt_ended(attempt=attempt, token_ids=token_ids, now=now)
+    # score), and the failed check of a flagged count or of an answer its
+    # response_format rules out (after the slot, as above)
+    hook().attempt_ended(
+        attempt=attempt, token_ids=token_ids, ruled_out=ruled_out, now=now
+    )
     row_update(
         attempt,
         [
@@ -274,7 +288,7 @@ def attempt_end(
             job_ref=str(job.id),
             device=attempt.device,  # (read with the attempt, its machine's lease too)
         )
-    if outcome == Attempt.Outcome.SUCCEEDED and not attempt.token_count_flagged:
+    if outcome == Attempt.Outcome.SUCCEEDED and not judged_bad:
         # the coordinator's own measure of the device (after its row above)
         device_speed_record(
             device_id=attempt.device_id,
