@@ -19,7 +19,7 @@ MAX_TEXT_CHARS = 65536
 # what an engine may declare it does beyond text (``hello.features``;
 # docs/protocol-notes.md "Output features"): a request that needs one goes only
 # to devices whose machine declared it
-FEATURES = ("json_object", "json_schema", "json_sequence", "logprobs")
+FEATURES = ("json_object", "json_schema", "json_sequence", "logprobs", "token_ids")
 MAX_FEATURES = 32  # entries of ``hello.features``, known or not
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a file's digest as a heartbeat declares it
 VERIFICATION_ID = re.compile(r"[0-9a-f]{32}")  # a verify frame's job (a UUID's hex)

@@ -168,17 +168,27 @@ def response_format_of(params: dict) -> dict | None:
     return json.loads(stored) if stored else None
 
 
+IDS_NEEDED_ABOVE_TEMPERATURE = 1.0
+"""The temperature above which an answer is verifiable only by the token ids
+its host drew (its text tokenized again strays from the model's support too
+often: docs/trust.md), so such a job goes to an engine that sends them."""
+
+
 def features_needed(params: dict) -> tuple[str, ...]:
     """The engine features (``hosts.protocol.FEATURES``) a job with these
     ``params`` needs of its device: ``json_object`` or ``json_schema`` for its
-    ``response_format``, ``logprobs`` for its ``logprobs`` (DESIGN.md "Picking
-    a device", rule 6, as docs/design-notes.md extends it)."""
+    ``response_format``, ``logprobs`` for its ``logprobs``, ``token_ids``
+    above ``IDS_NEEDED_ABOVE_TEMPERATURE`` (DESIGN.md "Picking a device", rule
+    6, as docs/design-notes.md extends it)."""
     needs = []
     response_format = response_format_of(params)
     if response_format:
         needs.append(response_format["type"])
     if params.get("logprobs") is not None:
         needs.append("logprobs")
+    temperature = params.get("temperature")
+    if temperature is not None and float(temperature) > IDS_NEEDED_ABOVE_TEMPERATURE:
+        needs.append("token_ids")
     return tuple(needs)
 
 
@@ -191,16 +201,23 @@ _JSON_TYPES = {
 }
 
 
-def answer_ruled_out(params: dict, text: str, finish_reason: str) -> str:
-    """Why a whole answer cannot be what its ``response_format`` made an
-    honest engine write, or '' (DESIGN.md "Verification": the coordinator
-    judges what it can itself). Judged only when the model ended it
+def answer_ruled_out(
+    params: dict, text: str, finish_reason: str, token_ids: list[int] | None
+) -> str:
+    """Why a whole answer (a host's ``done``: ``finish_reason``,
+    ``token_ids``) cannot be what an honest engine declaring the job's
+    features wrote, or '' (DESIGN.md "Verification": the coordinator judges
+    what it can itself). Above ``IDS_NEEDED_ABOVE_TEMPERATURE`` its
+    ``token_ids`` must come (the engine declared ``token_ids``). Under a
+    ``response_format``, judged only when the model ended it
     (``finish_reason`` ``stop``) and the request has no ``stop`` sequence:
     a grammar lets the model end only once its JSON is complete, while
     ``max_tokens`` or a stop sequence may cut it anywhere. Under
     ``json_object`` or ``json_schema`` (``tools`` too) the text must be JSON,
     an object for ``json_object``, of the schema's root type where it names
     one; ``json_sequence`` is not judged here (its parts are)."""
+    if token_ids is None and "token_ids" in features_needed(params):
+        return "an answer sampled above temperature 1 without its token ids"
     response_format = response_format_of(params)
     if (
         response_format is None

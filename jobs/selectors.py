@@ -387,6 +387,7 @@ FEATURE_FIELDS = {
     "json_schema": "response_format json_schema or tools (function calling)",
     "json_sequence": "tools (function calling) in the model's own tool-call format",
     "logprobs": "logprobs",
+    "token_ids": "a temperature above 1 (an engine that reports its token ids)",
 }
 
 

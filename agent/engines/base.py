@@ -95,7 +95,7 @@ class GenerationRequest:
         return [str(item) for item in value if item]
 
 
-FEATURES = ("json_object", "json_schema", "json_sequence", "logprobs")
+FEATURES = ("json_object", "json_schema", "json_sequence", "logprobs", "token_ids")
 """What an engine may do beyond text (announced in ``hello.features``):
 ``json_object`` / ``json_schema`` / ``json_sequence``, a ``response_format``
 served by constrained decoding, also across a continuation; ``logprobs``, each token's

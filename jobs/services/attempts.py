@@ -218,8 +218,9 @@ def attempt_end(
         budget=budget,
     )
     ruled_out = (
-        answer_ruled_out(params, output_text, done["finish_reason"])
+        answer_ruled_out(params, output_text, done["finish_reason"], token_ids)
         if done
+        and done.get("receipt") is not None  # (the host's, not the coordinator's cut)
         and outcome == Attempt.Outcome.SUCCEEDED
         and attempt.kind == Attempt.Kind.FRESH
         else ""

@@ -13,7 +13,7 @@ import pytest
 
 from billing.models import Earning
 from hosts.models import DeviceOutcome
-from jobs.formats import answer_ruled_out, response_format_stored
+from jobs.formats import answer_ruled_out, features_needed, response_format_stored
 from jobs.models import Attempt, Job
 
 from .helpers import chat_request, host_online, read_body
@@ -52,12 +52,26 @@ ARRAY = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": 
     ],
 )
 def test_what_rules_an_answer_out(response_format, text, finish_reason, more, ruled_out):
-    found = answer_ruled_out(_params(response_format, **more), text, finish_reason)
+    found = answer_ruled_out(_params(response_format, **more), text, finish_reason, [])
     assert bool(found) is ruled_out, found
 
 
 def test_json_nested_past_the_parser_is_not_judged():
-    assert answer_ruled_out(_params(OBJECT), "[" * 100_000 + "]" * 100_000, "stop") == ""
+    deep = "[" * 100_000 + "]" * 100_000
+    assert answer_ruled_out(_params(OBJECT), deep, "stop", None) == ""
+
+
+@pytest.mark.parametrize(
+    "temperature, token_ids, ruled_out",
+    [(1.5, None, True), (1.5, [1, 2], False), (1.0, None, False), (None, None, False)],
+)
+def test_above_temperature_1_the_ids_must_come(temperature, token_ids, ruled_out):
+    """Such a job went to an engine declaring ``token_ids``
+    (``features_needed``): an answer without them broke its word."""
+    params = _params(None, temperature=temperature)
+    assert ("token_ids" in features_needed(params)) is (temperature == 1.5)
+    found = answer_ruled_out(params, "banana", "stop", token_ids)
+    assert bool(found) is ruled_out, found
 
 
 @pytest.mark.django_db(transaction=True)

@@ -53,13 +53,35 @@ async def test_answers_the_judge_cannot_score_faithfully_are_not_verified(
 ):
     """Above temperature 1 an answer whose host sent no ids is not verified
     (its text tokenized again strays from the support too often); with ids
-    it is (tests/trust/test_verification_rate.py), and from 0 to 1 always."""
-    verified, verifier = await verified_and_verifier()
+    it is (tests/trust/test_verification_rate.py), and from 0 to 1 always.
+    Such a job goes only to an engine declaring ``token_ids``, so one that
+    then sends none is a failed check, billed nothing (fresh-eyes review 5:
+    junk above 1 without ids was never checked)."""
+    verified = await host_online(
+        "a@example.com", "a", verifies=False, score=95, features=("token_ids",)
+    )
+    verifier = await host_online("b@example.com", "b", verifies=True, score=60)
     offer = await served(api_key, verified, finish_reason=finish_reason, **params)
     job = await Job.objects.aget(attempts__id=offer["job"])
-    assert job.status == "succeeded"
+    assert job.status == "succeeded" and job.tokens_billed == 0
+    failed = await DeviceOutcome.objects.aget(
+        device__machine=verified.machine, source="spot_check"
+    )
+    assert "without its token ids" in failed.detail
     assert await verifier.ws.receive_nothing(timeout=0.3), "no verify sent"
     assert not await Verification.objects.aexists()
+    await verified.close()
+    await verifier.close()
+
+
+async def test_a_job_above_temperature_1_waits_for_an_engine_that_sends_ids(
+    verifying, api_key
+):
+    """No live engine declares ``token_ids``: a 503 naming why."""
+    verified, verifier = await verified_and_verifier()
+    response = await chat_request(api_key, stream=False, temperature=1.5)
+    assert response.status_code == 503
+    assert "temperature above 1" in response.json()["error"]["message"]
     await verified.close()
     await verifier.close()
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from billing.receipts import receipt_verify
 from hosts.services import device_outcome_record
+from jobs.formats import IDS_NEEDED_ABOVE_TEMPERATURE
 from jobs.models import Attempt, Job, Verification
 from jobs.tokens import token_count
 
@@ -46,7 +47,7 @@ VERIFY_MAX_TOKENS = 2048
 # host): retokenizing a hotter answer splits it otherwise than the sampler
 # drew it too often for the judge's margins; with the host's ids an answer
 # at any temperature is
-VERIFY_MAX_TEMPERATURE = 1.0
+VERIFY_MAX_TEMPERATURE = IDS_NEEDED_ABOVE_TEMPERATURE  # (such jobs need token_ids)
 # the coolest non-greedy temperature a check of verifiers is drawn at (z is
 # calibrated from here: plausibility.Z_TEMPERATURES)
 VERIFY_MIN_TEMPERATURE = 0.5
