@@ -1,17 +1,26 @@
 """Trust under attack: how soon each cheat is quarantined, and what the checks cost.
 
 Usage: ``.venv/bin/python bench/trust.py [--runs 100] [--weeks 1] [--days 7]
-[--cheats a,b] [--bank FILE]``
+[--cheats a,b] [--models smollm2-135m-instruct,tiny-llama3] [--bank FILE]``
 
-A simulated fleet of 53 devices (42 honest, one of each of the eight cheats of
-``bench.trustfleet``, the sybil cheat's three verifier accounts) is served one
+Per model of ``--models`` (``bench.trustmodels``: SmolLM2 Q4_1, and the tiny
+Llama 3 of a second family; one table each), a simulated fleet of 53 devices
+(one of each cheat of ``bench.trustfleet``, the requantized one on SmolLM2
+only, the rest of 50 honest, the sybil cheat's three verifier accounts) is
+served one
 week of traffic (a job every 14 minutes for each of 50 devices: 36,000 jobs)
 through the coordinator's own trust code on a scratch SQLite database; then
 ``--runs`` runs of the cheats alone (beside honest verifiers) give the
 distribution of jobs-to-catch: the cheat's real jobs from the first it cheated
 on to its quarantine. Answers, and the scores verifiers return for them, come
 from the real model (``bench.trustbank``; built once, in minutes, and kept in
-``--bank``).
+``--bank``, ``{model}`` in it the model's id). A model whose verification is
+not calibrated (the tiny one: no calibration but the reference model's is
+written by a migration) is calibrated first by its fleet's honest devices,
+marked reference devices (``trustrun.Fleet.calibrate``); a model whose bank
+has no spot check (random weights answer none right) is checked by
+verification alone, as production would. The requantized cheat (j) runs on
+SmolLM2 only (its Q4_0 file).
 
 What runs for real, per simulated job (``bench.trustfleet`` lists the functions):
 the job and its attempt stored (``jobs.services.job_create``), the outcome on the
@@ -40,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import django_on, machine_line, percentile  # noqa: E402
 from bench.trustfleet import CHEATS  # noqa: E402
+from bench.trustmodels import BENCH_MODELS, SMOLLM2  # noqa: E402
 
 CATCH_WITHIN = 100
 FLEET = 50
@@ -53,7 +63,11 @@ def main() -> int:
     parser.add_argument(
         "--days", type=float, default=7.0, help="days of traffic in each whole-fleet 'week'"
     )
-    parser.add_argument("--bank", type=Path, default=ROOT / "var" / "trust-bank.json")
+    parser.add_argument(
+        "--bank", default=str(ROOT / "var" / "trust-bank-{model}.json"),
+        help="the bank's file ({model}: the model's id)",
+    )  # fmt: skip
+    parser.add_argument("--models", default=SMOLLM2, help=f"of {', '.join(BENCH_MODELS)}")
     parser.add_argument(
         "--cheats", default=",".join(CHEATS), help="the cheats of the cheat-only runs"
     )
@@ -67,78 +81,106 @@ def main() -> int:
         django_on(f"sqlite:///{scratch}/trust.sqlite3", BALLAST_SPOT_CHECKS="1")
         import logging
 
-        from django.conf import settings
-
         logging.getLogger("ballast").setLevel(logging.ERROR)  # a check failed: often, here
-
-        from bench.trustbank import bank_load_or_build
-        from bench.trustrun import Fleet, cost_lines
-
-        started = time.monotonic()
-        bank = bank_load_or_build(
-            args.bank, prompts=args.prompts, per_prompt=args.per_prompt,
-            canaries=args.canaries,
-        )  # fmt: skip
-        print(
-            f"bank: {len(bank['traffic'])} answers, {len(bank['canaries'])} spot checks"
-            f" ({time.monotonic() - started:.0f} s); settings: canary rate"
-            f" {settings.BALLAST_CANARY_RATE}, verify rate {settings.BALLAST_VERIFY_RATE},"
-            f" new {settings.BALLAST_VERIFY_NEW_RATE} over {settings.BALLAST_VERIFY_NEW_JOBS}"
-            f" jobs, suspect {settings.BALLAST_VERIFY_SUSPECT_RATE} halving every"
-            f" {settings.BALLAST_VERIFY_SUSPECT_PASSES} passes"
-        )
-        for line in bank_lines(bank):
-            print(line)
-        rng = random.Random(args.seed)
-        caught: dict[str, list[int | None]] = {}
-        honest_quarantined = 0
-        for week in range(args.weeks):
-            started = time.monotonic()
-            fleet = Fleet.make(
-                bank=bank, rng=rng, tag=f"w{week}", honest=FLEET - len(CHEATS)
-            )
-            fleet.serve(jobs=round(FLEET * JOBS_PER_DEVICE_WEEK * args.days / 7))
-            honest_quarantined += fleet.honest_quarantined
-            for dev in fleet.cheats():  # (those the run decided: caught, or 100 jobs past)
-                if dev.cheating_from is not None and (
-                    dev.caught_after is not None or dev.jobs - dev.cheating_from >= CATCH_WITHIN
-                ):
-                    caught.setdefault(dev.kind, []).append(dev.caught_after)
-            print(
-                f"week {week + 1}: {fleet.costs.jobs:,} jobs, honest quarantined"
-                f" {fleet.honest_quarantined} ({time.monotonic() - started:.0f} s)"
-            )
-            for line in cost_lines(fleet.costs, devices=FLEET, seconds=args.days * 86400):
-                print("  " + line)
-        started = time.monotonic()
-        for run in range(args.runs):
-            fleet = Fleet.make(
-                bank=bank, rng=rng, tag=f"r{run}", honest=6, cheats=args.cheats.split(",")
-            )
-            fleet.serve_cheats(horizon=CATCH_WITHIN)
-            for dev in fleet.cheats():
-                caught.setdefault(dev.kind, []).append(dev.caught_after)
-        print(f"cheat runs: {args.runs} ({time.monotonic() - started:.0f} s)")
-        print(
-            f"honest devices quarantined: {honest_quarantined}"
-            f" of {(FLEET - len(CHEATS)) * args.weeks}"
-        )
-        print(f"{'cheat':14s} {'caught ≤100':>12s} {'p50':>5s} {'p90':>5s} {'p99':>5s} {'max':>5s}")
-        for kind, values in caught.items():
-            within = [v for v in values if v is not None and v <= CATCH_WITHIN]
-            seen = [v if v is not None else 10**6 for v in values]
-            print(
-                f"{kind:14s} {len(within):5d}/{len(values):<6d}"
-                f" {percentile(seen, 50):5.0f} {percentile(seen, 90):5.0f}"
-                f" {percentile(seen, 99):5.0f} {max(seen):5.0f}"
-            )
+        for model_id in args.models.split(","):
+            model_run(args, model_id)
     return 0
 
 
-def bank_lines(bank: dict) -> list[str]:
+def model_run(args, model_id: str) -> None:
+    """Build or load ``model_id``'s bank, serve its fleets, print its tables."""
+    from django.conf import settings
+
+    from bench.trustbank import bank_load_or_build
+    from bench.trustrun import Fleet, cost_lines
+    from catalog.models import CatalogModel
+    from trust.models import ModelCalibration
+
+    started = time.monotonic()
+    bank = bank_load_or_build(
+        Path(args.bank.format(model=model_id)), model_id=model_id, prompts=args.prompts,
+        per_prompt=args.per_prompt, canaries=args.canaries,
+    )  # fmt: skip
+    entry = CatalogModel.objects.get(id=model_id)
+    print(f"\n== {model_id}: {entry.family}, {entry.quantization},"
+          f" weights sha256 {entry.weights_sha256[:12]}…, context {entry.context_length}")  # fmt: skip
+    print(
+        f"bank: {len(bank['traffic'])} answers, {len(bank['canaries'])} spot checks"
+        f" ({time.monotonic() - started:.0f} s); settings: canary rate"
+        f" {settings.BALLAST_CANARY_RATE}, verify rate {settings.BALLAST_VERIFY_RATE},"
+        f" new {settings.BALLAST_VERIFY_NEW_RATE} over {settings.BALLAST_VERIFY_NEW_JOBS}"
+        f" jobs, suspect {settings.BALLAST_VERIFY_SUSPECT_RATE} halving every"
+        f" {settings.BALLAST_VERIFY_SUSPECT_PASSES} passes"
+    )
+
+    def calibration_say(jobs: int) -> None:
+        if jobs:
+            calibration = ModelCalibration.objects.get(model_id=model_id)
+            print(f"verification calibrated by the fleet in {jobs} jobs"
+                  f" ({calibration.samples} honest samples): {calibration.thresholds}")  # fmt: skip
+    rng = random.Random(args.seed)
+    requantized = any(a["behaviour"] == "q4_0" for a in bank["traffic"])
+    cheats = [c for c in args.cheats.split(",") if c != "requantized" or requantized]
+    fleet_cheats = [c for c in CHEATS if c != "requantized" or requantized]
+    honest = FLEET - len(fleet_cheats)
+    caught: dict[str, list[int | None]] = {}
+    honest_quarantined = 0
+    for week in range(args.weeks):
+        started = time.monotonic()
+        fleet = Fleet.make(
+            bank=bank, rng=rng, tag=f"{model_id}-w{week}", honest=honest,
+            cheats=fleet_cheats,
+        )  # fmt: skip
+        calibration_say(fleet.calibration_jobs)
+        fleet.serve(jobs=round(FLEET * JOBS_PER_DEVICE_WEEK * args.days / 7))
+        honest_quarantined += fleet.honest_quarantined
+        for dev in fleet.cheats():  # (those the run decided: caught, or 100 jobs past)
+            if dev.cheating_from is not None and (
+                dev.caught_after is not None or dev.jobs - dev.cheating_from >= CATCH_WITHIN
+            ):
+                caught.setdefault(dev.kind, []).append(dev.caught_after)
+        print(
+            f"week {week + 1}: {fleet.costs.jobs:,} jobs, honest quarantined"
+            f" {fleet.honest_quarantined} ({time.monotonic() - started:.0f} s)"
+        )
+        for line in cost_lines(fleet.costs, devices=FLEET, seconds=args.days * 86400):
+            print("  " + line)
+    started = time.monotonic()
+    for run in range(args.runs):
+        fleet = Fleet.make(
+            bank=bank, rng=rng, tag=f"{model_id}-r{run}", honest=6, cheats=cheats
+        )
+        calibration_say(fleet.calibration_jobs)
+        fleet.serve_cheats(horizon=CATCH_WITHIN)
+        for dev in fleet.cheats():
+            caught.setdefault(dev.kind, []).append(dev.caught_after)
+    print(f"cheat runs: {args.runs} ({time.monotonic() - started:.0f} s)")
+    print(f"honest devices quarantined: {honest_quarantined} of {honest * args.weeks}")
+    from trust.verification.calibration import thresholds_of
+
+    thresholds = thresholds_of(model_id)
+    if thresholds is None:
+        print(f"{model_id}: verification not calibrated (no fleet ran): nothing judged")
+    else:
+        for line in bank_lines(bank, thresholds):
+            print(line)
+    print(f"{model_id}: jobs-to-catch")
+    print(f"{'cheat':14s} {'caught ≤100':>12s} {'p50':>5s} {'p90':>5s} {'p99':>5s} {'max':>5s}")
+    for kind, values in caught.items():
+        within = [v for v in values if v is not None and v <= CATCH_WITHIN]
+        seen = [v if v is not None else 10**6 for v in values]
+        print(
+            f"{kind:14s} {len(within):5d}/{len(values):<6d}"
+            f" {percentile(seen, 50):5.0f} {percentile(seen, 90):5.0f}"
+            f" {percentile(seen, 99):5.0f} {max(seen):5.0f}"
+        )
+
+
+def bank_lines(bank: dict, thresholds) -> list[str]:
     """What one verification and one spot check catch of each behaviour: the
-    share of the bank's answers the judge finds implausible, per temperature,
-    and the share of spot checks answered right."""
+    share of the bank's answers the judge finds implausible by the model's
+    ``thresholds`` (``plausibility.Thresholds``), per temperature, and the
+    share of spot checks answered right."""
     from trust.canaries import answer_right
     from trust.verification.plausibility import answer_plausible, token_scores_parse
     from trust.verification.records import VERIFY_MAX_TOKENS
@@ -146,7 +188,9 @@ def bank_lines(bank: dict) -> list[str]:
     cells: dict = {}
     for answer in bank["traffic"]:
         tokens = token_scores_parse(answer["scores"], max_tokens=VERIFY_MAX_TOKENS)
-        flagged = not answer_plausible(temperature=answer["temperature"], tokens=tokens).plausible
+        flagged = not answer_plausible(
+            temperature=answer["temperature"], tokens=tokens, thresholds=thresholds
+        ).plausible
         key = (answer["behaviour"], answer.get("constrained", False), answer["temperature"])
         cells.setdefault(key, []).append(flagged)
     lines = [

@@ -1,11 +1,15 @@
 """The answers of ``bench/trust.py``'s hosts, written by the real model.
 
 For a set of real-traffic prompts at temperatures 0, 0.7 and 1, each host
-behaviour's answer is generated with SmolLM2-135M-Instruct through the agent's
-llama.cpp engine and scored by prefill on that engine (``Engine.score``: what a
-verifying device returns in its ``scores`` frame); for spot checks, prompts
-drawn by the coordinator's generator (``trust.canarygen``, an unknown secret)
-and calibrated as the pool calibrates them, answered by each behaviour.
+behaviour's answer is generated with a real model (``BENCH_MODELS``:
+SmolLM2-135M-Instruct Q4_1, or the second family's tiny Llama 3 of
+``tests/models/build.py``) through the agent's llama.cpp engine and scored by
+prefill on that engine (``Engine.score``: what a verifying device returns in
+its ``scores`` frame); for spot checks, prompts drawn by the coordinator's
+generator (``trust.canarygen``, an unknown secret) and calibrated as the pool
+calibrates them (the model must answer them right: the tiny model's random
+weights answer none, so its bank has no spot check), answered by each
+behaviour.
 
 Behaviours (what a host does; nothing here knows what catches it):
 
@@ -20,7 +24,11 @@ Behaviours (what a host does; nothing here knows what catches it):
   ids that still spell the text) (d);
 - ``fffd``: the junk answer with a U+FFFD planted after its first word, ids
   that spell it as a character the model cut (a lone UTF-8 lead byte's token:
-  the best a host can fake) (h).
+  the best a host can fake) (h);
+- ``q4_0`` (SmolLM2 only): the same model requantized to Q4_0 by llama.cpp
+  (``tests/models/build.smollm2_q4_0``), its engine's own answers and ids,
+  the request's parameters: a host declaring the Q4_1 digest while running
+  cheaper weights (j).
 
 Real traffic is plain text, and for ``CONSTRAINED`` prompts a
 ``response_format: json_schema`` answer (honest and inflate: a grammar's
@@ -45,6 +53,8 @@ import random
 import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from bench.trustmodels import SMOLLM2, model_catalogued, model_file
 
 HOT_EXTRA = 1.0
 OTHER_SIGMA = 1.0
@@ -163,18 +173,22 @@ def _junk(rng: random.Random, words: int = 40) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
 
 
-def _request(messages, temperature: float, schema: dict | None, seed: int | None):
+def _request(model_id, messages, temperature: float, schema: dict | None, seed: int | None):
     from dataclasses import replace
 
     from bench.verification import request_make
 
     request = request_make(messages, temperature, 1.0, MAX_TOKENS, seed)
-    return replace(request, response_format=response_format(schema) if schema else None)
+    return replace(
+        request, model=model_id, response_format=response_format(schema) if schema else None
+    )
 
 
-async def _answer(engine, behaviour, messages, temperature, rng, max_tokens, schema=None):
+async def _answer(
+    engine, behaviour, messages, temperature, rng, max_tokens, schema=None, cheaper=None
+):
     """(text, the host's count, ids) of a plain behaviour (honest, hot, other,
-    junk)."""
+    junk, q4_0: ``cheaper``'s honest answer)."""
     from dataclasses import replace
 
     from bench.verification import Cheat
@@ -183,12 +197,14 @@ async def _answer(engine, behaviour, messages, temperature, rng, max_tokens, sch
     if behaviour == "junk":
         text = _junk(rng)
         return text, token_count(engine.model_id, text) or len(text), None
+    if behaviour == "q4_0":
+        engine, behaviour = cheaper, "honest"
     cheat = {
         "honest": None,
         "hot": Cheat("hot", temperature=temperature + HOT_EXTRA),
         "other": Cheat("other", sigma=OTHER_SIGMA),
     }[behaviour]
-    request = _request(messages, temperature, schema, rng.randrange(2**31))
+    request = _request(engine.model_id, messages, temperature, schema, rng.randrange(2**31))
     request = replace(request, params={**request.params, "max_tokens": max_tokens})
     return await _generate(engine, request, cheat)
 
@@ -303,28 +319,40 @@ def prompt_schema(prompt: int) -> dict | None:
     return None if prompt < 100 else CONSTRAINED[prompt - 100][1]
 
 
-async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print) -> dict:
-    """Generate and score the bank (minutes on 2 cores): real-traffic answers of
-    every behaviour at every temperature (constrained ones: honest and
-    inflate), and spot-check answers."""
+async def bank_build(
+    *, prompts: int, per_prompt: int, canaries: int, model_id: str = SMOLLM2, log=print
+) -> dict:
+    """Generate and score the bank of ``model_id`` (minutes on 2 cores):
+    real-traffic answers of every behaviour at every temperature
+    (constrained ones: honest and inflate), and spot-check answers; for
+    SmolLM2 the requantized file's answers (``q4_0``) too."""
     from agent.engines.llamacpp import LlamaCppEngine
 
-    engine = LlamaCppEngine(n_ctx=2048)
+    path = model_file(model_id)
+    cheaper_too = model_id == SMOLLM2
+    engine = LlamaCppEngine(model=model_id, model_path=path, n_ctx=2048 if cheaper_too else 512)
     await engine.load()
+    cheaper = None
+    if cheaper_too:
+        from tests.models.build import smollm2_q4_0
+
+        cheaper = LlamaCppEngine(model=model_id, model_path=smollm2_q4_0(), n_ctx=2048)
+        await cheaper.load()
+    generated = (*GENERATED, "q4_0") if cheaper else GENERATED
     rng = random.Random(secrets.randbits(64))
-    bank: dict = {"traffic": [], "canaries": [], "settings": {
+    bank: dict = {"model": model_id, "traffic": [], "canaries": [], "settings": {
         "hot_extra": HOT_EXTRA, "other_sigma": OTHER_SIGMA, "max_tokens": MAX_TOKENS,
         "inflate": INFLATE}}
     model = engine.model_id
     try:
         for t in BANK_TEMPERATURES:
             for index, messages, schema in _traffic_prompts(prompts):
-                request = _request(messages, t, schema, None)
-                plain = GENERATED if schema is None else ("honest",)
+                request = _request(model, messages, t, schema, None)
+                plain = generated if schema is None else ("honest",)
                 for _ in range(per_prompt * (1 if schema is None else CONSTRAINED_ANSWERS)):
                     for behaviour in plain:
                         text, count, ids = await _answer(
-                            engine, behaviour, messages, t, rng, MAX_TOKENS, schema
+                            engine, behaviour, messages, t, rng, MAX_TOKENS, schema, cheaper
                         )
                         kinds = [(behaviour, text, ids, count)]
                         if behaviour == "honest" and ids:
@@ -339,13 +367,15 @@ async def bank_build(*, prompts: int, per_prompt: int, canaries: int, log=print)
                                 text=answer, count=reported, ids=answer_ids,
                             ))  # fmt: skip
             log(f"bank: temperature {t} done ({len(bank['traffic'])} answers)")
-        bank["canaries"] = await _canaries_build(engine, canaries, rng, log)
+        bank["canaries"] = await _canaries_build(engine, canaries, rng, log, cheaper)
     finally:
         await engine.close()
+        if cheaper is not None:
+            await cheaper.close()
     return bank
 
 
-async def _canaries_build(engine, count: int, rng, log) -> list[dict]:
+async def _canaries_build(engine, count: int, rng, log, cheaper=None) -> list[dict]:
     """Spot checks drawn and calibrated as the pool does, each answered by every
     behaviour: ``{"expected", "distractors", "answers": {behaviour: Answer}}``."""
     from trust.canaries import answer_right
@@ -370,27 +400,29 @@ async def _canaries_build(engine, count: int, rng, log) -> list[dict]:
         if not answer_right(draw.expected, draw.distractors, honest):
             continue  # calibration: the reference model must answer it right
         answers = {}
-        for behaviour in GENERATED:
-            text, n, _ = await _answer(engine, behaviour, draw.messages, 0.0, rng, max_tokens)
+        for behaviour in (*GENERATED, "q4_0") if cheaper else GENERATED:
+            text, n, _ = await _answer(
+                engine, behaviour, draw.messages, 0.0, rng, max_tokens, None, cheaper
+            )
             recount = token_count(engine.model_id, text) or 0
             answers[behaviour] = asdict(Answer(behaviour, 0.0, text, n, recount))
         kept.append({"expected": draw.expected, "distractors": draw.distractors, "answers": answers})
-    log(f"bank: {len(kept)} spot checks calibrated of {index} drawn")
-    if not kept:
-        raise RuntimeError(f"no spot check of {index} drawn was calibrated: ask for more (--canaries)")
+    log(f"bank: {len(kept)} spot checks calibrated of {index} drawn"
+        + ("" if kept else ": the model answers none right, its fleet gets no spot check"))
     return kept
 
 
-def bank_load_or_build(path: Path | None, **build) -> dict:
-    if path and path.is_file():
-        return json.loads(path.read_text())
-    from agent.engines.smollm2 import DEFAULT_MODEL_ID
+def bank_load_or_build(path: Path | None, *, model_id: str = SMOLLM2, **build) -> dict:
+    """The bank of ``model_id`` kept at ``path``, else built (and kept)."""
+    model_catalogued(model_id)
     from jobs.tokens import token_count
 
     # the coordinator's tokenizer built here, outside the event loop (in it,
     # a tokenizer not yet built is None: catalog.modeldata.model_tokenizer)
-    token_count(DEFAULT_MODEL_ID, "warm")
-    bank = asyncio.run(bank_build(**build))
+    token_count(model_id, "warm")
+    if path and path.is_file():
+        return json.loads(path.read_text())
+    bank = asyncio.run(bank_build(model_id=model_id, **build))
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(bank))

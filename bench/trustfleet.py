@@ -32,7 +32,10 @@ A cheat is defined by what its host does, never by what catches it:
   model (a lone UTF-8 lead byte's token: the best the host can fake);
 - ``inflate_hidden`` (i): as ``inflate``, only where the count check cannot
   expect the tokenizer's own split (``jobs.tokens.canonical_split_expected``:
-  a sampled or a constrained job), honest elsewhere.
+  a sampled or a constrained job), honest elsewhere;
+- ``requantized`` (j, SmolLM2 only): declares the Q4_1 file's digest and runs
+  the same model requantized to Q4_0 (the bank's ``q4_0`` answers), for every
+  job and spot check.
 
 A ``CONSTRAINED_SHARE`` of real jobs asks for a ``response_format``; the bank
 answers those of ``honest`` and ``inflate`` under it, the other behaviours'
@@ -51,7 +54,7 @@ from bench.compat import pinned_weights_declare
 
 CHEATS = (
     "canary_aware", "hot", "other_model", "inflate", "refuser", "sleeper", "sybil", "fffd",
-    "inflate_hidden",
+    "inflate_hidden", "requantized",
 )
 SYBIL_ACCOUNTS = 3
 SLEEPER_HONEST_JOBS = 500
@@ -100,6 +103,7 @@ class SimDevice:
             "sleeper": "other",
             "sybil": "junk",
             "fffd": "fffd",
+            "requantized": "q4_0",
         }[self.kind]
 
     def canary_behaviour(self) -> str:

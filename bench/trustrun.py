@@ -42,14 +42,17 @@ class Fleet:
     def make(
         cls, *, bank: dict, rng: random.Random, tag: str, honest: int, cheats=CHEATS
     ) -> Fleet:
+        """A fleet of the bank's model: ``cheats`` (one device each),
+        ``honest`` devices; the model's verification calibrated first when it
+        is not (``calibrate``)."""
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         from agent.receipts import public_key_b64
         from catalog.models import CatalogModel
-        from agent.engines.smollm2 import DEFAULT_MODEL_ID
+        from bench.trustmodels import SMOLLM2
         from hosts.models import Device, Machine
 
-        model = CatalogModel.objects.get(id=DEFAULT_MODEL_ID)
+        model = CatalogModel.objects.get(id=bank.get("model", SMOLLM2))
         Machine.objects.update(connected=False)  # the last fleet's verify no more
         sybils = SYBIL_ACCOUNTS if "sybil" in cheats else 0
         kinds = list(cheats) + ["honest"] * honest + ["sybil_account"] * sybils
@@ -72,7 +75,36 @@ class Fleet:
         Device.objects.filter(id__in=[d.id for d in devices]).update(
             verifier_passes=settings.BALLAST_VERIFIER_TRUST_PASSES
         )
+        fleet.calibration_jobs = fleet.calibrate()
+        fleet.costs = Costs()  # (the calibration's jobs are no part of the measure)
         return fleet
+
+    def calibrate(self, most: int = 5000) -> int:
+        """Until the model's verification is calibrated
+        (``trust.verification.calibration``), staff mark the honest devices
+        reference devices (trusted) and they serve honest jobs, their drawn
+        answers scored as samples by each other; unmarked after. Returns the
+        jobs it took (0: calibrated already, as SmolLM2 is by its migration).
+        Raises ``RuntimeError`` past ``most`` jobs."""
+        from hosts.models import Device
+        from trust.verification.calibration import thresholds_of
+
+        if thresholds_of(self.model.id) is not None:
+            return 0
+        honest = [d for d in self.devices if d.kind == "honest"]
+        ids = [d.id for d in honest]
+        Device.objects.filter(id__in=ids).update(reference=True)
+        jobs = 0
+        while thresholds_of(self.model.id) is None:
+            if jobs >= most:
+                raise RuntimeError(f"{self.model.id} not calibrated after {most} jobs")
+            dev = self.rng.choice(honest)
+            self._answered(dev, "honest", temperature_draw(self.rng), False)
+            jobs += 1
+        Device.objects.filter(id__in=ids).update(reference=False)
+        for dev in honest:  # (their calibration jobs are no part of the measure)
+            dev.jobs = 0
+        return jobs
 
     def cheats(self) -> list[SimDevice]:
         return [d for d in self.devices if d.kind in CHEATS]
@@ -219,6 +251,8 @@ class Fleet:
         from trust.failures import device_check_failed
         from jobs.tokens import token_count_inflated
 
+        if not self.bank["canaries"]:
+            return  # the model's pool has no calibrated check: none is sent
         self.costs.checks += 1
         behaviour = dev.canary_behaviour()
         canary = self.rng.choice(self.bank["canaries"])
