@@ -30,7 +30,15 @@ class ModelCalibrationAdmin(admin.ModelAdmin):
 
 @admin.register(CalibrationSample)
 class CalibrationSampleAdmin(admin.ModelAdmin):
-    list_display = ["model", "quantization", "temperature", "n", "z", "misses", "outside"]
+    list_display = [
+        "model",
+        "quantization",
+        "temperature",
+        "n",
+        "z",
+        "misses",
+        "outside",
+    ]
     list_filter = ["model", "quantization"]
     raw_id_fields = ["verification"]
 

@@ -142,7 +142,9 @@ def _samples(greedy: int, sampled: int) -> list[Sample]:
     """Honest-looking samples of 40 tokens: greedy ones missing at most one,
     sampled ones at 0.7 or 1 with z from −2 to 2; at most 2 outside."""
     rng = random.Random(7)
-    out = [Sample(0.0, 40, 0.0, rng.randrange(2), rng.randrange(3)) for _ in range(greedy)]
+    out = [
+        Sample(0.0, 40, 0.0, rng.randrange(2), rng.randrange(3)) for _ in range(greedy)
+    ]
     return out + [
         Sample(rng.choice((0.7, 1.0)), 40, rng.uniform(-2.0, 2.0), 9, rng.randrange(3))
         for _ in range(sampled)
@@ -264,8 +266,8 @@ def test_trusted_answers_calibrate_a_model_then_its_answers_are_judged(
     assert second is not None, "implausible: a second round"
     nxt = Verification.objects.get(id=second)
     verifiers[nxt.verifier_id].scores(second, outside)
-    verdicts = Verification.objects.filter(job=ver.job).values_list("verdict", flat=True)
-    assert set(verdicts) == {"failed"}
+    verdicts = Verification.objects.filter(job=ver.job).values_list("verdict")
+    assert set(verdicts) == {("failed",)}
     assert host.device.outcomes.filter(success=False).exists()
 
 

@@ -133,7 +133,9 @@ def thresholds_of(model_id: str) -> Thresholds | None:
 def samples_of(model: CatalogModel) -> list[Sample]:
     """The honest samples kept for ``model``'s pinned weights."""
     rows = CalibrationSample.objects.filter(
-        model=model, weights_sha256=model.weights_sha256, quantization=model.quantization
+        model=model,
+        weights_sha256=model.weights_sha256,
+        quantization=model.quantization,
     ).values_list("temperature", "n", "z", "misses", "outside")
     return [Sample(*row) for row in rows]
 

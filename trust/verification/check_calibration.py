@@ -135,7 +135,8 @@ def check_calibrate(
     (``check_output``; at 0 the greedy ``reference_output``), keep it when the
     reference model finds that ``clearly`` plausible and one of its ``decoys`` (``others``:
     other prompts' answers; none longer than the row's ``max_tokens``)
-    ``clearly`` implausible (by the model's ``thresholds``). Stores ``check_temperature`` (tried),
+    ``clearly`` implausible (by the model's ``thresholds``). Stores
+    ``check_temperature`` (tried),
     ``check_output`` and ``decoy_output`` (blank: no check); returns whether
     it became one."""
     temperature = traffic_temperature(row.model_id)

@@ -240,13 +240,16 @@ def _unjudged_store(
     ver: Verification, stats: AnswerStats, model_id: str, now: datetime
 ) -> None:
     ver.status, ver.plausible, ver.scored_at = V.Status.SCORED, None, now
-    ver.n, ver.z, ver.misses, ver.outside = stats.n, stats.z, stats.misses, stats.outside
+    ver.n, ver.z = stats.n, stats.z
+    ver.misses, ver.outside = stats.misses, stats.outside
     if ver.verdict == V.Verdict.SAMPLE:
         ver.detail = f"a calibration sample of {model_id}: z {stats.z:.2f}"
     else:
         ver.verdict = V.Verdict.UNCONFIRMED
         ver.detail = f"not judged: verification of {model_id} is not calibrated"
-    ver.detail += f", {stats.misses} of {stats.n} below the top, {stats.outside} outside"
+    ver.detail += (
+        f", {stats.misses} of {stats.n} below the top, {stats.outside} outside"
+    )
 
 
 def _verifier_failed(
