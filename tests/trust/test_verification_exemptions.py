@@ -47,6 +47,7 @@ def _ids(*parts: str | bytes) -> list[int]:
 
 
 HELLO = ("Hello", " there", ",", " how", " can", " I", " help", "?")
+JSON_ANSWER = tuple('{"a":"hi"}')
 LEAD_BYTE = b"\xe4"  # a CJK character's first byte, never finished here
 
 
@@ -230,9 +231,11 @@ async def test_an_answer_under_a_schema_is_verified_under_it_with_its_ids(
     able = await host_online(
         "c@example.com", "c", verifies=True, score=60, features=("json_schema",)
     )
-    ids = await database_sync_to_async(_ids)(*HELLO)
+    # (a JSON answer, as the grammar allows: one that is not is ruled out,
+    # jobs.formats.answer_ruled_out; drawn a character at a time)
+    ids = await database_sync_to_async(_ids)(*JSON_ANSWER)
     await _answered(
-        api_key, verified, pieces=["".join(HELLO)], ids=ids, response_format=fmt
+        api_key, verified, pieces=["".join(JSON_ANSWER)], ids=ids, response_format=fmt
     )
     host, verify = await verify_to([plain, able])
     assert host is able
@@ -245,12 +248,12 @@ async def test_an_answer_under_a_schema_is_verified_under_it_with_its_ids(
     # verified): its text, tokenized again, scored under the same grammar
     request = chat_request(api_key, stream=False, response_format=fmt)
     offer = await verified.recv_type("offer")
-    await verified.answer(offer, ["".join(HELLO)])  # no token_ids
+    await verified.answer(offer, ["".join(JSON_ANSWER)])  # no token_ids
     assert (await request).status_code == 200
     host, verify = await verify_to([plain, able])
     assert host is able and "token_ids" not in verify
     assert verify["response_format"]["json_schema"]["schema"] == schema
-    assert verify["answer"] == "".join(HELLO)
+    assert verify["answer"] == "".join(JSON_ANSWER)
     for host in (verified, plain, able):
         await host.close()
 
