@@ -22,7 +22,6 @@ from jobs.formats import IDS_NEEDED_ABOVE_TEMPERATURE
 from jobs.models import Attempt, Job, Verification
 from jobs.tokens import token_count
 
-from ..failures import device_check_failed
 from .answers import verified_answer
 from .calibration import calibration_sample_add, sample_open, thresholds_of
 from .checks import check_judged
