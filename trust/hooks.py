@@ -64,20 +64,17 @@ class Trust(TrustHook):
                 or (budget is not None and len(ids) > budget)
                 else ids
             )
-        if ruled_out and not job.is_spot_check:
+        finding = ruled_out or (
+            f"{attempt.completion_tokens_reported} tokens reported for "
+            f"{attempt.tokens_billed} counted"
+            if attempt.token_count_flagged
+            else ""
+        )
+        if finding and not job.is_spot_check:
             device_check_failed(
                 device_id=attempt.device_id,
                 model_id=job.model_id,
-                detail=f"attempt {attempt.id}: {ruled_out}",
-                now=now,
-                job_ref=str(job.id),
-            )
-        elif attempt.token_count_flagged and not job.is_spot_check:
-            device_check_failed(
-                device_id=attempt.device_id,
-                model_id=job.model_id,
-                detail=f"attempt {attempt.id}: {attempt.completion_tokens_reported} "
-                f"tokens reported for {attempt.tokens_billed} counted",
+                detail=f"attempt {attempt.id}: {finding}",
                 now=now,
                 job_ref=str(job.id),
             )
