@@ -124,12 +124,13 @@ def skip_locked(of: str) -> str:
     return ""
 
 
-def for_update(of: str) -> str:
+def for_update(of: str, *, no_key: bool = False) -> str:
     """The clause that locks the selected row of table alias ``of`` until the
-    transaction ends (PostgreSQL: ``FOR UPDATE OF …``); on SQLite, whose write
-    transactions run one at a time, nothing."""
+    transaction ends (PostgreSQL: ``FOR UPDATE OF …``; with ``no_key``, ``FOR
+    NO KEY UPDATE OF …``, which leaves inserts that only reference the row
+    unblocked); on SQLite, whose write transactions run one at a time, nothing."""
     if _postgresql():
-        return f" FOR UPDATE OF {of}"
+        return f" FOR {'NO KEY ' if no_key else ''}UPDATE OF {of}"
     return ""
 
 

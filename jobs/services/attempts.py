@@ -8,19 +8,20 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from ballast import metrics
-from ballast.db import row_update
+from ballast.db import for_update, row_update
+from ballast.rows import columns, instances
 from billing.models import ReceiptCheck
 from billing.services import receipt_check
-from hosts.models import Device
+from hosts.models import CoordinatorLease, Device, Machine
 from hosts.services import device_outcome_record, device_speed_record
 
 from ..formats import answer_ruled_out, response_format_of
-from ..models import Attempt
+from ..models import Attempt, Job
 from ..tokens import (
     canonical_split_expected,
     token_count,
@@ -185,12 +186,7 @@ def attempt_end(
     now = now or timezone.now()
     # the open attempt locked as it is read (a late frame's end waits, then
     # finds it ended); its end is written once, below, with what it billed
-    attempt = (
-        Attempt.objects.select_for_update(no_key=True, of=("self",))
-        .select_related("device__machine__lease", "job")
-        .filter(id=attempt_id, state__in=Attempt.OPEN_STATES)
-        .first()
-    )
+    attempt = _attempt_open_locked(attempt_id)
     if attempt is None:
         return None
     attempt.state = Attempt.State.ENDED
@@ -298,6 +294,40 @@ def attempt_end(
             seconds=(now - attempt.offered_at).total_seconds(),
             now=now,
         )
+    return attempt
+
+
+# an attempt's end reads the attempt with its job, device, machine and the
+# machine's lease (``_attempt_open_locked``)
+_OPEN_READ = ((Attempt, "a"), (Job, "j"), (Device, "d"), (Machine, "m"), (CoordinatorLease, "l"))
+
+
+def _attempt_open_locked(attempt_id: str) -> Attempt | None:
+    """The open attempt ``attempt_id`` with its job, device, machine and lease
+    loaded, its row locked (``FOR NO KEY UPDATE``: a late frame's end waits,
+    then finds it ended); None when it is not open. One fixed statement
+    (``ballast.rows``)."""
+    pk = Attempt._meta.pk
+    sql = (
+        f"SELECT {columns(*_OPEN_READ)} FROM {Attempt._meta.db_table} a"
+        f" JOIN {Job._meta.db_table} j ON j.id = a.job_id"
+        f" JOIN {Device._meta.db_table} d ON d.id = a.device_id"
+        f" JOIN {Machine._meta.db_table} m ON m.id = d.machine_id"
+        f" LEFT JOIN {CoordinatorLease._meta.db_table} l ON l.id = m.lease_id"
+        f" WHERE a.id = %s AND a.state IN ({', '.join(['%s'] * len(Attempt.OPEN_STATES))})"
+        f"{for_update('a', no_key=True)}"
+    )
+    params = [pk.get_db_prep_value(pk.to_python(attempt_id), connection), *Attempt.OPEN_STATES]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    attempt, job, device, machine, lease = instances(row, *_OPEN_READ)
+    machine.lease = lease
+    device.machine = machine
+    attempt.device = device
+    attempt.job = job
     return attempt
 
 

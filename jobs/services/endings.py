@@ -7,13 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ballast import metrics
-from ballast.db import row_update
+from ballast.db import for_update, row_update
+from ballast.rows import columns, instances
+from billing.models import ReceiptCheck
 from billing.services import charge_plan, charge_post, segment_of
 from catalog.models import CatalogModel
+from hosts.models import Device, Machine
 
 from ..hooks import hook
 from ..models import Attempt, Job
@@ -108,12 +111,7 @@ def job_finish(
     which its coroutine runs.
     """
     now = now or timezone.now()
-    # the renter with the job (its charge names it), only the job's row locked
-    job = (
-        Job.objects.select_for_update(of=("self",))
-        .select_related("renter")
-        .get(id=job_id)
-    )
+    job = _job_locked(job_id)
     if job.status not in Job.OPEN_STATUSES:
         return job
     attempts = _attempts_of(job)
@@ -168,13 +166,56 @@ _JOB_END_FIELDS = [
 ]
 
 
-def _attempts_of(job: Job) -> list[Attempt]:
-    """The job's attempts in offer order, with device, machine and receipt check."""
-    return list(
-        job.attempts.select_related("device__machine", "receipt_check").order_by(
-            "offered_at", "id"
+_RENTER = Job._meta.get_field("renter").related_model
+_JOB_READ = ((Job, "j"), (_RENTER, "r"))
+_ATTEMPTS_READ = ((Attempt, "a"), (Device, "d"), (Machine, "m"), (ReceiptCheck, "c"))
+
+
+def _job_locked(job_id: str) -> Job:
+    """Job ``job_id`` with its renter (its charge names it), only the job's row
+    locked; ``Job.DoesNotExist`` when there is none. One fixed statement
+    (``ballast.rows``)."""
+    pk = Job._meta.pk
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(*_JOB_READ)} FROM {Job._meta.db_table} j"
+            f" LEFT JOIN {_RENTER._meta.db_table} r ON r.id = j.renter_id"
+            f" WHERE j.id = %s{for_update('j')}",
+            [pk.get_db_prep_value(pk.to_python(job_id), connection)],
         )
-    )
+        row = cursor.fetchone()
+    if row is None:
+        raise Job.DoesNotExist(f"no job {job_id}")
+    job, job.renter = instances(row, *_JOB_READ)
+    return job
+
+
+def _attempts_of(job: Job) -> list[Attempt]:
+    """The job's attempts in offer order, with device, machine and receipt
+    check. One fixed statement (``ballast.rows``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(*_ATTEMPTS_READ)} FROM {Attempt._meta.db_table} a"
+            f" JOIN {Device._meta.db_table} d ON d.id = a.device_id"
+            f" JOIN {Machine._meta.db_table} m ON m.id = d.machine_id"
+            f" LEFT JOIN {ReceiptCheck._meta.db_table} c ON c.attempt_id = a.id"
+            " WHERE a.job_id = %s ORDER BY a.offered_at, a.id",
+            [Job._meta.pk.get_db_prep_value(job.id, connection)],
+        )
+        rows = cursor.fetchall()
+    attempts = []
+    for row in rows:
+        attempt, device, machine, receipt = instances(row, *_ATTEMPTS_READ)
+        device.machine = machine
+        attempt.device = device
+        attempt.job = job
+        _RECEIPT_CHECK.set_cached_value(attempt, receipt)
+        attempts.append(attempt)
+    return attempts
+
+
+# the attempt's receipt check, a reverse one-to-one (None cached: there is none)
+_RECEIPT_CHECK = Attempt.receipt_check.related
 
 
 def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:
