@@ -12,6 +12,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.db import connection
+
+from ballast.rows import columns, instances
 
 from ..models import Device, Machine, OnlineSpan
 
@@ -50,23 +53,30 @@ def online_span_close(*, machine_id: str, at: datetime) -> None:
 def machine_spans(*, machine_id, start: datetime) -> tuple[list[tuple], tuple | None]:
     """The machine's spans for a window from ``start``: (spans ended after
     ``start``, newest first; its newest span whatever its end, or None), each as
-    (id, started_at, ended_at). One query, two when no span ended after
-    ``start`` (the newest span, which a live machine keeps open, is then read
-    alone)."""
-    spans = list(  # newest first: the newest of all when there is one
-        OnlineSpan.objects.filter(machine_id=machine_id, ended_at__gt=start)
-        .order_by("-ended_at", "-id")
-        .values_list("id", "started_at", "ended_at")
+    (id, started_at, ended_at). One fixed statement (``ballast.rows``): the
+    spans ended after ``start`` and the newest span, which a live machine
+    keeps open at its start."""
+    table = OnlineSpan._meta.db_table
+    machine = OnlineSpan._meta.get_field("machine").get_db_prep_value(
+        machine_id, connection
     )
-    if spans:
-        return spans, spans[0]
-    latest = (
-        OnlineSpan.objects.filter(machine_id=machine_id)
-        .order_by("-ended_at", "-id")
-        .values_list("id", "started_at", "ended_at")
-        .first()
-    )
-    return spans, latest
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(_SPAN)} FROM {table} s WHERE s.machine_id = %s"
+            f" AND (s.ended_at > %s OR s.id = (SELECT n.id FROM {table} n"
+            " WHERE n.machine_id = %s ORDER BY n.ended_at DESC, n.id DESC LIMIT 1))"
+            " ORDER BY s.ended_at DESC, s.id DESC",
+            [machine, _ENDED_AT.get_db_prep_value(start, connection), machine],
+        )
+        rows = [
+            (span.id, span.started_at, span.ended_at)
+            for (span,) in (instances(row, _SPAN) for row in cursor.fetchall())
+        ]
+    return [r for r in rows if r[2] > start], rows[0] if rows else None
+
+
+_SPAN = (OnlineSpan, "s")
+_ENDED_AT = OnlineSpan._meta.get_field("ended_at")
 
 
 def device_online_fraction(*, device: Device, now: datetime) -> Decimal:
