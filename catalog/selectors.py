@@ -6,15 +6,26 @@ The catalog is small (tens of rows); the active model is read on every request
 
 from __future__ import annotations
 
+from django.db import connection
+
+from ballast.rows import columns, instances
+
 from .models import CatalogModel
 
 
 def catalog_model_active(*, model_id: str) -> CatalogModel | None:
     """The active catalog model ``model_id``, or None (unknown or inactive)."""
-    rows = CatalogModel.objects.raw(
-        "SELECT * FROM jobs_catalogmodel WHERE id = %s AND active", [model_id]
-    )
-    return next(iter(rows), None)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(_MODEL)} FROM jobs_catalogmodel c"
+            " WHERE c.id = %s AND c.active",
+            [model_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else instances(row, _MODEL)[0]
+
+
+_MODEL = (CatalogModel, "c")
 
 
 def catalog_model_ids() -> frozenset[str]:

@@ -13,6 +13,7 @@ from django.db import IntegrityError, connection, transaction
 
 from ballast import metrics
 from ballast.db import insert_rows_sql, insert_sql, update_then
+from ballast.rows import columns, instances
 
 from ..models import Account, Entry, LedgerTransaction
 from .balance_low import balance_low_mark, balance_low_rearm
@@ -35,6 +36,9 @@ def account_for(
     return accounts_for([(kind, owner)])[0]
 
 
+_ACCOUNT = (Account, "a")
+
+
 def accounts_for(wanted: list[tuple[str, int | None]]) -> list[Account]:
     """The ledger accounts of ``wanted`` (kind, user id or None for the system
     account of that kind), in that order, read in one statement (a charge
@@ -46,16 +50,21 @@ def accounts_for(wanted: list[tuple[str, int | None]]) -> list[Account]:
     where, params = [], []
     for kind, owner in wanted:
         if owner is None:
-            where.append("(kind = %s AND user_id IS NULL)")
+            where.append("(a.kind = %s AND a.user_id IS NULL)")
             params.append(kind)
         else:
-            where.append("(kind = %s AND user_id = %s)")
+            where.append("(a.kind = %s AND a.user_id = %s)")
             params += [kind, owner]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(_ACCOUNT)} FROM billing_account a WHERE "
+            + " OR ".join(where),
+            params,
+        )
+        rows = cursor.fetchall()
     found = {
         (account.kind, account.user_id): account
-        for account in Account.objects.raw(
-            "SELECT * FROM billing_account WHERE " + " OR ".join(where), params
-        )
+        for (account,) in (instances(row, _ACCOUNT) for row in rows)
     }
     return [found.get(want) or _account_make(*want) for want in wanted]
 

@@ -11,10 +11,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.utils import timezone
 
 from ballast.db import commit_unflushed_sql
+from ballast.rows import columns, instances
 from hosts.models import token_hash, token_new
 
 from ..models import ApiKey
@@ -41,28 +42,34 @@ def api_key_create(
 
 # a live key by its hash: not revoked, its renter active (one fixed statement:
 # every request runs it; ``{unflushed}``: ``commit_unflushed_sql``'s or nothing)
+_KEY = (ApiKey, "k")
 _LIVE_KEY_SQL = (
-    "SELECT k.id, k.user_id, k.name, k.prefix, k.last_used_at, k.spend_cap_nano"
-    " FROM jobs_apikey k"
+    "SELECT {columns} FROM jobs_apikey k"
     " JOIN auth_user u ON u.id = k.user_id{unflushed}"
     " WHERE k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active"
 )
 
 
 def api_key_authenticate(*, plain: str, unflushed: bool = False) -> ApiKey | None:
-    """The live key of a plain API key (not revoked, its renter active), with
-    ``user`` (its id; other fields read on access) and ``spend_cap_nano``; None for anything else
+    """The live key of a plain API key (not revoked, its renter active), its
+    row with ``user`` (its id; other fields read on access); None for anything else
     (empty, unknown, revoked, an inactive renter). With ``unflushed`` the
     caller's transaction, which must store no money, commits unflushed
     (``ballast.db.commit_unflushed_sql``, in the same statement)."""
     if not plain:
         return None
-    sql = _LIVE_KEY_SQL.format(unflushed=commit_unflushed_sql() if unflushed else "")
-    key = next(iter(ApiKey.objects.raw(sql, [token_hash(plain)])), None)
-    if key is not None:
-        key.user = get_user_model().from_db(
-            DEFAULT_DB_ALIAS, ["id", "is_active"], [key.user_id, True]
-        )
+    sql = _LIVE_KEY_SQL.format(
+        columns=columns(_KEY), unflushed=commit_unflushed_sql() if unflushed else ""
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [token_hash(plain)])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    (key,) = instances(row, _KEY)
+    key.user = get_user_model().from_db(
+        DEFAULT_DB_ALIAS, ["id", "is_active"], [key.user_id, True]
+    )
     return key
 
 
