@@ -113,6 +113,10 @@ class Job(models.Model):
     # (``hooks.TrustHook.job_ended``), run by its coroutine on a success (not
     # stored)
     ended_then: Callable[[], None] | None = None
+    # set by ``services.job_succeed``: the channels of the queued jobs its freed
+    # slot wakes (``services.jobs_waiting_channels``, read in its transaction;
+    # not stored)
+    waiting_channels: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"job {self.id} ({self.status})"

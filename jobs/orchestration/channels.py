@@ -51,18 +51,23 @@ def cancel_message(attempt_id: str, *, reply: str = "") -> dict:
 async def slots_announce(model_ids, *, slots: int = 1) -> None:
     """Wake the oldest requests queued for these models: capacity came.
 
-    Wakes ``2 × slots`` of them per model (oldest first, across every coordinator
-    process), not all: a freed slot must not start a stampede of dispatches. A
-    woken request that cannot use the slot leaves it to the next wake-up or to
-    the fallback poll (``run.SLOT_POLL_S``).
+    Wakes ``WOKEN_PER_SLOT × slots`` of them per model (oldest first, across
+    every coordinator process), not all: a freed slot must not start a
+    stampede of dispatches. A woken request that cannot use the slot leaves it
+    to the next wake-up or to the fallback poll (``run.SLOT_POLL_S``).
     """
     for model_id in model_ids:
         channels = await db_call(services.jobs_waiting_channels)(
-            model_id=model_id, limit=2 * slots
+            model_id=model_id, limit=services.WOKEN_PER_SLOT * slots
         )
-        layer = get_channel_layer()
-        for channel in channels:
-            await local.channel_send(layer, channel, {"type": "slot.free"})
+        await slots_wake(channels)
+
+
+async def slots_wake(channels) -> None:
+    """Tell the queued requests of ``channels`` a slot freed (``slot.free``)."""
+    layer = get_channel_layer()
+    for channel in channels:
+        await local.channel_send(layer, channel, {"type": "slot.free"})
 
 
 _announcements: set[asyncio.Task] = set()
@@ -71,16 +76,27 @@ _announcements: set[asyncio.Task] = set()
 def slots_announce_soon(model_ids) -> None:
     """``slots_announce`` in the background: the caller goes on at once.
     Failures are logged; the queued requests' fallback poll still runs."""
-    task = asyncio.create_task(_slots_announce_logged(list(model_ids)))
+    _soon(slots_announce(list(model_ids)), f"announcing free slots of {model_ids}")
+
+
+def slots_wake_soon(channels) -> None:
+    """``slots_wake`` in the background, when there is any channel to wake
+    (a job's end read them: ``services.job_succeed``). As ``slots_announce_soon``."""
+    if channels:
+        _soon(slots_wake(list(channels)), f"waking {len(channels)} queued jobs")
+
+
+def _soon(step, what: str) -> None:
+    task = asyncio.create_task(_logged(step, what))
     _announcements.add(task)
     task.add_done_callback(_announcements.discard)
 
 
-async def _slots_announce_logged(model_ids: list[str]) -> None:
+async def _logged(step, what: str) -> None:
     try:
-        await slots_announce(model_ids)
+        await step
     except Exception:
-        log.exception("announcing free slots of %s failed", model_ids)
+        log.exception("%s failed", what)
 
 
 async def channel_release(layer, channel: str) -> None:

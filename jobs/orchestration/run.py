@@ -38,7 +38,12 @@ from ..failover import (
 from ..models import Attempt, Job
 from ..services.deadlines import CLAIM, stage_timeout_s
 from .budget import OutputBudget
-from .channels import cancel_message, offer_message, slots_announce_soon
+from .channels import (
+    cancel_message,
+    offer_message,
+    slots_announce_soon,
+    slots_wake_soon,
+)
 from .events import Failed, Finished, Segment, Token, usage_of
 from .follow import receipt_wait, segment_follow
 from .inbox import JobInbox
@@ -356,7 +361,7 @@ class JobRun:
             first_token_at=segment.first_token_at,
             cancel_receipt=segment.cancel_receipt,
         )
-        slots_announce_soon([self.job.model_id])
+        slots_wake_soon(job.waiting_channels)
         if job.ended_then is not None:  # (the verification drawn, sent)
             job.ended_then()
         return job

@@ -21,6 +21,7 @@ from .caps import api_key_cap_set, key_spend_add, key_spend_cap_check
 from .credit import credit_available_nano, credit_lock, credit_reserved_nano
 from .deadlines import claim_deadline, first_token_deadline, stage_timeout_s
 from .dispatch import (
+    WOKEN_PER_SLOT,
     Dispatch,
     device_claim,
     job_dispatch,
@@ -89,6 +90,7 @@ __all__ = [
     "job_submit",
     "job_succeed",
     "jobs_ahead_count",
+    "WOKEN_PER_SLOT",
     "jobs_waiting_channels",
     "key_spend_add",
     "key_spend_cap_check",

@@ -245,6 +245,11 @@ def jobs_ahead_count(*, job: Job, now: datetime) -> int:
         return cursor.fetchone()[0]
 
 
+WOKEN_PER_SLOT = 2
+"""Queued jobs a freed slot wakes: more than one (a woken job may find it
+taken or no longer fit), never all (no stampede of dispatches)."""
+
+
 def jobs_waiting_channels(*, model_id: str, limit: int) -> list[str]:
     """The channels of the oldest jobs queued for ``model_id`` with a live lease
     (first come, first served), at most ``limit``: the ones a freed slot wakes."""

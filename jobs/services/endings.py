@@ -23,6 +23,7 @@ from ..models import Attempt, Job
 from ..tokens import prompt_token_count, prompt_tokens_most
 from .attempts import attempt_end
 from .caps import key_spend_add
+from .dispatch import WOKEN_PER_SLOT, jobs_waiting_channels
 from .requests import key_empty_answer_record
 
 
@@ -47,7 +48,9 @@ def job_succeed(
     answer (a continuation's prefix included); ``done``: the host's done frame
     (see ``attempts.attempt_end``); ``cancel_receipt``: the host's receipt of a
     segment cut at ``max_tokens`` (its ``done`` then carries ``receipt`` None).
-    Returns the finished job.
+    Returns the finished job, with ``waiting_channels``: the queued jobs its
+    freed slot wakes (``dispatch.jobs_waiting_channels``, read here rather than
+    in a call of its own after the end).
     """
     attempt_end(
         attempt_id=attempt_id,
@@ -58,12 +61,16 @@ def job_succeed(
         first_token_at=first_token_at,
         cancel_receipt=cancel_receipt,
     )
-    return job_finish(
+    job = job_finish(
         job_id=job_id,
         status=Job.Status.SUCCEEDED,
         output_text=answer_text,
         finish_reason=done["finish_reason"],
     )
+    job.waiting_channels = tuple(
+        jobs_waiting_channels(model_id=job.model_id, limit=WOKEN_PER_SLOT)
+    )
+    return job
 
 
 @transaction.atomic(savepoint=False)
