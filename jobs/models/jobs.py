@@ -116,7 +116,7 @@ class Job(models.Model):
     # set by ``services.job_succeed``: the channels of the queued jobs its freed
     # slot wakes (``services.jobs_waiting_channels``, read in its transaction;
     # not stored)
-    waiting_channels: tuple[str, ...] = ()
+    channels_to_wake: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"job {self.id} ({self.status})"

@@ -361,7 +361,7 @@ class JobRun:
             first_token_at=segment.first_token_at,
             cancel_receipt=segment.cancel_receipt,
         )
-        slots_wake_soon(job.waiting_channels)
+        slots_wake_soon(job.channels_to_wake)
         if job.ended_then is not None:  # (the verification drawn, sent)
             job.ended_then()
         return job

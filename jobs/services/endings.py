@@ -48,7 +48,7 @@ def job_succeed(
     answer (a continuation's prefix included); ``done``: the host's done frame
     (see ``attempts.attempt_end``); ``cancel_receipt``: the host's receipt of a
     segment cut at ``max_tokens`` (its ``done`` then carries ``receipt`` None).
-    Returns the finished job, with ``waiting_channels``: the queued jobs its
+    Returns the finished job, with ``channels_to_wake``: the queued jobs its
     freed slot wakes (``dispatch.jobs_waiting_channels``, read here rather than
     in a call of its own after the end).
     """
@@ -67,7 +67,7 @@ def job_succeed(
         output_text=answer_text,
         finish_reason=done["finish_reason"],
     )
-    job.waiting_channels = tuple(
+    job.channels_to_wake = tuple(
         jobs_waiting_channels(model_id=job.model_id, limit=WOKEN_PER_SLOT)
     )
     return job
