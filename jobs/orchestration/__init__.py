@@ -4,7 +4,6 @@ dispatches and ends its attempts, ``follow`` follows each one's frames;
 
 from .channels import (
     cancel_message,
-    channel_release,
     job_channel_open,
     offer_message,
     slots_announce,
@@ -20,7 +19,6 @@ __all__ = [
     "JobRun",
     "Token",
     "cancel_message",
-    "channel_release",
     "job_channel_open",
     "offer_message",
     "slots_announce",

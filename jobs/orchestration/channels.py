@@ -5,7 +5,6 @@ slot frees (DESIGN.md "How a request flows" steps 3–4, "No eligible device")."
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -99,20 +98,6 @@ async def _logged(step, what: str) -> None:
         log.exception("%s failed", what)
 
 
-async def channel_release(layer, channel: str) -> None:
-    """Give back a channel made by ``new_channel`` that will never be read.
-
-    The Redis pub/sub layer subscribes in ``new_channel`` and unsubscribes only
-    when a pending ``receive`` is cancelled; without this, every refused request
-    would leave a subscription behind.
-    """
-    reader = asyncio.ensure_future(layer.receive(channel))
-    await asyncio.sleep(0)  # let the receive start, so its cancel cleans up
-    reader.cancel()
-    with contextlib.suppress(BaseException):
-        await reader
-
-
 async def job_channel_open(open_job: Callable[[str], Awaitable[T]]) -> tuple[str, T]:
     """Make a job's reply channel, then ``await open_job(channel)`` (the request's
     transaction, ``services.job_open``); return (channel, its result).
@@ -125,19 +110,16 @@ async def job_channel_open(open_job: Callable[[str], Awaitable[T]]) -> tuple[str
     cancelled, a claimed slot freed, nothing billed: ``_job_abandon``); then the
     cancellation goes on.
     """
-    layer = get_channel_layer()
-    channel = await layer.new_channel("job.")
+    channel = await local.channel_new(get_channel_layer())
     step = asyncio.ensure_future(open_job(channel))
     try:
         return channel, await asyncio.shield(step)
     except asyncio.CancelledError:
         await asyncio.shield(_job_abandon(step))
         local.reader_drop(channel)
-        await channel_release(layer, channel)
         raise
     except BaseException:
         local.reader_drop(channel)
-        await channel_release(layer, channel)
         raise
 
 

@@ -75,8 +75,8 @@ class JobRun:
         dispatch: services.Dispatch | None = None,
         whole_at_end: bool = False,
     ) -> None:
-        """``model``, ``channel`` (made by the layer's ``new_channel``, so replies
-        to it are kept from the start) and the first ``dispatch`` come from the
+        """``model``, ``channel`` (made by ``ballast.local.channel_new``, so
+        replies to it are kept from the start) and the first ``dispatch`` come from the
         request's transaction (``services.job_open``); what is not given is read
         or made when ``events()`` starts."""
         self.job = job
@@ -106,7 +106,7 @@ class JobRun:
     async def events(self) -> AsyncIterator[Token | Finished | Failed]:
         """Yield the job's events until it ends; see the class docstring."""
         if not self.channel:
-            self.channel = await self.layer.new_channel("job.")
+            self.channel = await local.channel_new(self.layer)
         if self.model is None:
             self.model = await db_call(CatalogModel.objects.get)(id=self.job.model_id)
         # the model's tokenizer, read and built off the event loop before the
@@ -115,7 +115,6 @@ class JobRun:
         if model_tokenizer(self.job.model_id) is None:
             await db_call(model_tokenizer_load)(self.job.model_id)
         self.inbox = JobInbox(self.channel)
-        reader = asyncio.create_task(self._read_channel())
         lease = asyncio.create_task(
             job_lease_keep(job_id=self.job_id, lost=self._lease_lost)
         )
@@ -132,11 +131,9 @@ class JobRun:
             # went away), keeps reading the channel until it is done (it may
             # wait for the host's receipt, ``_receipt_wait``) and keeps the
             # lease while it rides through a database outage (``db_call_durable``)
-            await asyncio.shield(self._close(reader, lease, failure))
+            await asyncio.shield(self._close(lease, failure))
 
-    async def _close(
-        self, reader: asyncio.Task, lease: asyncio.Task, failure: Exception | None
-    ) -> None:
+    async def _close(self, lease: asyncio.Task, failure: Exception | None) -> None:
         """End a job left unfinished (``_cancel``), then stop renewing its lease
         and reading its channel."""
         try:
@@ -145,14 +142,6 @@ class JobRun:
         finally:
             lease.cancel()
             local.reader_remove(self.channel, self.inbox.deliver)
-            reader.cancel()
-
-    async def _read_channel(self) -> None:
-        """Move every message of the job's channel into its inbox. One receive
-        stays pending for the job's life: cancelling a layer's ``receive`` (as a
-        timeout would) can drop the Redis pub/sub layer's subscription."""
-        while True:
-            self.inbox.put(await self.layer.receive(self.channel))
 
     def _lease_lost(self) -> None:
         """The job's lease was lost (``job_lease_keep``): its coroutine stops at

@@ -80,6 +80,40 @@ async def test_channel_send_is_local_only_for_a_reader_on_this_loop(settings):
         local.reader_remove(elsewhere, got.append)
 
 
+@pytest.mark.asyncio
+async def test_a_job_channel_is_read_through_its_process_mailbox(settings):
+    """Through the layer (the shortcut off, as from another process), a job's
+    channel gets its messages by way of the process's one mailbox, in order,
+    those sent before its reader was added included; one for a channel given
+    back is dropped and the mailbox reads on."""
+    settings.BALLAST_LOCAL_DELIVERY = False
+    layer = get_channel_layer()
+    channel = await local.channel_new(layer)
+    assert channel.rpartition(".")[0] == (await local.channel_new(layer)).rpartition(".")[0]
+    got: list[int] = []
+    both = asyncio.Event()
+
+    def deliver(message: dict) -> None:
+        got.append(message["n"])
+        if len(got) == 2:
+            both.set()
+
+    await local.channel_send(layer, channel, {"type": "x", "n": 1})
+    local.reader_add(channel, deliver)
+    await local.channel_send(layer, channel, {"type": "x", "n": 2})
+    await asyncio.wait_for(both.wait(), 5)
+    assert got == [1, 2]
+    local.reader_drop(channel)
+    await local.channel_send(layer, channel, {"type": "x", "n": 3})
+    later = await local.channel_new(layer)
+    arrived = asyncio.Event()
+    local.reader_add(later, lambda message: arrived.set())
+    await local.channel_send(layer, later, {"type": "x", "n": 4})
+    await asyncio.wait_for(arrived.wait(), 5)
+    assert got == [1, 2]
+    local.reader_drop(later)
+
+
 async def _register(channel, deliver) -> None:
     local.reader_add(channel, deliver)
 

@@ -10,6 +10,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 import jobs.orchestration.run  # noqa: F401
+from ballast import local
 from jobs import orchestration
 from jobs.models import Attempt, Job
 from jobs.services import attempts_reap, job_create, job_dispatch
@@ -250,7 +251,7 @@ async def test_a_queued_job_that_gets_a_slot_wakes_the_next_one(
         model_id=catalog.id, limit=1
     )
     for channel in oldest:
-        await get_channel_layer().send(channel, {"type": "slot.free"})
+        await local.channel_send(get_channel_layer(), channel, {"type": "slot.free"})
     offers = [await host.recv_type("offer", timeout=5) for _ in range(3)]
     assert sorted(o["messages"][0]["content"] for o in offers) == [
         "queued 0",
