@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import Field, Model
 
 Part = tuple[type[Model], str]
 """A model selected and the alias of its table in the caller's ``FROM``."""
@@ -52,6 +52,23 @@ def instances(row: tuple, *parts: Part) -> list[Model | None]:
     if start != len(row):
         raise ValueError(f"a row of {len(row)} values for {start} columns")
     return found
+
+
+def value(field: Field, raw):
+    """``raw``, a value of a fixed SELECT of ``field``'s type (its column, or
+    an expression over it such as ``MAX``), converted as the ORM converts
+    that field's column (SQLite's datetimes arrive as text)."""
+    convert = _converter(field, connection.vendor)
+    return raw if convert is None else convert(raw)
+
+
+@functools.cache
+def _converter(field: Field, vendor: str):
+    """The ORM's converters of ``field``'s column chained, or None (cached
+    per process, as ``_plan``)."""
+    col = field.get_col(field.model._meta.db_table)
+    chain = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+    return _chained(chain, col) if chain else None
 
 
 @functools.cache

@@ -42,6 +42,20 @@ def model_loaded(model: CatalogModel) -> Exists:
     return Exists(rows)
 
 
+def model_loaded_sql(device: str = "d", model: str = "c") -> str:
+    """``model_loaded`` as SQL, for a fixed statement: EXISTS of the row of
+    device ``device`` (an alias of ``hosts_device``) for catalog entry
+    ``model`` (an alias of its catalog table), loaded (rule 3) with the
+    entry's weights when it pins any (rule 6, ``CatalogModel.weights_match``).
+    The same rule as ``model_loaded``; the same text on PostgreSQL and
+    SQLite."""
+    return (
+        f"EXISTS (SELECT 1 FROM hosts_devicemodel ml WHERE ml.device_id = {device}.id"
+        f" AND ml.model_id = {model}.id AND ml.loaded AND ({model}.weights_sha256 = ''"
+        f" OR ml.weights_sha256 = {model}.weights_sha256))"
+    )
+
+
 def placement_filter(placement: dict, *, model_id: str) -> Q:
     """The Q on devices of the request's placement requirements (rule 6):
     ``gpu`` and ``min_vram_gb`` by what was measured of the device on
@@ -102,6 +116,16 @@ def features_filter(features) -> Q:
     for feature in features:
         q &= Q(machine__features__regex=rf"(^| ){re.escape(feature)}( |$)")
     return q
+
+
+def features_sql(features, machine: str = "m") -> tuple[list[str], list]:
+    """``features_filter`` as SQL: the WHERE terms over machine ``machine``
+    (an alias of ``hosts_machine``) declaring every one of ``features``, and
+    their parameters (a name among its space-separated ``features``; the
+    known names are lower-case words, which LIKE matches as the Q's regex
+    does)."""
+    term = f"(' ' || {machine}.features || ' ') LIKE %s ESCAPE '\\'"
+    return [term] * len(features), [f"% {_like_escaped(f)} %" for f in features]
 
 
 def devices_rented() -> Exists:
@@ -172,9 +196,9 @@ def _eligible_where(
                 "NOT EXISTS (SELECT 1 FROM jobs_rental r WHERE r.device_id = d.id"
                 " AND r.status IN ('pending', 'live'))",
             ]
-    for feature in job.features_needed:  # rule 6: what the output needs
-        where.append("(' ' || m.features || ' ') LIKE %s ESCAPE '\\'")
-        params.append(f"% {_like_escaped(feature)} %")
+    features, features_params = features_sql(job.features_needed)  # rule 6
+    where += features
+    params += features_params
     placed, placed_params = placement_sql(job.placement or {})  # rule 6
     where += placed
     params += placed_params

@@ -69,6 +69,7 @@ from .trust import (
     device_start_reason,
     machine_first_hello_judge,
     machine_suspected_since,
+    suspected_since_sql,
 )
 from .uptime import (
     device_online_fraction,
@@ -134,6 +135,7 @@ __all__ = [
     "spot_check_mark_due",
     "spans_online",
     "spot_checks_recent",
+    "suspected_since_sql",
     "telemetry_refresh",
     "user_get_or_create",
 ]

@@ -197,3 +197,21 @@ def test_a_draw_is_due_exactly_under_the_rate(rates, renter):
         rate = verification_rate(device_id=device.id)
         for draw in (0.0, 0.04, 0.049, 0.3, rate - 1e-9, rate, 0.49, 0.5, 0.9):
             assert verification_due(device_id=device.id, draw=draw) is (draw < rate)
+
+
+def test_most_draws_read_one_statement(rates, renter, django_assert_num_queries):
+    """A draw reads the device's counts (its exempt answers and real jobs) in
+    one statement, and the suspicion part in a second only when the draw is
+    under its ceiling and no part before it verified (issue 34: every job's
+    end makes this draw)."""
+    device = _device()
+    _jobs(device, renter, 100)  # past its new-device span: 0.5 × 0.5⁴
+    with django_assert_num_queries(1):
+        assert not verification_due(device_id=device.id, draw=0.9)
+    with django_assert_num_queries(1):
+        assert verification_due(device_id=device.id, draw=0.01)
+    with django_assert_num_queries(2):
+        assert not verification_due(device_id=device.id, draw=0.3)
+    _checks(device, success=False)
+    with django_assert_num_queries(2):
+        assert verification_due(device_id=device.id, draw=0.3)

@@ -31,8 +31,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 
+from ballast.rows import columns, instances
 from catalog.models import CatalogModel
 from jobs.models import Attempt, Job, Verification
 
@@ -113,21 +114,37 @@ def thresholds_derive(samples: Iterable[Sample]) -> Thresholds | None:
 
 
 def calibration_of(model: CatalogModel) -> ModelCalibration | None:
-    """``model``'s calibration for the weights it pins now, else None."""
-    return ModelCalibration.objects.filter(
-        model=model,
-        weights_sha256=model.weights_sha256,
-        quantization=model.quantization,
-    ).first()
+    """``model``'s calibration for the weights it pins now (its catalog row's,
+    read with it), else None. One fixed statement (``_pinned_calibration``)."""
+    return _pinned_calibration(model.id)
 
 
 def thresholds_of(model_id: str) -> Thresholds | None:
     """The thresholds verification judges ``model_id``'s answers by, or None
     when the entry is not calibrated (or not in the catalog): such an answer
-    is not judged. One query."""
-    model = CatalogModel.objects.filter(id=model_id).first()
-    calibration = calibration_of(model) if model is not None else None
+    is not judged. One fixed statement."""
+    calibration = _pinned_calibration(model_id)
     return calibration.thresholds if calibration is not None else None
+
+
+_CALIBRATION = ((ModelCalibration, "k"),)
+
+
+def _pinned_calibration(model_id: str) -> ModelCalibration | None:
+    """The calibration of catalog entry ``model_id`` for the weights and
+    quantization the entry pins now (none for weights it no longer pins, nor
+    for an entry not in the catalog): the entry's row joined to its
+    calibration in one fixed statement (``ballast.rows``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(*_CALIBRATION)} FROM jobs_catalogmodel c"
+            " JOIN trust_modelcalibration k ON k.model_id = c.id"
+            " AND k.weights_sha256 = c.weights_sha256"
+            " AND k.quantization = c.quantization WHERE c.id = %s",
+            [model_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else instances(row, *_CALIBRATION)[0]
 
 
 def samples_of(model: CatalogModel) -> list[Sample]:

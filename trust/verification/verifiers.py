@@ -8,16 +8,19 @@ import secrets
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db import connection
+from django.db.models import QuerySet
+from django.db.models.expressions import RawSQL
 
+from ballast.rows import columns, instances
 from billing.models import ReceiptCheck
 from billing.services import Segment, charge_plan, charge_post
 from catalog.models import CatalogModel
-from hosts.liveness import live_q
-from hosts.models import Device
+from hosts.liveness import live_sql
+from hosts.models import Device, Machine
 from jobs.formats import response_format_of
 from jobs.models import Attempt, Job, Rental, Verification
-from jobs.selectors import features_filter, model_loaded
+from jobs.selectors import features_sql, model_loaded_sql
 from jobs.tokens import token_count_inflated
 
 from .answers import VerifiedAnswer
@@ -63,22 +66,13 @@ def verifier_pick(
     weight; devices not scoring a verification already first; None when no
     device qualifies."""
     passes = settings.BALLAST_VERIFIER_TRUST_PASSES if trusted_only else 0
-    model = CatalogModel.objects.filter(id=model_id).first()
-    if model is None:
-        return None
-    eligible = verifiers_eligible(model=model, now=now, passes=passes)
-    if among is not None:
-        eligible = eligible.filter(id__in=among.values("id"))
-    candidates = list(
-        eligible.filter(features_filter(features))
-        .exclude(machine__owner_id__in=list(exclude_owners))
-        .annotate(
-            scoring=Exists(
-                Verification.objects.filter(verifier=OuterRef("pk"), status="offered")
-            )
-        )
-        .select_related("machine")
-        .order_by("-score", "id")[:VERIFIERS_CONSIDERED]
+    candidates = _candidates(
+        model_id=model_id,
+        now=now,
+        passes=passes,
+        exclude_owners=list(exclude_owners),
+        features=features,
+        among=among,
     )
     # one scoring already is busy (and offered no job meanwhile: a spot check
     # waits behind its queue): the idle ones first (fresh-eyes review 3)
@@ -104,26 +98,83 @@ def verifiers_eligible(
     (``verifier_pick``'s conditions but the owners): live, the model loaded
     from its pinned weights, the machine declaring ``verifies``, at least
     ``passes`` checks of verifiers passed, taking jobs, not paused,
-    quarantined, retired or rented."""
+    quarantined, retired or rented (``_eligible_sql``, as a sub-select)."""
+    where, params = _eligible_sql(now=now, passes=passes)
     return Device.objects.filter(
-        live_q(now, prefix="machine__"),
-        model_loaded(model),  # with the catalog's weights (rule 6)
-        verifier_passes__gte=passes,
-        slots_total__gt=0,  # a device that takes jobs (and spot checks)
-        retired_at__isnull=True,
-        quarantined=False,
-        paused=False,
-        machine__verifies=True,
-        machine__paused=False,
-        machine__host_paused=False,
-        machine__retired_at__isnull=True,
-    ).exclude(
-        Exists(
-            Rental.objects.filter(
-                device=OuterRef("pk"), status__in=Rental.OPEN_STATUSES
-            )
-        )
+        id__in=RawSQL(f"SELECT d.id{where}", [model.id, *params])
     )
+
+
+def _eligible_sql(*, now: datetime, passes: int) -> tuple[str, list]:
+    """``FROM … WHERE …`` of the devices that may verify an answer of a
+    catalog entry now (``verifiers_eligible``) over ``d`` the device, ``m``
+    its machine and ``c`` the entry, whose id is the parameter before the
+    returned ones; one text on PostgreSQL and SQLite."""
+    live, live_params = live_sql(now, "m")  # rule 1 (hosts.liveness)
+    sql = (
+        " FROM hosts_device d JOIN hosts_machine m ON m.id = d.machine_id"
+        " JOIN jobs_catalogmodel c ON c.id = %s"
+        f" WHERE {live} AND {model_loaded_sql('d', 'c')}"  # the catalog's weights
+        " AND d.verifier_passes >= %s"
+        " AND d.slots_total > 0"  # a device that takes jobs (and spot checks)
+        " AND d.retired_at IS NULL AND NOT d.quarantined AND NOT d.paused"
+        " AND m.verifies AND NOT m.paused AND NOT m.host_paused"
+        " AND m.retired_at IS NULL"
+        " AND NOT EXISTS (SELECT 1 FROM jobs_rental r WHERE r.device_id = d.id"
+        f" AND r.status IN ({', '.join(['%s'] * len(Rental.OPEN_STATUSES))}))"
+    )
+    return sql, [*live_params, passes, *Rental.OPEN_STATUSES]
+
+
+_CANDIDATE = ((Device, "d"), (Machine, "m"))
+
+
+def _candidates(
+    *,
+    model_id: str,
+    now: datetime,
+    passes: int,
+    exclude_owners: list[int],
+    features: tuple[str, ...],
+    among: QuerySet[Device] | None,
+) -> list[Device]:
+    """The ``VERIFIERS_CONSIDERED`` best scored devices (``-score``, then id)
+    that may verify an answer of ``model_id`` (``_eligible_sql``, at least
+    ``passes`` checks passed), on a machine declaring every one of
+    ``features`` and of none of ``exclude_owners``, with ``among`` one of
+    those devices; each with its machine, ``scoring`` whether it scores an
+    offered verification now. One fixed statement (``ballast.rows``; the
+    text varies only with how many owners, features and ``among``)."""
+    where, params = _eligible_sql(now=now, passes=passes)
+    terms, extra = features_sql(features)
+    if among is not None:  # a calibration sample's: compiled (not the hot path)
+        among_sql, among_params = among.order_by().values("id").query.sql_with_params()
+        terms.append(f"d.id IN ({among_sql})")
+        extra += among_params
+    if exclude_owners:
+        terms.append(f"m.owner_id NOT IN ({', '.join(['%s'] * len(exclude_owners))})")
+        extra += exclude_owners
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(*_CANDIDATE)}, EXISTS (SELECT 1 FROM jobs_verification v"
+            " WHERE v.verifier_id = d.id AND v.status = %s)"
+            f"{where}{''.join(f' AND {term}' for term in terms)}"
+            " ORDER BY d.score DESC, d.id LIMIT %s",
+            [
+                Verification.Status.OFFERED.value,
+                model_id,
+                *params,
+                *extra,
+                VERIFIERS_CONSIDERED,
+            ],
+        )
+        rows = cursor.fetchall()
+    candidates = []
+    for row in rows:
+        device, machine = instances(row[:-1], *_CANDIDATE)
+        device.machine, device.scoring = machine, bool(row[-1])
+        candidates.append(device)
+    return candidates
 
 
 def verifier_weight(device: Device, now: datetime) -> int:
@@ -145,13 +196,10 @@ def _owners_fresh(owners: list[int], host_owner_id: int | None) -> list[int]:
     if host_owner_id is None:
         return owners
     recent: list[int] = []
-    for owner in (
-        Verification.objects.filter(
-            device__machine__owner_id=host_owner_id, verifier__isnull=False
-        )
-        .order_by("-offered_at")
-        .values_list("verifier__machine__owner_id", flat=True)[:PAIRS_REMEMBERED]
-    ):
+    with connection.cursor() as cursor:
+        cursor.execute(_RECENT_OWNERS_SQL, [host_owner_id, PAIRS_REMEMBERED])
+        rows = cursor.fetchall()
+    for (owner,) in rows:
         if owner not in recent:
             recent.append(owner)
     for remembered in range(len(recent), 0, -1):
@@ -159,6 +207,18 @@ def _owners_fresh(owners: list[int], host_owner_id: int | None) -> list[int]:
         if fresh:
             return fresh
     return owners
+
+
+# the owners of the verifiers of an owner's latest verification rounds, the
+# latest first (``_owners_fresh``)
+_RECENT_OWNERS_SQL = (
+    "SELECT vm.owner_id FROM jobs_verification v"
+    " JOIN hosts_device hd ON hd.id = v.device_id"
+    " JOIN hosts_machine hm ON hm.id = hd.machine_id"
+    " JOIN hosts_device vd ON vd.id = v.verifier_id"
+    " JOIN hosts_machine vm ON vm.id = vd.machine_id"
+    " WHERE hm.owner_id = %s ORDER BY v.offered_at DESC LIMIT %s"
+)
 
 
 def _weighted_choice(items: list, weights: list[int]):
