@@ -6,6 +6,7 @@ attempt and one write): frames for an attempt that already ended change nothing.
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -48,19 +49,30 @@ def attempt_claim(
     """
     now = now or timezone.now()
     try:
-        return bool(
-            Attempt.objects.filter(
-                id=attempt_id,
-                state=Attempt.State.OFFERED,
-                device_id__in=Device.objects.filter(machine_id=machine_id).values("id"),
-            ).update(
-                state=Attempt.State.CLAIMED,
-                claimed_at=now,
-                first_token_deadline=first_token_deadline(now),
-            )
-        )
+        attempt, machine = uuid.UUID(attempt_id), uuid.UUID(str(machine_id))
     except (ValueError, TypeError):  # not a UUID: no such attempt
         return False
+    prep = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:  # a fixed statement: every job runs it
+        cursor.execute(
+            _CLAIM_SQL,
+            [
+                Attempt.State.CLAIMED,
+                prep(now),
+                prep(first_token_deadline(now)),
+                Attempt._meta.pk.get_db_prep_value(attempt, connection),
+                Attempt.State.OFFERED,
+                Machine._meta.pk.get_db_prep_value(machine, connection),
+            ],
+        )
+        return cursor.rowcount > 0
+
+
+_CLAIM_SQL = (
+    "UPDATE jobs_attempt SET state = %s, claimed_at = %s, first_token_deadline = %s"
+    " WHERE id = %s AND state = %s"
+    " AND device_id IN (SELECT id FROM hosts_device WHERE machine_id = %s)"
+)
 
 
 def segment_tokens(
