@@ -14,7 +14,7 @@ from ballast import metrics
 from ballast.db import for_update, row_update
 from ballast.rows import columns, instances
 from billing.models import ReceiptCheck
-from billing.services import charge_plan, charge_post, segment_of
+from billing.services import ChargePlan, charge_plan, charge_post, segment_of
 from catalog.models import CatalogModel
 from hosts.models import Device, Machine
 
@@ -52,7 +52,7 @@ def job_succeed(
     freed slot wakes (``dispatch.jobs_waiting_channels``, read here rather than
     in a call of its own after the end).
     """
-    attempt_end(
+    ended = attempt_end(
         attempt_id=attempt_id,
         outcome=Attempt.Outcome.SUCCEEDED,
         output_text=segment_text,
@@ -61,15 +61,20 @@ def job_succeed(
         first_token_at=first_token_at,
         cancel_receipt=cancel_receipt,
     )
+    # the queued jobs its freed slot wakes (none freed: the attempt had ended),
+    # read before the job's end: its charge locks the renter's account to the commit
+    woken = (
+        jobs_waiting_channels(model_id=ended.job.model_id, limit=WOKEN_PER_SLOT)
+        if ended is not None
+        else []
+    )
     job = job_finish(
         job_id=job_id,
         status=Job.Status.SUCCEEDED,
         output_text=answer_text,
         finish_reason=done["finish_reason"],
     )
-    job.channels_to_wake = tuple(
-        jobs_waiting_channels(model_id=job.model_id, limit=WOKEN_PER_SLOT)
-    )
+    job.channels_to_wake = tuple(woken)
     return job
 
 
@@ -141,7 +146,7 @@ def job_finish(
     job.error_code = error_code
     job.error_message = error_message[:2000]
     job.finished_at = now
-    job_charge(job=job, attempts=attempts, now=now)
+    plan = job_charge_plan(job=job, attempts=attempts)
     row_update(job, _JOB_END_FIELDS)
     job.ended_then = hook().job_ended(job=job, attempts=attempts, now=now)
     if not job.is_spot_check:
@@ -156,10 +161,13 @@ def job_finish(
                 (a.first_token_at for a in attempts if a.first_token_at), default=None
             ),
         )
+    # last: the renter's account row is locked from its charge to the commit,
+    # and every request and job's end of the renter waits for it
+    job_charge(job=job, plan=plan, now=now)
     return job
 
 
-# what a job's end writes on its row (``job_finish``, ``job_charge``)
+# what a job's end writes on its row (``job_finish``, ``job_charge_plan``)
 _JOB_END_FIELDS = [
     "prompt_tokens",
     "status",
@@ -225,17 +233,16 @@ def _attempts_of(job: Job) -> list[Attempt]:
 _RECEIPT_CHECK = Attempt.receipt_check.related
 
 
-def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:
-    """Set the job's ``tokens_billed`` and ``cost_nano`` from its segments and
-    post its charge (``billing.services.charge_post``: once per job), counted
-    to its key's spending cap (``caps.key_spend_add``).
+def job_charge_plan(*, job: Job, attempts: list[Attempt]) -> ChargePlan:
+    """The job's charge (``billing.services.charge_plan``), its
+    ``tokens_billed`` and ``cost_nano`` set from it (not saved).
 
     ``attempts``: the job's attempts in offer order, with device, machine and
-    receipt check. The sanity rules of ``billing.services.charge_plan`` apply
-    (a segment never bills more tokens than its characters, the job never more
-    than ``max_tokens``); a segment they cut is written back, flagged. A spot
-    check costs nobody anything, its hosts paid like any job's by the platform
-    (DESIGN.md "Spot checks"); a job without a renter costs nothing.
+    receipt check. The sanity rules of the plan apply (a segment never bills
+    more tokens than its characters, the job never more than ``max_tokens``);
+    a segment they cut is written back, flagged. A spot check costs nobody
+    anything, its hosts paid like any job's by the platform (DESIGN.md "Spot
+    checks"); a job without a renter costs nothing.
     """
     segments = [segment_of(attempt) for attempt in attempts]
     plan = charge_plan(
@@ -248,14 +255,20 @@ def job_charge(*, job: Job, attempts: list[Attempt], now: datetime) -> None:
             tokens_billed=segment.tokens_billed, token_count_flagged=True
         )
     job.tokens_billed = plan.tokens
-    if job.is_spot_check:  # its host paid by the platform, nobody billed
-        job.cost_nano = 0
+    job.cost_nano = 0 if job.is_spot_check or job.renter_id is None else plan.cost
+    return plan
+
+
+def job_charge(*, job: Job, plan: ChargePlan, now: datetime) -> None:
+    """Post the job's charge ``plan`` (``job_charge_plan``;
+    ``billing.services.charge_post``: once per job), counted to its key's
+    spending cap (``caps.key_spend_add``); a spot check's hosts paid by the
+    platform, nobody billed; a job without a renter, nothing."""
+    if job.is_spot_check:
         charge_post(job_id=job.id, renter=None, model_id=job.model_id, plan=plan, now=now)
         return
     if job.renter_id is None:
-        job.cost_nano = 0
         return
-    job.cost_nano = plan.cost
     posted = charge_post(
         job_id=job.id, renter=job.renter, model_id=job.model_id, plan=plan, now=now
     )
