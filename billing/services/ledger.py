@@ -12,7 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 
 from ballast import metrics
-from ballast.db import insert_rows_sql, insert_sql, update_then
+from ballast.writes import insert_rows_sql, insert_sql, update_then
 from ballast.rows import columns, instances
 
 from ..models import Account, Entry, LedgerTransaction
@@ -103,7 +103,7 @@ def ledger_post(
     ``stored_with``: unsaved model instances of one model stored with it, in
     their order, only when it is posted (a charge's earnings). The
     transaction, its entries and those rows are one statement on PostgreSQL
-    (``ballast.db.update_then``; three on SQLite). Works inside a caller's
+    (``ballast.writes.update_then``; three on SQLite). Works inside a caller's
     transaction: a key posted before writes nothing (``INSERT … ON CONFLICT DO
     NOTHING``: no savepoint).
     """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
-from ballast.db import insert_once
+from ballast.writes import insert_once
 
 from ..models import ReceiptCheck
 from ..receipts import receipt_verify
@@ -37,7 +37,7 @@ def receipt_check(
     the first verdict and writes nothing. The unique keys of the table (attempt,
     signature) decide, so a concurrent second ``done`` or the same signature
     racing in for another attempt ends the same way. Works inside a caller's
-    transaction (``ballast.db.insert_once``: no savepoint).
+    transaction (``ballast.writes.insert_once``: no savepoint).
     """
     signature = (signature_b64 or "")[:200] or None
     verdict = receipt_verdict(

@@ -17,7 +17,7 @@ from decimal import Decimal
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ballast.db import insert_sql, update_then, write_then_read
+from ballast.writes import insert_sql, update_then, write_then_read
 
 from ..models import Device, DeviceOutcome
 from ..scoring import (
@@ -128,7 +128,7 @@ def device_score_inputs(
     model, in the same statement as the last outcomes). Four queries at most
     with ``model_id``, five without. ``recorded``: an unsaved outcome of the
     device, stored by the read's statement and counted as its newest
-    (``ballast.db.write_then_read``). ``device``: its row with its machine
+    (``ballast.writes.write_then_read``). ``device``: its row with its machine
     and the machine's lease, when the caller read them in this transaction
     (else read here: one query more). Raises Device.DoesNotExist.
     """
@@ -197,7 +197,7 @@ def _score_write(
     """Store the device's score; with ``slot_free`` give back one of its slots in
     the same write (never below zero); with ``recent`` (model id, ms or None)
     its median first-token time on that model, on its device-model row when it
-    moved (one statement on PostgreSQL: ``ballast.db.update_then``). The device
+    moved (one statement on PostgreSQL: ``ballast.writes.update_then``). The device
     row before its device-model row, the order of the claim (which locks the
     device, then moves the row's tie-break key): no lock cycle."""
     write = (_SCORE_SLOT_SQL if slot_free else _SCORE_SQL, [score, device_id])

@@ -14,7 +14,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from ballast import metrics
-from ballast.db import for_update, row_update
+from ballast.db import for_update
+from ballast.writes import row_update
 from ballast.rows import columns, instances
 from billing.models import ReceiptCheck
 from billing.services import receipt_check

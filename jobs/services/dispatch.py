@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection
 from django.utils import timezone
 
-from ballast.db import insert_sql, update_then
+from ballast.writes import insert_sql, update_then
 
 from catalog.models import CatalogModel
 from hosts.models import Device, Machine
@@ -140,7 +140,7 @@ def device_claim(
     row's tie-break key moves on by ``selectors.tiebreak_step()``. With
     ``attempt`` (unsaved, its device unset), it is stored on the device
     claimed and the job marked running (``failed_over``), in the same
-    statement (``ballast.db.update_then``); an unsaved ``job`` is stored there
+    statement (``ballast.writes.update_then``); an unsaved ``job`` is stored there
     too, running, or queued when nothing was claimed. Returns the device (its
     id, index and machine's channel read; the rest on access), or None when no
     eligible device was free.
@@ -209,7 +209,7 @@ def device_claim(
 
 
 def _job_insert_sql(job: Job) -> tuple[str, list]:
-    """The INSERT of the unsaved ``job`` (``ballast.db.insert_sql``), its status
+    """The INSERT of the unsaved ``job`` (``ballast.writes.insert_sql``), its status
     running when the statement claimed a slot, else queued."""
     return insert_sql(
         job,
