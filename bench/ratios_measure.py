@@ -96,7 +96,11 @@ async def short_jobs(base: str, key: str, sim: HostSimProcess, pid: int, *, clie
                 body = {"model": MODEL, "stream": False, "max_tokens": 16,
                         "messages": [{"role": "user", "content": f"short job j{c}n{i}"}]}
                 i += 1
-                resp = await client.post(url, json=body, headers=headers)
+                try:
+                    resp = await client.post(url, json=body, headers=headers)
+                except httpx.HTTPError as exc:  # counted, as a refused request is
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    continue
                 at = loop.time()
                 if resp.status_code != 200 or not resp.json()["choices"][0]["message"]["content"]:
                     errors.append(f"HTTP {resp.status_code}: {resp.text[:200]}")

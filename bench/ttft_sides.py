@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from ballast.stack import UVICORN_FLAGS
+from ballast.stack import UVICORN_FLAGS, manage
 from bench.harness import MODEL, ROOT, coordinator_start, machines_bulk, renter_key
 
 SCRIPT = {"text": "The answer is four, and here are a few more words to stream.", "delay_s": 0.0}
@@ -103,6 +103,9 @@ def ballast_start(stack, db: str, env: dict, args, script: str, *, prefix: str,
     """Migrate, start the coordinator and ``args.agents`` scripted agents of ``stack``
     (on the scratch database ``db``) and wait until they are online; return a
     renter's API key (made by the checkout at ``root``, default this one)."""
+    # DEBUG off serves the collected files only: a fresh worktree (``--base``)
+    # has none, and its pages would fail on the first one they name
+    manage("collectstatic", "--noinput", "-v0", env=env, root=root or ROOT)
     stack.migrate()
     coordinator_start(stack, instrumented=instrumented)
     key = renter_key(env, root)
