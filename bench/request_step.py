@@ -57,7 +57,7 @@ def main() -> int:
             BALLAST_CANARY_RATE="0",
             BALLAST_HEARTBEAT_MAX_AGE_S="3600",
         )
-        from bench.compat import request_admit
+        from bench.compat import pinned_weights_declare, request_admit
         from billing.services import renter_top_up
         from hosts.models import Device
         from hosts.services import machine_create, user_get_or_create
@@ -69,6 +69,7 @@ def main() -> int:
         owner = user_get_or_create(email="host@bench.example")
         machine, _ = machine_create(owner_email=owner.email, name="rig")
         device = device_online(machine, slots=1000)
+        pinned_weights_declare()  # (the catalog's entry pins its file)
         renter = user_get_or_create(email="renter@bench.example")
         renter_top_up(user=renter, amount_nano=10**15, key="bench")
         _, plain = services.api_key_create(user=renter)
@@ -92,7 +93,7 @@ def main() -> int:
             if timed:
                 wall.append(time.perf_counter() - started)
                 cpu.append(time.thread_time() - started_cpu)
-            assert dispatched.attempt is not None, "not claimed"
+            assert dispatched.attempt is not None, f"not claimed: {dispatched}"
             Job.objects.filter(id=job.id).update(status=Job.Status.SUCCEEDED)
             Device.objects.filter(id=device.id).update(slots_used=0)
 
