@@ -60,7 +60,10 @@ async def channel_new(layer) -> str:
         name = await layer.new_channel(MAILBOX_PREFIX)
         mailbox = _mailboxes.get(loop)  # (another call made it meanwhile)
         if mailbox is None:
-            mailbox = _mailboxes[loop] = (name, loop.create_task(_mailbox_read(layer, name)))
+            mailbox = _mailboxes[loop] = (
+                name,
+                loop.create_task(_mailbox_read(layer, name)),
+            )
     channel = f"{mailbox[0]}.{uuid.uuid4().hex}"
     _readers[channel] = (loop, _Held())
     return channel
@@ -148,4 +151,6 @@ async def _mailbox_read(layer, mailbox: str) -> None:
         try:
             entry[1](message)
         except ChannelFull:
-            log.warning("a message for a full job channel dropped (%s)", message.get("type"))
+            log.warning(
+                "a message for a full job channel dropped (%s)", message.get("type")
+            )

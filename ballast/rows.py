@@ -27,7 +27,9 @@ Part = tuple[type[Model], str]
 def columns(*parts: Part) -> str:
     """The select list of ``parts``: ``alias."column", …`` for every concrete
     field of each model in turn (``"a"."id", "a"."job_id", …, "d"."id", …``)."""
-    return ", ".join(_plan(model, alias, connection.vendor)[0] for model, alias in parts)
+    return ", ".join(
+        _plan(model, alias, connection.vendor)[0] for model, alias in parts
+    )
 
 
 def instances(row: tuple, *parts: Part) -> list[Model | None]:
@@ -41,7 +43,9 @@ def instances(row: tuple, *parts: Part) -> list[Model | None]:
         _, names, converters, pk_at = _plan(model, alias, connection.vendor)
         values = list(row[start : start + len(names)])
         if len(values) != len(names):
-            raise ValueError(f"a row of {len(row)} values for {len(names)} more columns")
+            raise ValueError(
+                f"a row of {len(row)} values for {len(names)} more columns"
+            )
         start += len(names)
         if values[pk_at] is None:
             found.append(None)
@@ -82,7 +86,9 @@ def _plan(model: type[Model], alias: str, vendor: str):
     converters = []
     for at, field in enumerate(fields):
         col = field.get_col(alias)
-        chain = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        chain = connection.ops.get_db_converters(col) + col.get_db_converters(
+            connection
+        )
         if chain:
             converters.append((at, _chained(chain, col)))
     pk_at = fields.index(model._meta.pk)

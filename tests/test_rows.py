@@ -20,7 +20,13 @@ from tests.factories import MachineFactory
 
 pytestmark = pytest.mark.django_db
 
-PARTS = ((Attempt, "a"), (Job, "j"), (Device, "d"), (Machine, "m"), (CoordinatorLease, "l"))
+PARTS = (
+    (Attempt, "a"),
+    (Job, "j"),
+    (Device, "d"),
+    (Machine, "m"),
+    (CoordinatorLease, "l"),
+)
 SQL = (
     "SELECT {cols} FROM jobs_attempt a JOIN jobs_job j ON j.id = a.job_id"
     " JOIN hosts_device d ON d.id = a.device_id"
@@ -52,7 +58,10 @@ def _attempt(*, leased: bool) -> Attempt:
         params={"max_tokens": 5, "temperature": 0.5, "stop": ["\n"]},
     )
     return Attempt.objects.create(
-        job=job, device=device, offered_at=now, claim_deadline=now + timedelta(seconds=5)
+        job=job,
+        device=device,
+        offered_at=now,
+        claim_deadline=now + timedelta(seconds=5),
     )
 
 
@@ -66,13 +75,17 @@ def test_instances_equal_what_the_orm_loads(leased):
         )
         (row,) = cursor.fetchall()
     got = instances(row, *PARTS)
-    orm = Attempt.objects.select_related("job", "device__machine__lease").get(id=attempt.id)
+    orm = Attempt.objects.select_related("job", "device__machine__lease").get(
+        id=attempt.id
+    )
     wanted = [orm, orm.job, orm.device, orm.device.machine, orm.device.machine.lease]
     assert [None if o is None else _values(o) for o in got] == [
         None if o is None else _values(o) for o in wanted
     ]
     assert (got[4] is None) == (not leased)
-    assert got[1].params["stop"] == ["\n"] and got[1].messages[0]["content"] == "héllo ✓"
+    assert (
+        got[1].params["stop"] == ["\n"] and got[1].messages[0]["content"] == "héllo ✓"
+    )
     assert timezone.is_aware(got[0].offered_at)
     assert all(o._state.adding is False for o in got if o is not None)
 

@@ -18,8 +18,10 @@ LOCAL_INBOX_CHARS = 4_000_000
 class JobInbox:
     """The messages waiting for a job's coroutine, in arrival order.
 
-    Messages come from the channel layer (``put``) or, from this process, straight
-    from the sender (``deliver``, registered with ``ballast.local``).
+    Messages arrive through ``deliver``, registered with ``ballast.local``:
+    straight from a sender in this process, or from another process by way of
+    this process's mailbox. ``put`` adds one the job's coroutine makes itself
+    (its lease lost).
     """
 
     def __init__(self, channel: str) -> None:
@@ -32,7 +34,7 @@ class JobInbox:
         return iter(self.messages)
 
     def put(self, message: dict) -> None:
-        """Add a message that came through the channel layer."""
+        """Add a message as it is (no join, no bound)."""
         self.messages.append(message)
         self.arrived.set()
 
@@ -41,13 +43,14 @@ class JobInbox:
             self.put(message)
 
     def deliver(self, message: dict) -> None:
-        """Take a message sent from this process (``ballast.local``).
+        """Take a message for the job's channel (``ballast.local``).
 
         A token right after a token of the same attempt joins its text, so a fast
         host and a slow renter cost one message, not one per frame. Raises
         ChannelFull, as the layer would, when more than ``LOCAL_INBOX_CHARS`` of
-        text waits unread: the host's connection then closes and the job fails
-        over (an honest host stops at ``max_tokens``, far below the bound).
+        text waits unread: a sender in this process then closes the host's
+        connection and the job fails over; one by way of the mailbox is dropped
+        and logged (an honest host stops at ``max_tokens``, far below the bound).
         """
         messages = self.messages
         if message.get("type") == "host.token":

@@ -76,9 +76,9 @@ class JobRun:
         whole_at_end: bool = False,
     ) -> None:
         """``model``, ``channel`` (made by ``ballast.local.channel_new``, so
-        replies to it are kept from the start) and the first ``dispatch`` come from the
-        request's transaction (``services.job_open``); what is not given is read
-        or made when ``events()`` starts."""
+        replies to it are kept from the start) and the first ``dispatch`` come
+        from the request's transaction (``services.job_open``); what is not
+        given is read or made when ``events()`` starts."""
         self.job = job
         self.job_id = str(job.id)
         self.whole_at_end = whole_at_end

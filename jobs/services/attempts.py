@@ -312,7 +312,16 @@ def attempt_end(
 
 # an attempt's end reads the attempt with its job, device, machine and the
 # machine's lease (``_attempt_open_locked``)
-_OPEN_READ = ((Attempt, "a"), (Job, "j"), (Device, "d"), (Machine, "m"), (CoordinatorLease, "l"))
+_OPEN_READ = (
+    (Attempt, "a"),
+    (Job, "j"),
+    (Device, "d"),
+    (Machine, "m"),
+    (CoordinatorLease, "l"),
+)
+
+
+_OPEN = Attempt.OPEN_STATES
 
 
 def _attempt_open_locked(attempt_id: str) -> Attempt | None:
@@ -327,10 +336,10 @@ def _attempt_open_locked(attempt_id: str) -> Attempt | None:
         f" JOIN {Device._meta.db_table} d ON d.id = a.device_id"
         f" JOIN {Machine._meta.db_table} m ON m.id = d.machine_id"
         f" LEFT JOIN {CoordinatorLease._meta.db_table} l ON l.id = m.lease_id"
-        f" WHERE a.id = %s AND a.state IN ({', '.join(['%s'] * len(Attempt.OPEN_STATES))})"
+        f" WHERE a.id = %s AND a.state IN ({', '.join(['%s'] * len(_OPEN))})"
         f"{for_update('a', no_key=True)}"
     )
-    params = [pk.get_db_prep_value(pk.to_python(attempt_id), connection), *Attempt.OPEN_STATES]
+    params = [pk.get_db_prep_value(pk.to_python(attempt_id), connection), *_OPEN]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()

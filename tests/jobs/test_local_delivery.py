@@ -89,7 +89,10 @@ async def test_a_job_channel_is_read_through_its_process_mailbox(settings):
     settings.BALLAST_LOCAL_DELIVERY = False
     layer = get_channel_layer()
     channel = await local.channel_new(layer)
-    assert channel.rpartition(".")[0] == (await local.channel_new(layer)).rpartition(".")[0]
+    assert (
+        channel.rpartition(".")[0]
+        == (await local.channel_new(layer)).rpartition(".")[0]
+    )
     got: list[int] = []
     both = asyncio.Event()
 
