@@ -1,6 +1,9 @@
-"""Reads for the scheduler: eligible devices and why none could serve a request.
-
-DESIGN.md "Picking a device" — the numbered eligibility rules are marked below.
+"""Which devices may take a job: rules 1–6 of DESIGN.md "Picking a device" (the
+numbered rules are marked below), as querysets (``devices_live``,
+``model_loaded``, ``placement_filter``, ``features_filter``, ``devices_rented``)
+and as the SQL twins one dispatch runs (``model_loaded_sql``, ``placement_sql``,
+``features_sql``, the WHERE of ``devices_eligible``, ``device_pick_sql`` and
+``devices_eligible_count``); the ranking (``RANKING``, ``tiebreak_step``).
 """
 
 from __future__ import annotations
@@ -11,15 +14,14 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from ballast.db import skip_locked
-from catalog.gpus import placement_verdict
 from catalog.models import CatalogModel
 from hosts.liveness import live_q, live_sql
 from hosts.models import Device, DeviceModel, vram_need_mb
 
-from .models import Attempt, Job, Rental
+from ..models import Attempt, Job, Rental
 
 
 def devices_live(*, now: datetime) -> QuerySet[Device]:
@@ -271,167 +273,3 @@ def devices_eligible_count(*, job: Job, model: CatalogModel, now: datetime) -> i
     with connection.cursor() as cursor:
         cursor.execute("SELECT COUNT(*)" + where, params)
         return cursor.fetchone()[0]
-
-
-def devices_rentable(*, now: datetime, renter=None) -> QuerySet[Device]:
-    """Live devices a renter may rent: not paused, not quarantined, not rented,
-    and (with ``renter``, a user) not the renter's own (``rentals.rental_create``
-    refuses those)."""
-    devices = (
-        devices_live(now=now)
-        .filter(quarantined=False, paused=False)
-        .exclude(devices_rented())
-        .select_related("machine")
-    )
-    if renter is not None:
-        devices = devices.exclude(machine__owner_id=renter.pk)
-    return devices
-
-
-def devices_untried_exist(*, job: Job, model: CatalogModel, now: datetime) -> bool:
-    """True when a live device with the model, meeting the placement, has not yet
-    had an attempt of ``job`` (busy, hot, paused or quarantined ones count: they
-    may free up, or leave quarantine after three passed spot checks; DESIGN.md
-    "No eligible device": 503 only when no live device could ever serve it)."""
-    devices = devices_live(now=now).filter(model_loaded(model))
-    if job.target_device_id:
-        devices = devices.filter(id=job.target_device_id)
-    return (
-        devices.filter(placement_filter(job.placement, model_id=model.id))
-        .filter(features_filter(job.features_needed))
-        .exclude(Exists(Attempt.objects.filter(job=job, device=OuterRef("pk"))))
-        .exists()
-    )
-
-
-def requirement_unmet(
-    *,
-    model: CatalogModel,
-    placement: dict,
-    now: datetime,
-    target_device_id: int | None = None,
-    features: tuple[str, ...] = (),
-) -> str | None:
-    """Name the requirement no live device could ever meet, or None if one could.
-
-    Used for the 503 of DESIGN.md "No eligible device": the model loaded nowhere
-    live, a placement requirement nobody live meets, or a feature of the output
-    (``features``: ``Job.features_needed``) no live device's engine declared,
-    checked in that order (the feature named as the request's field asks it:
-    ``FEATURE_FIELDS``).
-    """
-    live = devices_live(now=now).filter(model_loaded(model))
-    if target_device_id is not None:
-        live = live.filter(id=target_device_id)
-        if not live.exists():
-            return (
-                f"the device this job must run on is not live with model '{model.id}'"
-            )
-    elif not live.exists():
-        if (
-            devices_live(now=now)
-            .filter(models__model_id=model.id, models__loaded=True)
-            .exists()
-        ):
-            return (
-                f"no live device runs the catalog's weights of model '{model.id}'"
-                f" ({model.quantization or 'sha256'} {model.weights_sha256[:12]}…)"
-            )
-        return f"model '{model.id}' is not loaded on any live device"
-    for field in ("gpu", "min_vram_gb", "region"):
-        if target_device_id is not None or placement.get(field) in (None, ""):
-            continue
-        declared = live
-        live = live.filter(
-            placement_filter({field: placement[field]}, model_id=model.id)
-        )
-        if not live.exists():
-            return (
-                f"no live device with model '{model.id}' meets placement.{field}="
-                f"{placement[field]!r}"
-                + _unplaced_why(
-                    declared, field=field, value=placement[field], model=model
-                )
-            )
-    for feature in features:
-        live = live.filter(features_filter([feature]))
-        if not live.exists():
-            where = (
-                "the device this job must run on does not"
-                if target_device_id is not None
-                else f"no live device with model '{model.id}' can"
-            )
-            return (
-                f"{where} serve {FEATURE_FIELDS[feature]} (its engine must "
-                f"declare the feature '{feature}')"
-            )
-    return None
-
-
-def _unplaced_why(
-    devices: QuerySet[Device], *, field: str, value, model: CatalogModel
-) -> str:
-    """For a 503 on ``placement.gpu`` or ``min_vram_gb``: when one of
-    ``devices`` declares what was asked, why Ballast does not place it there
-    (``catalog.gpus.placement_verdict``: a CPU, not measured yet, measured
-    slower than its declared class, or credited less VRAM), as a clause; ''
-    when none declares it or ``field`` is ``region``."""
-    if field == "gpu":
-        declared = devices.filter(name__icontains=value)
-    elif field == "min_vram_gb":
-        declared = devices.filter(vram_total_mb__gte=vram_need_mb(value))
-    else:
-        return ""
-    device = declared.order_by("id").first()
-    if device is None:
-        return ""
-    row = DeviceModel.objects.filter(device=device, model_id=model.id).first()
-    verdict = placement_verdict(
-        name=device.name,
-        kind=device.kind,
-        vram_total_mb=device.vram_total_mb,
-        model_id=model.id,
-        tokens_per_s=row.measured_tokens_per_s if row else None,
-    )
-    if verdict.why:
-        why = verdict.why
-    elif field == "min_vram_gb":
-        why = f"a {verdict.gpu_class.name} is credited at most {verdict.vram_mb} MiB"
-    else:
-        why = "not judged yet under its current name"
-    return (
-        f": placement is by what Ballast measured, not what a host declares"
-        f" (a live device declaring it: {why})"
-    )
-
-
-# how a 503 names each feature: as the request's field asks for it
-FEATURE_FIELDS = {
-    "json_object": "response_format json_object",
-    "json_schema": "response_format json_schema or tools (function calling)",
-    "json_sequence": "tools (function calling) in the model's own tool-call format",
-    "logprobs": "logprobs",
-    "token_ids": "a temperature above 1 (an engine that reports its token ids)",
-}
-
-
-def model_capacity(*, model_id: str, now: datetime) -> dict[str, int]:
-    """A model's live capacity: ``devices_online``, the live devices with it
-    loaded; ``slots_free``, the free slots of those that can take serverless work
-    now (not paused, quarantined or rented). Shown by ``/v1/models`` and graphed
-    (``ballast.metrics_view``)."""
-    live = devices_live(now=now).filter(models__model_id=model_id, models__loaded=True)
-    usable = live.filter(
-        paused=False,
-        quarantined=False,
-        machine__paused=False,
-        machine__host_paused=False,
-        machine__accepts_serverless=True,
-        machine__agent_accepts_serverless=True,
-    ).exclude(devices_rented())
-    online = live.aggregate(devices=Count("id", distinct=True))
-    slots = usable.aggregate(total=Sum("slots_total"), used=Sum("slots_used"))
-    return {
-        "devices_online": online["devices"] or 0,
-        "slots_free": max(0, (slots["total"] or 0) - (slots["used"] or 0)),
-    }
