@@ -1,6 +1,7 @@
 """Running a job (DESIGN.md "How a request flows" steps 3–8): ``run.JobRun``
-dispatches and ends its attempts, ``follow`` follows each one's frames;
-``channels`` holds its side of the channel layer."""
+dispatches its attempts and ends them and the job (``endings.JobEndings``),
+``follow`` follows each one's frames; ``channels`` holds its side of the channel
+layer."""
 
 from .channels import (
     cancel_message,
