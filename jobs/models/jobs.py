@@ -222,6 +222,11 @@ class Attempt(models.Model):
             models.Index(fields=["device", "ended_at"], name="attempt_device_ended"),
         ]
 
+    # set by ``services.attempt_end`` with ``device_records_later``: the
+    # device's records of this end, for its caller to write later in the same
+    # transaction (not stored)
+    device_records: Callable[[], None] | None = None
+
     def __str__(self) -> str:
         return f"attempt {self.id} ({self.state} {self.outcome})"
 

@@ -5,6 +5,7 @@ attempt and one write): frames for an attempt that already ended change nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from datetime import datetime
@@ -176,11 +177,20 @@ def attempt_end(
     first_token_at: datetime | None = None,
     now: datetime | None = None,
     cancel_receipt: dict | None = None,
+    device_records_later: bool = False,
 ) -> Attempt | None:
     """End an open attempt with ``outcome``; free its slot; record the outcome
     for the device's score (not a cancel, not an empty answer, not a spot check:
     a spot check's outcome is its verdict). Returns the ended attempt, or None
     when it had ended already (late frames change nothing).
+
+    ``device_records_later``: the device's records (its outcome and score with
+    the slot given back, its measured speed: ``_device_records``) are left to
+    the caller as the returned attempt's ``device_records``, a callable it runs
+    later in this transaction; else they are written here and it is None. A
+    job's end runs it just before the charge, so the device's row, which every
+    other end on the device waits for, is locked only from there to the commit
+    (lock order: job, device, renter).
 
     ``output_text``: exactly what this attempt delivered to the renter.
     ``claimed_at``: when the host's claim reached the job's coroutine (kept
@@ -286,19 +296,43 @@ def attempt_end(
             *TrustHook.ATTEMPT_FIELDS,
         ],
     )
+    records = functools.partial(
+        _device_records,
+        attempt,
+        scored=scored,
+        flagged=flagged,
+        judged_bad=judged_bad,
+        now=now,
+    )
+    attempt.device_records = records if device_records_later else None
+    if not device_records_later:
+        records()
+    return attempt
+
+
+def _device_records(
+    attempt: Attempt, *, scored: bool, flagged: bool, judged_bad: bool, now: datetime
+) -> None:
+    """The device's records of its ended ``attempt`` (``attempt_end``): the
+    outcome and score, with its slot given back unless ``flagged`` (then it
+    was given back at once), when ``scored``; its measured speed after a
+    success not ``judged_bad`` (an inflated count, an answer ruled out). The
+    device's row first, then its device-model rows, as the claim takes them."""
+    outcome, job = attempt.outcome, attempt.job
+    succeeded = outcome == Attempt.Outcome.SUCCEEDED
     if scored:
         device_outcome_record(
             device_id=attempt.device_id,
-            success=outcome == Attempt.Outcome.SUCCEEDED,
+            success=succeeded,
             reason=outcome,
-            model_id=attempt.job.model_id,
-            ttft_ms=attempt.ttft_ms if outcome == Attempt.Outcome.SUCCEEDED else None,
+            model_id=job.model_id,
+            ttft_ms=attempt.ttft_ms if succeeded else None,
             now=now,
             slot_free=not flagged,
             job_ref=str(job.id),
             device=attempt.device,  # (read with the attempt, its machine's lease too)
         )
-    if outcome == Attempt.Outcome.SUCCEEDED and not judged_bad:
+    if succeeded and not judged_bad:
         # the coordinator's own measure of the device (after its row above)
         device_speed_record(
             device_id=attempt.device_id,
@@ -307,7 +341,6 @@ def attempt_end(
             seconds=(now - attempt.offered_at).total_seconds(),
             now=now,
         )
-    return attempt
 
 
 # an attempt's end reads the attempt with its job, device, machine and the

@@ -61,6 +61,7 @@ def job_succeed(
         claimed_at=claimed_at,
         first_token_at=first_token_at,
         cancel_receipt=cancel_receipt,
+        device_records_later=True,
     )
     # the queued jobs its freed slot wakes (none freed: the attempt had ended),
     # read before the job's end: its charge locks the renter's account to the commit
@@ -74,6 +75,7 @@ def job_succeed(
         status=Job.Status.SUCCEEDED,
         output_text=answer_text,
         finish_reason=done["finish_reason"],
+        device_records=ended.device_records if ended is not None else None,
     )
     job.channels_to_wake = tuple(woken)
     return job
@@ -110,9 +112,15 @@ def job_finish(
     error_code: str = "",
     error_message: str = "",
     now: datetime | None = None,
+    device_records: Callable[[], None] | None = None,
 ) -> Job:
     """Close a job once and charge what it delivered; a job already finished is
     returned unchanged (whatever the caller retries, one charge).
+
+    ``device_records``: the ended attempt's records of its device
+    (``attempts.attempt_end``'s ``device_records_later``), written just
+    before the charge (at once when the job had ended already), so the
+    device's row is locked only from there to the commit.
 
     Attempts still open end ``cancelled``. ``output_text``: what the renter
     is billed for, the text of its ended segments (what it received; a
@@ -126,6 +134,8 @@ def job_finish(
     now = now or timezone.now()
     job = _job_locked(job_id)
     if job.status not in Job.OPEN_STATUSES:
+        if device_records is not None:
+            device_records()
         return job
     attempts = _attempts_of(job)
     still_open = [a for a in attempts if a.state in Attempt.OPEN_STATES]
@@ -162,8 +172,11 @@ def job_finish(
                 (a.first_token_at for a in attempts if a.first_token_at), default=None
             ),
         )
-    # last: the renter's account row is locked from its charge to the commit,
-    # and every request and job's end of the renter waits for it
+    # last, the device's row and then the renter's account: each is locked
+    # from its write to the commit, and every end on the device, every request
+    # and end of the renter, waits for it
+    if device_records is not None:
+        device_records()
     job_charge(job=job, plan=plan, now=now)
     return job
 
