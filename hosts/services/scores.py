@@ -9,7 +9,6 @@ outcome, the periodic recompute and the machine page alike.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -78,16 +77,40 @@ _LAST_OUTCOMES = (
 )
 _LAST_OUTCOMES_SQL = _LAST_OUTCOMES.format(besides="", limit=WINDOW)
 # the rows of the inputs' read, told apart by the first column: (0, success as
-# 0/1, NULL) for each of the device's last outcomes, (1, device, ms) for the
-# model's successful outcomes with a first-token time since a time
+# 0/1, NULL) for each of the device's last outcomes; (1, NULL, the model's
+# median first-token time since a time) and (2, NULL, the device's), computed by
+# the database (``_MEDIAN``), not sent as rows: a model's hour holds every
+# device's successes
 _LAST_ROWS = "SELECT 0, CASE WHEN success THEN 1 ELSE 0 END, CAST(NULL AS INTEGER)"
-_HOUR_ROWS = (
-    "SELECT 1, device_id, ttft_ms FROM {table}"
+# the successes of a model with a first-token time: its params the model, then
+# (``{since}``) a time
+_HOUR = (
+    "SELECT device_id, ttft_ms FROM {table}"
     " WHERE model_id = %s AND success AND ttft_ms IS NOT NULL{since}"
 )
-_INPUTS_SQL = (
-    f"{_LAST_ROWS} FROM ({_LAST_OUTCOMES_SQL}) AS last UNION ALL "
-    + _HOUR_ROWS.format(table="hosts_deviceoutcome", since=" AND created_at >= %s")
+# ``statistics.median`` of ``{hour}``'s ttft_ms (``{mine}``: of one device's
+# rows, the device's id a param after the hour's), NULL for none: the middle
+# value by rank, or the mean of the two middle ones; window functions, on
+# PostgreSQL and SQLite alike
+_MEDIAN = (
+    "SELECT {part}, NULL, AVG(ttft_ms) FROM (SELECT ttft_ms,"
+    " ROW_NUMBER() OVER (ORDER BY ttft_ms) AS r, COUNT(*) OVER () AS n"
+    " FROM ({hour}) AS h{mine}) AS m WHERE r IN ((n + 1) / 2, (n + 2) / 2)"
+)
+
+
+def _medians(hour: str) -> str:
+    """The model's and the device's median rows over ``hour`` (its params
+    twice, the device's id after the second)."""
+    return (
+        _MEDIAN.format(part=1, hour=hour, mine="")
+        + " UNION ALL "
+        + _MEDIAN.format(part=2, hour=hour, mine=" WHERE device_id = %s")
+    )
+
+
+_INPUTS_SQL = f"{_LAST_ROWS} FROM ({_LAST_OUTCOMES_SQL}) AS last UNION ALL " + _medians(
+    _HOUR.format(table="hosts_deviceoutcome", since=" AND created_at >= %s")
 )
 # the same read with the outcome being recorded (``claimed``) as the newest,
 # the model's part only with a model (``device_score_inputs``' ``recorded``)
@@ -97,11 +120,10 @@ _RECORDED_LAST_SQL = (
     + _LAST_OUTCOMES.format(besides=_BESIDES, limit=WINDOW - 1)
     + ") AS last"
 )
-_RECORDED_INPUTS_SQL = (
-    f"{_RECORDED_LAST_SQL} UNION ALL "
-    + _HOUR_ROWS.format(table="claimed", since="")
+_RECORDED_INPUTS_SQL = f"{_RECORDED_LAST_SQL} UNION ALL " + _medians(
+    _HOUR.format(table="claimed", since="")
     + " UNION ALL "
-    + _HOUR_ROWS.format(
+    + _HOUR.format(
         table="hosts_deviceoutcome", since=" AND created_at >= %s" + _BESIDES
     )
 )
@@ -124,8 +146,8 @@ def device_score_inputs(
     (``device_online_fraction``); for ``model_id`` — '' means the model of the
     device's latest outcome that names one — ``statistics.median`` of the
     first-token times of the successful outcomes of the hour before ``now``, over
-    all devices and over this one (one query over the hour's outcomes of the
-    model, in the same statement as the last outcomes). Four queries at most
+    all devices and over this one (computed by the database, ``_MEDIAN``, in
+    the same statement as the last outcomes). Four queries at most
     with ``model_id``, five without. ``recorded``: an unsaved outcome of the
     device, stored by the read's statement and counted as its newest
     (``ballast.writes.write_then_read``). ``device``: its row with its machine
@@ -150,26 +172,29 @@ def device_score_inputs(
     else:
         with connection.cursor() as cursor:
             if model_id:
-                cursor.execute(_INPUTS_SQL, [device_id, device_id, model_id, since])
+                hour = [model_id, since]
+                cursor.execute(
+                    _INPUTS_SQL, [device_id, device_id, *hour, *hour, device_id]
+                )
                 rows = cursor.fetchall()
             else:
                 cursor.execute(_LAST_OUTCOMES_SQL, [device_id, device_id])
                 rows = [(0, success, None) for (success,) in cursor.fetchall()]
     last = [bool(success) for part, success, _ in rows if part == 0]
-    hour = [(of, ttft) for part, of, ttft in rows if part == 1]
-    model_median = device_median = None
-    if model_id:
-        mine = [ttft for of, ttft in hour if of == device.id]
-        model_median = statistics.median(t for _, t in hour) if hour else None
-        device_median = statistics.median(mine) if mine else None
+    medians = {part: _ms(median) for part, _, median in rows if part != 0}
     return ScoreInputs(
         outcomes=len(last),
         successes=sum(last),
         online=device_online_fraction(device=device, now=now),
         model_id=model_id,
-        model_median=model_median,
-        device_median=device_median,
+        model_median=medians.get(1),
+        device_median=medians.get(2),
     )
+
+
+def _ms(median) -> float | None:
+    """A median the database computed (PostgreSQL: a Decimal), as a float."""
+    return None if median is None else float(median)
 
 
 def _inputs_recorded(
@@ -181,7 +206,8 @@ def _inputs_recorded(
     columns = ", ".join(_RECORDED_COLUMNS)
     write = (f"{insert} RETURNING {columns}", params)
     if model_id:
-        read = (_RECORDED_INPUTS_SQL, [device_id, device_id, model_id, model_id, since])
+        hour = [model_id, model_id, since]
+        read = (_RECORDED_INPUTS_SQL, [device_id, device_id, *hour, *hour, device_id])
     else:
         read = (_RECORDED_LAST_SQL, [device_id, device_id])
     return write_then_read(write, _RECORDED_COLUMNS, read)

@@ -192,6 +192,38 @@ def test_the_medians_are_statistics_median_of_the_hour(live_device, ttfts):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("ttfts", [[140, 90], [100, 151, 7]])
+def test_the_outcome_being_recorded_counts_in_both_medians(live_device, ttfts):
+    """The outcome a record stores counts in the medians its own statement
+    computes: the device's lands on its device-model row, and the score is the
+    one the inputs read afterwards give (the model's median over every device)."""
+    device, other = live_device(), live_device("other")
+    now = timezone.now()
+    for _ in range(49):  # a full window: the latency part moves the score
+        outcome_at(device, now - timedelta(minutes=5), success=True, model_id=MODEL)
+    for ttft in ttfts:
+        outcome_at(other, now, success=True, model_id=MODEL, ttft_ms=ttft)
+    score = device_outcome_record(
+        device_id=device.id, success=True, model_id=MODEL, ttft_ms=333, now=now
+    )
+    assert DeviceModel.objects.get(device=device, model_id=MODEL).ttft_ms_recent == 333
+    inputs = device_score_inputs(device_id=device.id, model_id=MODEL, now=now)
+    assert inputs.model_median == statistics.median([*ttfts, 333])
+    assert inputs.device_median == 333
+    assert score == inputs.score
+    alone = score_round(
+        score_unrounded(
+            outcomes=50,
+            successes=50,
+            online_fraction=inputs.online,
+            model_median_ttft_ms=333,
+            device_ttft_ms=333,
+        )
+    )
+    assert score < alone, "the other device's faster first tokens count"
+
+
+@pytest.mark.django_db
 def test_without_a_model_the_latency_part_is_the_last_named_ones(live_device):
     """The model whose latency counts is that of the device's latest outcome that
     names one (an outcome without a model, like a missed claim, does not)."""
