@@ -190,7 +190,8 @@ def attempt_end(
     later in this transaction; else they are written here and it is None. A
     job's end runs it just before the charge, so the device's row, which every
     other end on the device waits for, is locked only from there to the commit
-    (lock order: job, device, renter).
+    (lock order: attempt, job, device, renter). Only inside the caller's own
+    transaction: alone, the attempt would commit with its slot still held.
 
     ``output_text``: exactly what this attempt delivered to the renter.
     ``claimed_at``: when the host's claim reached the job's coroutine (kept
