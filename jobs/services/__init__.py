@@ -7,6 +7,7 @@
 - ``dispatch``: the pick and the claim (``job_dispatch``, ``device_claim``);
 - ``deadlines``: an attempt's claim, first-token and stall deadlines;
 - ``attempts``: an attempt claimed and ended (``attempt_claim``, ``attempt_end``);
+- ``attempt_receipts``: an ended attempt's receipt judged (``cancel_receipt_check``);
 - ``endings``: a job closed and charged once (``job_succeed``, ``job_finish``),
   and the reaper (``attempts_reap``).
 """

@@ -16,14 +16,13 @@ from django.utils import timezone
 
 from ballast import metrics
 from ballast.db import for_update
-from ballast.writes import row_update
 from ballast.rows import columns, instances
-from billing.models import ReceiptCheck
-from billing.services import receipt_check
+from ballast.writes import row_update
 from hosts.models import CoordinatorLease, Device, Machine
 from hosts.services import device_outcome_record, device_speed_record
 
 from ..formats import answer_ruled_out, response_format_of
+from ..hooks import TrustHook, hook
 from ..models import Attempt, Job
 from ..tokens import (
     canonical_split_expected,
@@ -32,7 +31,7 @@ from ..tokens import (
     token_ids_held,
     token_ids_spell,
 )
-from ..hooks import TrustHook, hook
+from .attempt_receipts import cancel_receipt_check, receipt_judge
 from .deadlines import first_token_deadline
 
 log = logging.getLogger("ballast.jobs")
@@ -253,12 +252,17 @@ def attempt_end(
         attempt.prompt_tokens_reported = done["prompt_tokens"]
         done = None  # the coordinator's own end (a max_tokens cut): no receipt
     if cancel_receipt is not None and done is None:
-        cancel_receipt_check(attempt, output_text=output_text, answer=cancel_receipt)
+        cancel_receipt_check(
+            attempt,
+            output_text=output_text,
+            answer=cancel_receipt,
+            canonical=_canonical(attempt.job),
+        )
     if done:
         attempt.completion_tokens_reported = done["completion_tokens"]
         attempt.prompt_tokens_reported = done["prompt_tokens"]
         attempt.receipt = done.get("receipt", "")[:200]
-        _receipt_judge(
+        receipt_judge(
             attempt, completion_tokens=done["completion_tokens"], text=output_text
         )
     if attempt.token_count_flagged:
@@ -398,51 +402,3 @@ _ENDED_FIELDS = (
     "first_token_at",
     "claimed_at",
 )
-
-
-def cancel_receipt_check(attempt: Attempt, *, output_text: str, answer: dict) -> None:
-    """Judge the receipt of a cancelled segment (``attempt_end``'s
-    ``cancel_receipt``) and set ``attempt.receipt`` and ``receipt_valid`` (not
-    saved). Valid only when the text the host sent starts with what the
-    renter received, its count is not inflated for that text (else the attempt
-    is flagged) and the signature verifies (``billing.services.receipt_check``,
-    stored once per attempt)."""
-    sent = answer.get("text")
-    # a cancelled frame's prompt count is no report (agents send 0 there):
-    # the job's end counts the prompt (``endings.renter_prompt_tokens``)
-    attempt.prompt_tokens_reported = answer.get("prompt_tokens") or None
-    attempt.receipt = (answer.get("receipt") or "")[:200]
-    attempt.receipt_valid = False
-    if sent is None or not sent.startswith(output_text):
-        log.warning("attempt %s: cancel receipt without its text; unpaid", attempt.id)
-        return
-    model_id = attempt.job.model_id
-    if token_count_inflated(
-        reported=answer["completion_tokens"],
-        text=sent,
-        recount=token_count(model_id, sent),
-        canonical=_canonical(attempt.job),
-    ):
-        attempt.token_count_flagged = True
-        return
-    _receipt_judge(
-        attempt, completion_tokens=answer["completion_tokens"], text=sent, of="cancel "
-    )
-
-
-def _receipt_judge(attempt: Attempt, *, completion_tokens: int, text: str, of=""):
-    """Check ``attempt.receipt`` over ``text`` and ``completion_tokens`` against
-    the machine's pinned key (``billing.services.receipt_check``, stored once per
-    attempt) and set ``attempt.receipt_valid`` (not saved); ``of``: which receipt,
-    for the log."""
-    verdict = receipt_check(
-        attempt_id=attempt.id,
-        device_id=attempt.device_id,
-        public_key_b64=attempt.device.machine.public_key,
-        signature_b64=attempt.receipt,
-        completion_tokens=completion_tokens,
-        text=text,
-    )
-    attempt.receipt_valid = verdict == ReceiptCheck.Verdict.VALID
-    if not attempt.receipt_valid:
-        log.warning("attempt %s: %sreceipt %s; host not paid", attempt.id, of, verdict)
