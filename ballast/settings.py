@@ -176,15 +176,13 @@ if DATABASE_URL:
         # CONN_HEALTH_CHECKS sends an empty query every time, and its pool
         # sleeps 1 s, 2 s, … after each connection that fails the check)
         _db["ENGINE"] = "ballast.postgresql"
-        # prepared statements: parameters bound by the server (not spliced into
-        # the text) and a statement a connection has run 5 times prepared, so
-        # PostgreSQL plans it once per connection instead of at every run
-        # (Django turns them off by default, for external poolers such as
-        # PgBouncer in transaction mode; this pool is the process's own). The
-        # dispatch's claim spent 1.3 of its 2 ms planning: the request's
-        # transaction went from 4.8-6.2 to 2.5-3.1 ms p50 (docs/performance.md).
-        # After a migration that changes a table's columns, restart the
-        # coordinators (a prepared statement's result type is fixed).
+        # prepared statements: parameters bound by the server and a statement a
+        # connection has run 5 times prepared, so PostgreSQL plans it once per
+        # connection, not at every run (the dispatch's claim spent most of its
+        # server time planning: docs/performance.md). Django turns them off by
+        # default for external poolers (PgBouncer in transaction mode); this
+        # pool is the process's own. Restart the coordinators after a migration
+        # that changes a table's columns (docs/scaling.md).
         _db["OPTIONS"]["server_side_binding"] = True
         _db["OPTIONS"]["prepare_threshold"] = 5
     elif _db["ENGINE"] == "django.db.backends.sqlite3":
