@@ -227,13 +227,14 @@ def attempt_end(
     token_ids = done.get("token_ids") if done else None
     params = attempt.job.params or {}
     budget = params.get("max_tokens")
+    canonical = _canonical(attempt.job)
     attempt.tokens_billed, attempt.token_count_flagged = segment_tokens(
         model_id=attempt.job.model_id,
         text=output_text,
         reported=reported,
         token_ids=token_ids,
         continue_from=_continued_from(attempt) if token_ids else "",
-        canonical=_canonical(attempt.job),
+        canonical=canonical,
         budget=budget,
     )
     ruled_out = (
@@ -256,7 +257,7 @@ def attempt_end(
             attempt,
             output_text=output_text,
             answer=cancel_receipt,
-            canonical=_canonical(attempt.job),
+            canonical=canonical,
         )
     if done:
         attempt.completion_tokens_reported = done["completion_tokens"]
