@@ -171,17 +171,19 @@ def renter_key(env: dict[str, str], root: Path | None = None) -> str:
 
 
 # --- the coordinator process --------------------------------------------------------------
-def coordinator_start(stack, *, instrumented: bool = True, port: int = 0, name: str = "coordinator") -> str:
+def coordinator_start(stack, *, instrumented: bool = True, port: int = 0, name: str = "coordinator",
+                      app: str = "") -> str:
     """Start a coordinator like ``Stack.start_coordinator`` does (same uvicorn flags).
 
     ``instrumented`` serves ``bench.instrumented_asgi:application`` (the same app with
-    call/query counters at ``/bench/stats``) instead of ``ballast.asgi:application``.
+    call/query counters at ``/bench/stats``) instead of ``ballast.asgi:application``;
+    ``app`` names another application to serve.
     """
     import sys
 
     from ballast.stack import UVICORN_FLAGS, port_free
 
-    app = "bench.instrumented_asgi:application" if instrumented else "ballast.asgi:application"
+    app = app or ("bench.instrumented_asgi:application" if instrumented else "ballast.asgi:application")
     port = port or port_free()
     if name == "coordinator":
         stack.port = port

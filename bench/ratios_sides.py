@@ -27,7 +27,7 @@ from urllib.parse import urlparse, urlunparse
 import httpx
 
 from ballast.stack import UVICORN_FLAGS, Stack, manage, port_free
-from bench.harness import ROOT, coordinator_env, redis_flush, renter_key
+from bench.harness import ROOT, coordinator_env, coordinator_start, redis_flush, renter_key
 
 MACHINES = 50
 
@@ -109,8 +109,10 @@ def machines_make(env: dict[str, str], count: int) -> list[str]:
 
 
 @contextmanager
-def ballast_side(stack: str, tmp: str, *, database_url: str, redis_url: str) -> Iterator[Side]:
-    """Ballast's coordinator on ``stack``, migrated, machines registered, a renter's key."""
+def ballast_side(stack: str, tmp: str, *, database_url: str, redis_url: str,
+                 app: str = "") -> Iterator[Side]:
+    """Ballast's coordinator on ``stack``, migrated, machines registered, a renter's key;
+    ``app``: another ASGI application than ``ballast.asgi``'s (``bench.timeline_asgi``)."""
     env = stack_env(stack, tmp, database_url=database_url, redis_url=redis_url)
     with Stack(env=env, log_dir=Path(tmp) / f"logs-{stack}-{time.monotonic_ns()}") as running:
         # DEBUG off serves the collected files only: a page naming one not collected fails
@@ -118,5 +120,8 @@ def ballast_side(stack: str, tmp: str, *, database_url: str, redis_url: str) -> 
         running.migrate()
         key = renter_key(env)
         tokens = machines_make(env, MACHINES)
-        running.start_coordinator()
+        if app:
+            coordinator_start(running, app=app)
+        else:
+            running.start_coordinator()
         yield Side(stack, running.url, key, running.processes["coordinator"].pid, tokens)
