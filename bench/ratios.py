@@ -1,7 +1,7 @@
 """Ballast as ratios to the bare relay, measured in one run (issue 34).
 
 Usage: ``.venv/bin/python bench/ratios.py [--stacks pg,embedded] [--rounds 2]
-[--sequential 200] [--streams 50] [--frames 200] [--clients 16] [--seconds 10]
+[--sequential 200] [--warmup 100] [--streams 50] [--frames 200] [--clients 16] [--seconds 10]
 [--profile DIR]``
 
 Each round, for each stack, the bare relay (``bench/bare_relay.py``: the same
@@ -13,7 +13,10 @@ slots each, in one helper process) and the renters in this process
 (``bench.ratios_measure``):
 
 1. admission: added time to first token, ``--sequential`` streamed requests one
-   after the other, the hosts answering each offer at once (p50, p99);
+   after the other, the hosts answering each offer at once (p50, p99), after
+   ``--warmup`` untimed ones (a warm coordinator: each pooled connection has
+   prepared the request's statements and PostgreSQL has chosen their plans,
+   about ten runs of each per connection, up to 8 connections);
 2. relay: ``--streams`` streams × ``--frames`` one-token frames, flooded once all
    are claimed: tokens/s and the per-token latency (host send → renter receipt) p99;
 3. cost per job: ``--clients`` renters sending non-streamed 4-token requests back
@@ -67,7 +70,7 @@ def side_figures(side, tmp: str, args, profile: tuple[str, str] | None) -> dict:
         got = dict.fromkeys((name for name, *_ in FIGURES), float("nan"))
         errors: list[str] = []
         if "admission" in args.figures:
-            times, errors = asyncio.run(admission(side.base, side.key, sim, args.sequential))
+            times, errors = asyncio.run(admission(side.base, side.key, sim, args.sequential, args.warmup))
             ms = [t * 1000 for t in times]
             got |= {"admission TTFT p50": percentile(ms, 50), "admission TTFT p99": percentile(ms, 99)}
         if "relay" in args.figures:
@@ -130,6 +133,8 @@ def main() -> int:
                         help="which measurements (admission, relay, jobs); all by default")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--sequential", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=100,
+                        help="untimed admission requests before the timed ones")
     parser.add_argument("--streams", type=int, default=50)
     parser.add_argument("--frames", type=int, default=200)
     parser.add_argument("--clients", type=int, default=16)
@@ -147,7 +152,8 @@ def main() -> int:
     print(f"settings: 50 simulated machines x {SLOTS} slots (one helper process), renters in this "
           f"process (httpx); servers on uvicorn (uvloop, httptools, --ws websockets); ballast: "
           f"DJANGO_DEBUG=0, spot checks off; pg = {args.database_url} + {args.redis_url}; "
-          f"admission: {args.sequential} sequential streamed requests, {SHORT_TOKENS} tokens each; "
+          f"admission: {args.sequential} sequential streamed requests after {args.warmup} untimed, "
+          f"{SHORT_TOKENS} tokens each; "
           f"relay: {args.streams} streams x {args.frames} one-token frames (SSE); short jobs: "
           f"{args.clients} clients, non-streamed, {SHORT_TOKENS} tokens, {args.seconds:g} s; "
           f"{args.rounds} rounds, the bare relay just before Ballast each time", flush=True)
