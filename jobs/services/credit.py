@@ -1,16 +1,19 @@
 """A renter's credit: the balance less what open commitments may still cost
 (DESIGN.md "Money": the worst case is held before an offer goes out).
 
-The request path reads it on every request: fixed statements (``raw``), one for
-the locked account and one for the open jobs (``jobs_open_of``, read once for
-the credit, the key's open-job limit and its spending cap).
+The request path reads it on every request: fixed statements
+(``ballast.rows``), one for the locked account and one for the open jobs
+(``jobs_open_of``, read once for the credit, the key's open-job limit and its
+spending cap).
 """
 
 from __future__ import annotations
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import DEFAULT_DB_ALIAS, connection
 
 from ballast.db import for_update
+from ballast.rows import columns, instances, value
 from billing.models import Account
 from billing.services import account_for
 from catalog.models import CatalogModel
@@ -19,15 +22,19 @@ from ..models import Job, Rental
 
 _IN = ", ".join  # (the statuses are code constants, never renters' values)
 
+# what the credit, the key's open-job limit and its cap read of an open job (in
+# the model's field order: ``Model.from_db`` defers the others by it)
+_OPEN_JOB_FIELDS = ("id", "api_key_id", "model_id", "params", "price_completion_nano")
 _OPEN_JOBS_SQL = (
-    "SELECT id, api_key_id, model_id, params, price_completion_nano FROM jobs_job"
+    f"SELECT {', '.join(_OPEN_JOB_FIELDS)} FROM jobs_job"
     " WHERE renter_id = %s AND status IN ("
     + _IN(f"'{status}'" for status in Job.OPEN_STATUSES)
     + ")"
 )
+_ACCOUNT = (Account, "a")
 _LOCKED_ACCOUNT_SQL = (
-    "SELECT a.*, EXISTS (SELECT 1 FROM jobs_rental r WHERE r.renter_id = a.user_id"
-    " AND r.status IN ("
+    "SELECT {columns}, EXISTS (SELECT 1 FROM jobs_rental r"
+    " WHERE r.renter_id = a.user_id AND r.status IN ("
     + _IN(f"'{status}'" for status in Rental.OPEN_STATUSES)
     + ")) AS rentals_open FROM billing_account a WHERE a.kind = %s AND a.user_id = %s"
 )
@@ -36,7 +43,18 @@ _LOCKED_ACCOUNT_SQL = (
 def jobs_open_of(*, renter: AbstractBaseUser) -> list[Job]:
     """The renter's queued and running jobs, with ``api_key_id``, ``model_id``,
     ``params`` and ``price_completion_nano`` (one statement)."""
-    return list(Job.objects.raw(_OPEN_JOBS_SQL, [renter.pk]))
+    with connection.cursor() as cursor:
+        cursor.execute(_OPEN_JOBS_SQL, [renter.pk])
+        rows = cursor.fetchall()
+    fields = [Job._meta.get_field(name) for name in _OPEN_JOB_FIELDS]
+    return [
+        Job.from_db(
+            DEFAULT_DB_ALIAS,
+            _OPEN_JOB_FIELDS,
+            [value(field, raw) for field, raw in zip(fields, row, strict=True)],
+        )
+        for row in rows
+    ]
 
 
 def credit_reserved_nano(
@@ -99,12 +117,24 @@ def credit_lock(*, renter: AbstractBaseUser) -> Account:
     checks of one renter's credit run one after the other; with
     ``rentals_open`` (whether the renter has a pending or live rental). Made on
     the renter's first request. Must run inside a transaction."""
-    params = [Account.Kind.RENTER_CREDIT, renter.pk]
-    sql = _LOCKED_ACCOUNT_SQL + for_update("a")
-    account = next(iter(Account.objects.raw(sql, params)), None)
+    account = _account_locked(renter)
     if account is None:
         account_for(kind=Account.Kind.RENTER_CREDIT, user=renter)
-        account = next(iter(Account.objects.raw(sql, params)))
+        account = _account_locked(renter)
+    return account
+
+
+def _account_locked(renter: AbstractBaseUser) -> Account | None:
+    """``credit_lock``'s statement: the renter's credit account locked, with
+    ``rentals_open``; None when the renter has none yet."""
+    sql = _LOCKED_ACCOUNT_SQL.format(columns=columns(_ACCOUNT)) + for_update("a")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Account.Kind.RENTER_CREDIT, renter.pk])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    (account,) = instances(row[:-1], _ACCOUNT)
+    account.rentals_open = bool(row[-1])
     return account
 
 
