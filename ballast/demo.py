@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "ballast.settings")
-    env.setdefault("BALLAST_DEV", "1")  # a developer's machine (ballast/settings.py)
+    # a developer's machine (ballast/settings/base.py)
+    env.setdefault("BALLAST_DEV", "1")
     # one machine's checks: a small spot-check pool, so the beat's calibration
     # does not take a core from the agent for long
     env.setdefault("BALLAST_CANARY_POOL_AHEAD", "20")

@@ -87,7 +87,7 @@ class Stack:
 
     def __post_init__(self) -> None:
         # the demo's and the tests' processes run in development mode
-        # (ballast/settings.py) unless the environment says otherwise
+        # (ballast/settings/base.py) unless the environment says otherwise
         self.env = {"BALLAST_DEV": "1", **self.env}
 
     def __enter__(self) -> Stack:
