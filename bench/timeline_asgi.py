@@ -119,7 +119,7 @@ def _install() -> None:
     _around(ratelimits, "limit_full", "limit_full", "limit_full done")
     _around(requests, "key_rate_check", "key_rate_check")
     _around(requests, "api_key_mark_used", "mark used", "marked used")
-    _around(requests, "request_model", "model", "model read")
+    _around(requests, "request_model", "model", "model judged")
     _around(requests, "request_fits", "fits", "fitted")
     _around(requests, "credit_lock", "credit lock", "credit locked")
     _around(requests, "jobs_open_of", "open jobs", "open jobs read")

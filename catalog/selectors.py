@@ -17,15 +17,20 @@ def catalog_model_active(*, model_id: str) -> CatalogModel | None:
     """The active catalog model ``model_id``, or None (unknown or inactive)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {columns(_MODEL)} FROM jobs_catalogmodel c"
-            " WHERE c.id = %s AND c.active",
+            f"SELECT {columns(CATALOG_MODEL)} FROM jobs_catalogmodel c"
+            f" WHERE {CATALOG_MODEL_ACTIVE}",
             [model_id],
         )
         row = cursor.fetchone()
-    return None if row is None else instances(row, _MODEL)[0]
+    return None if row is None else instances(row, CATALOG_MODEL)[0]
 
 
-_MODEL = (CatalogModel, "c")
+CATALOG_MODEL = (CatalogModel, "c")
+"""The catalog model in a fixed read (``ballast.rows``): its table's alias ``c``."""
+CATALOG_MODEL_ACTIVE = "c.id = %s AND c.active"
+"""Which row of ``c`` is the active model of the id given as its one parameter:
+every read of a request's model says it so (``catalog_model_active``, the
+request's key read: ``jobs.services.keys.api_key_authenticate``)."""
 
 
 def catalog_model_ids() -> frozenset[str]:

@@ -46,6 +46,7 @@ from .keys import (
     api_key_create,
     api_key_group,
     api_key_mark_used,
+    api_key_with_model,
     api_keys_connections_close,
 )
 from .requests import (
@@ -65,6 +66,7 @@ __all__ = [
     "JOB_LEASE_S",
     "Dispatch",
     "api_key_authenticate",
+    "api_key_with_model",
     "api_key_cap_set",
     "api_key_create",
     "api_key_group",

@@ -16,6 +16,8 @@ from django.utils import timezone
 
 from ballast.db import commit_unflushed_sql
 from ballast.rows import columns, instances
+from catalog.models import CatalogModel
+from catalog.selectors import CATALOG_MODEL, CATALOG_MODEL_ACTIVE
 from hosts.models import token_hash, token_new
 
 from ..models import ApiKey
@@ -41,13 +43,15 @@ def api_key_create(
 
 
 # a live key by its hash: not revoked, its renter active (one fixed statement:
-# every request runs it; ``{unflushed}``: ``commit_unflushed_sql``'s or nothing)
+# every request runs it; ``{unflushed}``: ``commit_unflushed_sql``'s or nothing;
+# ``{model}``: the request's model, joined, or nothing)
 _KEY = (ApiKey, "k")
 _LIVE_KEY_SQL = (
     "SELECT {columns} FROM jobs_apikey k"
-    " JOIN auth_user u ON u.id = k.user_id{unflushed}"
+    " JOIN auth_user u ON u.id = k.user_id{unflushed}{model}"
     " WHERE k.key_hash = %s AND k.revoked_at IS NULL AND u.is_active"
 )
+_MODEL_JOIN = f" LEFT JOIN jobs_catalogmodel c ON {CATALOG_MODEL_ACTIVE}"
 
 
 def api_key_authenticate(*, plain: str, unflushed: bool = False) -> ApiKey | None:
@@ -56,21 +60,35 @@ def api_key_authenticate(*, plain: str, unflushed: bool = False) -> ApiKey | Non
     (empty, unknown, revoked, an inactive renter). With ``unflushed`` the
     caller's transaction, which must store no money, commits unflushed
     (``ballast.db.commit_unflushed_sql``, in the same statement)."""
+    return api_key_with_model(plain=plain, unflushed=unflushed)[0]
+
+
+def api_key_with_model(
+    *, plain: str, model_id: str | None = None, unflushed: bool = False
+) -> tuple[ApiKey | None, CatalogModel | None]:
+    """``api_key_authenticate``'s key and, read by the same statement, the
+    active catalog model ``model_id`` (``catalog.selectors.
+    CATALOG_MODEL_ACTIVE``): (None, None) without a live key; (key, None)
+    when the model is unknown or inactive, or ``model_id`` is None. One
+    round trip for a request's first two reads (issue 34)."""
     if not plain:
-        return None
+        return None, None
     sql = _LIVE_KEY_SQL.format(
-        columns=columns(_KEY), unflushed=commit_unflushed_sql() if unflushed else ""
+        columns=columns(_KEY, CATALOG_MODEL) if model_id else columns(_KEY),
+        unflushed=commit_unflushed_sql() if unflushed else "",
+        model=_MODEL_JOIN if model_id else "",
     )
+    params = [model_id, token_hash(plain)] if model_id else [token_hash(plain)]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [token_hash(plain)])
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
-        return None
-    (key,) = instances(row, _KEY)
+        return None, None
+    key, *model = instances(row, *((_KEY, CATALOG_MODEL) if model_id else (_KEY,)))
     key.user = get_user_model().from_db(
         DEFAULT_DB_ALIAS, ["id", "is_active"], [key.user_id, True]
     )
-    return key
+    return key, (model[0] if model else None)
 
 
 def api_key_mark_used(*, key: ApiKey, now=None) -> None:

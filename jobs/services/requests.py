@@ -21,7 +21,6 @@ from ballast.ratelimits import limit_full, limit_hit
 from billing.money import nano_to_usd_str
 from catalog.modeldata import model_tokenizer
 from catalog.models import CatalogModel
-from catalog.selectors import catalog_model_active
 
 from ..errors import ApiError, rate_limited
 from ..models import ApiKey, Job, Rental
@@ -30,7 +29,7 @@ from ..tokens import prompt_token_count, prompt_tokens_least, prompt_tokens_most
 from .caps import key_spend_cap_check
 from .credit import credit_available_nano, credit_lock, jobs_open_of
 from .dispatch import Dispatch, job_dispatch
-from .keys import api_key_authenticate, api_key_mark_used
+from .keys import api_key_mark_used, api_key_with_model
 
 # a job's lease, s: the coroutine that runs it renews it; past it the reaper
 # closes the job (``endings.attempts_reap``)
@@ -59,15 +58,19 @@ def job_open(
     ``queue_share_check``: DESIGN.md "Limits and abuse"); then nothing is stored
     and no slot is held.
     """
-    # it stores no money: it commits unflushed (``ballast.db.commit_unflushed_sql``)
-    key = api_key_authenticate(plain=api_key, unflushed=True)
+    # it stores no money: it commits unflushed (``ballast.db.commit_unflushed_sql``);
+    # the model is read with the key, judged after the key's limits
+    key, model = api_key_with_model(
+        plain=api_key, model_id=request.model, unflushed=True
+    )
     if key is None:
         raise unauthorized()
     key_rate_check(key=key)
     key_empty_answers_check(key=key)
     api_key_mark_used(key=key)
-    job, model = job_submit(
-        api_key=key, request=request, waiting_channel=waiting_channel
+    model = request_model(request, model)
+    job = job_submit(
+        api_key=key, request=request, model=model, waiting_channel=waiting_channel
     )
     dispatch = job_dispatch(job=job, model=model, waiting_channel=waiting_channel)
     if dispatch.wait:
@@ -147,17 +150,20 @@ def queue_share_check(*, job: Job) -> None:
 
 
 def job_submit(
-    *, api_key: ApiKey, request: CompletionRequest, waiting_channel: str = ""
-) -> tuple[Job, CatalogModel]:
-    """A renter's checked request as a new job (``job_build``: unsaved, stored
-    with its first claim by ``dispatch.job_dispatch``) inside the caller's
-    transaction; return the job and its model.
+    *,
+    api_key: ApiKey,
+    request: CompletionRequest,
+    model: CatalogModel,
+    waiting_channel: str = "",
+) -> Job:
+    """A renter's checked request for the active catalog model ``model`` as a
+    new job (``job_build``: unsaved, stored with its first claim by
+    ``dispatch.job_dispatch``) inside the caller's transaction.
 
     The renter's credit account is locked until the transaction ends, so
     parallel requests cannot overspend the credit nor the key's spending cap.
     Raises ApiError as ``job_open``.
     """
-    model = request_model(request)
     tokenizer = model_tokenizer(model.id)  # tools in the model's own format
     request = request_for_model(
         request,
@@ -181,7 +187,7 @@ def job_submit(
         worst_case_nano=worst_case,
         max_tokens=request.params["max_tokens"],
     )
-    job = job_build(
+    return job_build(
         renter=api_key.user,
         api_key=api_key,
         rental=rental,
@@ -194,7 +200,6 @@ def job_submit(
         stream=request.stream,
         waiting_channel=waiting_channel,
     )
-    return job, model
 
 
 def job_create(**fields) -> Job:
@@ -260,9 +265,11 @@ def job_lease_renew(*, job_id: str) -> bool:
     )
 
 
-def request_model(request: CompletionRequest) -> CatalogModel:
-    """The active catalog model the request names; ApiError 404 when none."""
-    model = catalog_model_active(model_id=request.model)
+def request_model(
+    request: CompletionRequest, model: CatalogModel | None
+) -> CatalogModel:
+    """The active catalog model the request names, as read (``model``: None
+    when there is none, ``keys.api_key_with_model``); ApiError 404 when none."""
     if model is None:
         raise ApiError(
             404,

@@ -78,6 +78,38 @@ def test_a_revoked_key_or_an_inactive_renter_is_refused_401_with_nothing_stored(
     assert not Job.objects.exists() and not Attempt.objects.exists()
 
 
+def test_the_key_and_the_model_are_read_by_one_statement(renter, live_device):
+    """``api_key_with_model``: the live key and the request's active model in one
+    round trip; an unknown or inactive model is None beside the key, and the
+    request for it a 404 with nothing stored and no slot held."""
+    from django.test.utils import CaptureQueriesContext
+
+    from catalog.models import CatalogModel
+    from jobs.services import api_key_with_model
+    from tests.conftest import REFERENCE_MODEL
+
+    device = live_device()
+    key = key_of(renter)
+    with CaptureQueriesContext(connection) as captured:
+        found, model = api_key_with_model(plain=key, model_id=REFERENCE_MODEL["id"])
+    assert len(captured.captured_queries) == 1
+    assert found.user_id == renter.id and model.id == REFERENCE_MODEL["id"]
+    assert (
+        model.price_completion_nano
+        == CatalogModel.objects.get(id=model.id).price_completion_nano
+    )
+    assert api_key_with_model(plain=key, model_id="no-such-model")[0].id == found.id
+    assert api_key_with_model(plain=key, model_id="no-such-model")[1] is None
+    assert api_key_with_model(plain="bk_not-a-key", model_id=model.id) == (None, None)
+    CatalogModel.objects.filter(id=model.id).update(active=False)
+    assert api_key_with_model(plain=key, model_id=model.id) == (found, None)
+    with pytest.raises(ApiError) as refused:
+        open_job(key)
+    assert (refused.value.status, refused.value.code) == (404, "model_not_found")
+    assert not Job.objects.exists() and not Attempt.objects.exists()
+    assert Device.objects.get(id=device.id).slots_used == 0
+
+
 def test_a_request_the_credit_cannot_cover_is_refused_with_nothing_claimed(live_device):
     device = live_device()
     user = user_get_or_create(email="poor@example.com")
