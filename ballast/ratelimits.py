@@ -40,6 +40,12 @@ def limits_reset() -> None:
     limiter().storage.reset()
 
 
+def rate_window_s(rate: str) -> int:
+    """The window of ``rate`` (e.g. ``"60/hour"``: 3600), s: a hit older than
+    it no longer counts."""
+    return limits.parse(rate).get_expiry()
+
+
 def limit_hit(rate: str, scope: str, *identifiers: object) -> int | None:
     """Count one hit of ``rate`` (e.g. ``"60/minute"``) for ``scope`` and
     ``identifiers`` (a key id, an address, an email); None when it is allowed,

@@ -39,6 +39,11 @@ class ApiKey(models.Model):
     )
     spent_nano = models.BigIntegerField(default=0)
     spent_since = models.DateTimeField(null=True, blank=True)
+    # when an answer of this key last came back empty (``jobs.services.requests.
+    # key_empty_answer_record``): a key with none within the window of
+    # ``BALLAST_EMPTY_ANSWER_RATE`` cannot be past it, and its requests do not
+    # ask the limit's counter (``key_empty_answers_check``)
+    last_empty_answer_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name})"

@@ -110,6 +110,38 @@ def test_the_key_and_the_model_are_read_by_one_statement(renter, live_device):
     assert Device.objects.get(id=device.id).slots_used == 0
 
 
+def test_the_empty_answers_limit_is_asked_only_after_an_empty_answer(
+    renter, live_device, settings
+):
+    """A key's requests ask ``BALLAST_EMPTY_ANSWER_RATE``'s counter only while
+    an empty answer of the key (``ApiKey.last_empty_answer_at``) is within the
+    rate's window: one round trip to Redis less for every other request; once
+    one is recorded and the counter is full, the key is refused 429."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from ballast.ratelimits import limit_hit
+    from jobs.models import ApiKey
+    from jobs.services.requests import key_empty_answer_record
+
+    settings.BALLAST_EMPTY_ANSWER_RATE = "1/hour"
+    live_device()
+    key = key_of(renter)
+    key_id = api_key_authenticate(plain=key).id
+    limit_hit("1/hour", "key.empty", key_id)  # the counter full, no empty answer noted
+    open_job(key)
+    key_empty_answer_record(key_id=key_id)
+    assert ApiKey.objects.get(id=key_id).last_empty_answer_at is not None
+    with pytest.raises(ApiError) as refused:
+        open_job(key)
+    assert refused.value.status == 429 and "empty answer" in refused.value.message
+    an_hour_ago = timezone.now() - timedelta(hours=1, seconds=1)
+    ApiKey.objects.filter(id=key_id).update(last_empty_answer_at=an_hour_ago)
+    open_job(key)
+    assert Job.objects.count() == 2
+
+
 def test_a_request_the_credit_cannot_cover_is_refused_with_nothing_claimed(live_device):
     device = live_device()
     user = user_get_or_create(email="poor@example.com")
