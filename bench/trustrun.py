@@ -174,7 +174,7 @@ class Fleet:
         from hosts.services import device_outcome_record
         from jobs.models import Attempt, Job
         from jobs.hooks import TrustHook, hook
-        from jobs.services.attempts import segment_tokens
+        from jobs.services.segments import segment_tokens
         from jobs.tokens import canonical_split_expected
         from trust.verification.records import verification_choose
 

@@ -11,7 +11,7 @@ methods answer, each on the safe side of its question:
 
 - an attempt's end sets nothing to verify and records no failed check (an
   inflated count is still billed at the recount:
-  ``services.attempts.segment_tokens``);
+  ``services.segments.segment_tokens``);
 - a job's end draws no verification;
 - no device can be spot-checked, so a rental, which starts only after a
   passed check, is refused rather than left waiting for a check that never

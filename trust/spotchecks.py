@@ -142,7 +142,7 @@ def spot_check_verdict(*, job: Job, check: SpotCheck) -> tuple[bool, str]:
     Pass: the job succeeded, the expected answer appears in the output (and no
     other answer its prompt names: ``trust.canaries.answer_right``), and the
     reported token count is believable (not flagged when its attempt ended:
-    ``jobs.services.attempts.segment_tokens``).
+    ``jobs.services.segments.segment_tokens``).
     """
     attempt = job.attempts.order_by("-offered_at").first()
     if job.status != Job.Status.SUCCEEDED or attempt is None:

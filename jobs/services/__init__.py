@@ -8,16 +8,12 @@
 - ``deadlines``: an attempt's claim, first-token and stall deadlines;
 - ``attempts``: an attempt claimed and ended (``attempt_claim``, ``attempt_end``);
 - ``attempt_receipts``: an ended attempt's receipt judged (``cancel_receipt_check``);
+- ``segments``: an attempt's text billed in tokens (``segment_tokens``);
 - ``endings``: a job closed and charged once (``job_succeed``, ``job_finish``),
   and the reaper (``attempts_reap``).
 """
 
-from .attempts import (
-    attempt_claim,
-    attempt_end,
-    empty_answer_explained,
-    segment_tokens,
-)
+from .attempts import attempt_claim, attempt_end, empty_answer_explained
 from .caps import api_key_cap_set, key_spend_add, key_spend_cap_check
 from .credit import credit_available_nano, credit_lock, credit_reserved_nano
 from .deadlines import claim_deadline, first_token_deadline, stage_timeout_s
@@ -60,6 +56,7 @@ from .requests import (
     request_model,
     unauthorized,
 )
+from .segments import segment_tokens
 
 __all__ = [
     "API_KEY_LAST_USED_EVERY",

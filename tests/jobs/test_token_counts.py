@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from jobs.services.attempts import segment_tokens
+from jobs.services.segments import segment_tokens
 from jobs.tokens import token_count, token_count_inflated, token_ids_held, token_pieces
 
 PROMPTS = [

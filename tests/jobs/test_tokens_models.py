@@ -25,7 +25,7 @@ from jobs.errors import ApiError
 from jobs.models import Attempt, Job
 from jobs.orchestration.budget import OutputBudget
 from jobs.requests import completion_request_parse
-from jobs.services.attempts import segment_tokens
+from jobs.services.segments import segment_tokens
 from jobs.services.dispatch import offer_frame
 from jobs.services.requests import request_fits
 from jobs.tokens import (
