@@ -68,6 +68,7 @@ COUNTED = (
     "job_open_by_key_async",
     "job_submit",
     "api_key_authenticate",
+    "api_key_with_model",
     "credit_lock",
     "credit_available_nano",
     "job_dispatch",

@@ -28,7 +28,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
     ]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), "created_at"]
     search_fields = ["prefix", "name", "user__username", "user__email"]
-    readonly_fields = ["key_hash", "prefix", "user", "created_at", "last_used_at"]
+    readonly_fields = [
+        "key_hash",
+        "prefix",
+        "user",
+        "created_at",
+        "last_used_at",
+        "last_empty_answer_at",
+    ]
     actions = ["revoke_keys"]
 
     def has_add_permission(self, request):

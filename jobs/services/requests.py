@@ -15,6 +15,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from ballast.ratelimits import limit_full, limit_hit, rate_window_s
@@ -111,9 +113,14 @@ def key_empty_answers_check(*, key: ApiKey) -> None:
 
 def key_empty_answer_record(*, key_id) -> None:
     """Count one empty answer of key ``key_id`` (``key_empty_answers_check``),
-    noting its time on the key (``ApiKey.last_empty_answer_at``) first."""
-    ApiKey.objects.filter(id=key_id).update(last_empty_answer_at=timezone.now())
+    then note the time on the key (``ApiKey.last_empty_answer_at``): taken
+    after the count's, and never earlier than the one noted already (two ends
+    may commit out of order), so the counter is asked as long as it holds it."""
     limit_hit(settings.BALLAST_EMPTY_ANSWER_RATE, "key.empty", key_id)
+    now = Value(timezone.now())
+    ApiKey.objects.filter(id=key_id).update(
+        last_empty_answer_at=Greatest(Coalesce("last_empty_answer_at", now), now)
+    )
 
 
 def key_jobs_check(*, key: ApiKey, open_jobs: list[Job]) -> None:

@@ -142,6 +142,56 @@ def test_the_empty_answers_limit_is_asked_only_after_an_empty_answer(
     assert Job.objects.count() == 2
 
 
+def test_an_empty_answer_is_noted_after_its_count_and_never_moved_back(
+    renter, settings
+):
+    """The key's time (``last_empty_answer_at``) is taken after the counter's
+    hit, so the counter holds that hit no longer than the key's time says; a
+    later time already noted (another end committed first) stays."""
+    from datetime import timedelta
+
+    import limits
+    from django.utils import timezone
+
+    from ballast.ratelimits import limiter
+    from jobs.models import ApiKey
+    from jobs.services.requests import key_empty_answer_record
+
+    settings.BALLAST_EMPTY_ANSWER_RATE = "5/hour"
+    key_id = api_key_authenticate(plain=key_of(renter)).id
+    key_empty_answer_record(key_id=key_id)
+    noted = ApiKey.objects.get(id=key_id).last_empty_answer_at
+    held_until, remaining = limiter().get_window_stats(
+        limits.parse("5/hour"), "key.empty", str(key_id)
+    )
+    assert remaining == 4
+    assert noted.timestamp() + 3600 >= held_until
+    later = timezone.now() + timedelta(minutes=5)
+    ApiKey.objects.filter(id=key_id).update(last_empty_answer_at=later)
+    key_empty_answer_record(key_id=key_id)
+    assert ApiKey.objects.get(id=key_id).last_empty_answer_at == later
+
+
+def test_the_migration_has_existing_keys_ask_the_counter(renter):
+    """Keys made before ``last_empty_answer_at`` have their empty answers only
+    in the counter: the migration notes its own time on them, so a key the
+    counter holds full stays refused for the window."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    from jobs.models import ApiKey
+
+    before = [("jobs", "0021_verification_calibration")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    try:
+        old = executor.loader.project_state(before).apps.get_model("jobs", "ApiKey")
+        made = old.objects.create(user_id=renter.pk, prefix="bk_old", key_hash="h-old")
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert ApiKey.objects.get(id=made.id).last_empty_answer_at is not None
+
+
 def test_a_request_the_credit_cannot_cover_is_refused_with_nothing_claimed(live_device):
     device = live_device()
     user = user_get_or_create(email="poor@example.com")
