@@ -36,6 +36,43 @@ def test_the_var_dir_is_made_whatever_the_databases(tmp_path):
     assert run.stdout.strip() == str(var_dir / "celerybeat-schedule")
 
 
+def test_the_embedded_default_keeps_its_sqlite_connection_between_calls(tmp_path):
+    """Every database call closes old connections around it (``ballast.db.
+    db_call``); SQLite's, on the embedded default or a ``DATABASE_URL``, is not
+    one: opening it again cost each call about 2 ms (docs/performance.md)."""
+    code = (
+        "import django; django.setup()\n"
+        "from asgiref.sync import async_to_sync\n"
+        "from django.db import connection\n"
+        "from ballast.db import db_call\n"
+        "def opened():\n"
+        "    connection.ensure_connection()\n"
+        "    return connection.connection\n"
+        "call = async_to_sync(db_call(opened))\n"
+        "first = call()\n"
+        "print(call() is first)\n"
+    )
+    for url in ("", f"sqlite:///{tmp_path / 'other.sqlite3'}"):
+        env = {
+            **os.environ,
+            "BALLAST_VAR_DIR": str(tmp_path / "var"),
+            "DATABASE_URL": url,
+            "DJANGO_SETTINGS_MODULE": "ballast.settings",
+        }
+        if not url:
+            env.pop("DATABASE_URL")
+        run = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == "True", (url, run.stdout)
+
+
 # The production environment README "Production" documents (values made up).
 PRODUCTION_ENV = {
     "DJANGO_SECRET_KEY": "k" * 10

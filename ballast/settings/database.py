@@ -66,6 +66,12 @@ else:
         "NAME": os.environ.get("BALLAST_SQLITE_PATH", str(VAR_DIR / "ballast.sqlite3")),
         "OPTIONS": dict(SQLITE_OPTIONS),
     }
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # SQLite's connection is kept between calls (``ballast.db.db_call`` closes
+    # old connections around each): opening one runs the PRAGMAs above and
+    # registers Django's SQL functions, about 2 ms of the one database thread
+    # per call, twice in each request's admission (docs/performance.md)
+    _db["CONN_MAX_AGE"] = None
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
