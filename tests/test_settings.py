@@ -61,14 +61,7 @@ def test_the_embedded_default_keeps_its_sqlite_connection_between_calls(tmp_path
         }
         if not url:
             env.pop("DATABASE_URL")
-        run = subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        run = _run(env, "-c", code)
         assert run.returncode == 0, run.stderr
         assert run.stdout.strip() == "True", (url, run.stdout)
 

@@ -25,6 +25,7 @@ _IN = ", ".join  # (the statuses are code constants, never renters' values)
 # what the credit, the key's open-job limit and its cap read of an open job (in
 # the model's field order: ``Model.from_db`` defers the others by it)
 _OPEN_JOB_FIELDS = ("id", "api_key_id", "model_id", "params", "price_completion_nano")
+_OPEN_JOB_COLUMNS = [Job._meta.get_field(name) for name in _OPEN_JOB_FIELDS]
 _OPEN_JOBS_SQL = (
     f"SELECT {', '.join(_OPEN_JOB_FIELDS)} FROM jobs_job"
     " WHERE renter_id = %s AND status IN ("
@@ -46,12 +47,11 @@ def jobs_open_of(*, renter: AbstractBaseUser) -> list[Job]:
     with connection.cursor() as cursor:
         cursor.execute(_OPEN_JOBS_SQL, [renter.pk])
         rows = cursor.fetchall()
-    fields = [Job._meta.get_field(name) for name in _OPEN_JOB_FIELDS]
     return [
         Job.from_db(
             DEFAULT_DB_ALIAS,
             _OPEN_JOB_FIELDS,
-            [value(field, raw) for field, raw in zip(fields, row, strict=True)],
+            [value(f, raw) for f, raw in zip(_OPEN_JOB_COLUMNS, row, strict=True)],
         )
         for row in rows
     ]

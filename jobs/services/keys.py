@@ -73,22 +73,25 @@ def api_key_with_model(
     round trip for a request's first two reads (issue 34)."""
     if not plain:
         return None, None
+    parts, params = (_KEY,), [token_hash(plain)]
+    if model_id:  # the join's parameter comes before the key's in the SQL
+        parts, params = (_KEY, CATALOG_MODEL), [model_id, *params]
     sql = _LIVE_KEY_SQL.format(
-        columns=columns(_KEY, CATALOG_MODEL) if model_id else columns(_KEY),
+        columns=columns(*parts),
         unflushed=commit_unflushed_sql() if unflushed else "",
         model=_MODEL_JOIN if model_id else "",
     )
-    params = [model_id, token_hash(plain)] if model_id else [token_hash(plain)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None, None
-    key, *model = instances(row, *((_KEY, CATALOG_MODEL) if model_id else (_KEY,)))
+    found = instances(row, *parts)
+    key, model = found[0], (found[1] if model_id else None)
     key.user = get_user_model().from_db(
         DEFAULT_DB_ALIAS, ["id", "is_active"], [key.user_id, True]
     )
-    return key, (model[0] if model else None)
+    return key, model
 
 
 def api_key_mark_used(*, key: ApiKey, now=None) -> None:
