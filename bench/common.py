@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import signal
@@ -131,3 +132,16 @@ def chat_job_store(renter, model, content: str):
         placement={},
         stream=True,
     )
+
+
+async def json_answer(send, payload) -> None:
+    """Answer an ASGI HTTP request with ``payload`` as JSON (200): the bench
+    applications' own endpoints (``/bench/stats``, ``/bench/timeline``)."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(payload).encode()})

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import re
 import sys
 import threading
@@ -26,6 +25,7 @@ from django.db.backends.signals import connection_created
 from ballast.asgi import (
     application as ballast_application,  # noqa: E402 (sets up Django)
 )
+from bench.common import json_answer
 
 _lock = threading.Lock()
 _local = threading.local()
@@ -179,21 +179,14 @@ async def application(scope, receive, send):
                 stats["writes"].clear()
                 stats["statements"] = 0
                 stats["heartbeats"] = 0
-        body = json.dumps(
+        await json_answer(
+            send,
             {
                 **stats,
                 "calls": dict(stats["calls"]),
                 "writes": dict(stats["writes"]),
                 "connections": len(connections.all(initialized_only=True)),
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json")],
-            }
+            },
         )
-        await send({"type": "http.response.body", "body": body})
         return
     await ballast_application(scope, receive, send)

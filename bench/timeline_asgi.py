@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import threading
 import time
 
 from ballast.asgi import application as ballast_application  # sets up Django
+from bench.common import json_answer
 
 _current: list[tuple[str, float]] | None = None
 _done: list[list[tuple[str, float]]] = []
@@ -148,16 +148,9 @@ async def application(scope, receive, send):
     global _current, _others
     if scope["type"] == "http" and scope["path"] == "/bench/timeline":
         with _lock:
-            body = json.dumps(_done).encode()
+            timelines = list(_done)
             _done.clear()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await json_answer(send, timelines)
         return
     if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
         await ballast_application(scope, receive, send)
